@@ -1,0 +1,64 @@
+//! The admin listener: `/healthz` (the process serves), `/readyz` (it should get traffic),
+//! `/metrics` (Prometheus text). Kept off the client-facing port so it is never exposed with it.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::decision::{full, json_response, ResponseBody};
+use crate::server::Shared;
+
+/// Serves admin requests until `stop` flips.
+pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let stream = tokio::select! {
+            res = listener.accept() => match res {
+                Ok((s, _)) => s,
+                Err(_) => continue,
+            },
+            _ = stop.changed() => return,
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let shared = shared.clone();
+                async move { Ok::<_, Infallible>(route(&shared, &req)) }
+            });
+            let _ = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(stream), svc).await;
+        });
+    }
+}
+
+fn route(shared: &Shared, req: &Request<Incoming>) -> Response<ResponseBody> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return json_response(StatusCode::METHOD_NOT_ALLOWED, &serde_json::json!({"error": "method_not_allowed"}), Vec::new());
+    }
+    match req.uri().path() {
+        "/healthz" => json_response(StatusCode::OK, &serde_json::json!({"status": "ok"}), Vec::new()),
+        "/readyz" => {
+            let shutting_down = shared.is_shutting_down.load(Ordering::SeqCst);
+            let status = if shutting_down { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+            let body = serde_json::json!({
+                "ready": !shutting_down,
+                "checks": {"listener": if shutting_down { "shutting_down" } else { "ok" }},
+            });
+            json_response(status, &body, Vec::new())
+        }
+        "/metrics" => {
+            let mut resp = Response::new(full(shared.metrics.encode()));
+            resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"));
+            resp.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            resp
+        }
+        _ => json_response(StatusCode::NOT_FOUND, &serde_json::json!({"error": "not_found", "reason": "admin paths: /healthz /readyz /metrics"}), Vec::new()),
+    }
+}

@@ -1,0 +1,94 @@
+use super::*;
+
+const MINIMAL: &str = r#"
+[listen]
+addr = "127.0.0.1:0"
+public_url = "https://mcp.example.com/mcp"
+[upstream]
+url = "http://127.0.0.1:3001"
+"#;
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(text, "test.toml", Path::new("/etc/portcullis"))
+}
+
+#[test]
+fn embedded_default_is_valid() {
+    let c = Config::embedded_default().expect("embedded default validates");
+    assert_eq!(c.mode, Mode::Monitor);
+    assert_eq!(c.limits.max_body, 1 << 20);
+}
+
+#[test]
+fn minimal_config_gets_product_defaults() {
+    let c = parse(MINIMAL).expect("valid");
+    assert_eq!(c.mode, Mode::Enforce);
+    assert_eq!(c.signatures.max_age.0, Duration::from_secs(300));
+    assert_eq!(c.signatures.clock_skew.0, Duration::from_secs(30));
+    assert_eq!(c.signatures.tag, "web-bot-auth");
+    assert_eq!(c.oauth.audience, "https://mcp.example.com/mcp");
+    assert_eq!(c.policy.query, "data.portcullis.decision");
+    assert_eq!(c.resource_metadata_url(), "https://mcp.example.com/.well-known/oauth-protected-resource");
+}
+
+#[test]
+fn unknown_key_is_named() {
+    let err = parse(&format!("{MINIMAL}\n[limits]\nmax_bodyy = 5\n")).expect_err("unknown key");
+    let msg = err.to_string();
+    assert!(msg.contains("max_bodyy"), "{msg}");
+    assert!(msg.contains("test.toml"), "{msg}");
+}
+
+#[test]
+fn every_invalid_field_is_reported_at_once() {
+    let text = r#"
+[listen]
+addr = "nowhere"
+public_url = "ftp://x/mcp"
+tls_cert = "c.pem"
+[upstream]
+url = "https://backend"
+connect_timeout = "0s"
+"#;
+    let Err(ConfigError::Invalid { errors, .. }) = parse(text) else { panic!("expected invalid") };
+    let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    for f in ["listen.addr", "listen.public_url", "listen.tls_key", "upstream.url", "upstream.connect_timeout"] {
+        assert!(fields.contains(&f), "{f} missing from {fields:?}");
+    }
+}
+
+#[test]
+fn durations_need_units_and_sizes_accept_units() {
+    assert_eq!(parse_duration("300s"), Ok(Duration::from_secs(300)));
+    assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+    assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+    assert!(parse_duration("300").unwrap_err().contains("no unit"));
+    assert!(parse_duration("3 fortnights").is_err());
+    assert_eq!(parse_size("1MiB"), Ok(1 << 20));
+    assert_eq!(parse_size("64KiB"), Ok(64 << 10));
+    assert_eq!(parse_size("1MB"), Ok(1_000_000));
+    assert_eq!(parse_size("512"), Ok(512));
+    assert!(parse_size("1 parsec").is_err());
+    assert!(parse_size("99999999999999999999GiB").is_err());
+}
+
+#[test]
+fn bad_duration_in_file_names_the_key() {
+    let err = parse(&format!("{MINIMAL}\n[signatures]\nmax_age = \"300\"\n")).expect_err("no unit");
+    let msg = err.to_string();
+    assert!(msg.contains("max_age") && msg.contains("no unit"), "{msg}");
+}
+
+#[test]
+fn size_as_integer_or_string() {
+    let c = parse(&format!("{MINIMAL}\n[limits]\nmax_body = 2048\n")).expect("int");
+    assert_eq!(c.limits.max_body, 2048);
+    let c = parse(&format!("{MINIMAL}\n[limits]\nmax_body = \"64KiB\"\n")).expect("str");
+    assert_eq!(c.limits.max_body, 65536);
+}
+
+#[test]
+fn relative_paths_resolve_against_the_config_folder() {
+    let c = parse(&format!("{MINIMAL}\n[log]\ndecisions = \"decisions.log\"\n")).expect("valid");
+    assert_eq!(c.log.decisions, DecisionSink::File(PathBuf::from("/etc/portcullis/decisions.log")));
+}

@@ -1,0 +1,318 @@
+//! Decisions: the one type every request ends in, the one place modes apply, and the one
+//! mapping from outcomes to HTTP (PRODUCT.md "Errors clients see").
+//!
+//! `pipeline::check` returns a [`Decision`]. [`apply_mode`] is the only function that makes a
+//! [`Forward`] (the proxy forwards nothing else), so no stage can know or care about the mode.
+//! [`respond`] and [`respond_upstream`] are the only places that choose a status code for a
+//! refusal; every refusal carries `Cache-Control: no-store` and a JSON body with `request_id`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use http::{Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+
+use crate::config::Mode;
+use crate::digest::DigestError;
+
+/// The body type of every response the gateway sends (refusals and streamed upstream bodies).
+pub type ResponseBody = BoxBody<Bytes, hyper::Error>;
+
+/// The result of running the pipeline on one request.
+pub type Decision = Result<Permit, Denial>;
+
+/// Proof that every configured stage passed. Only `pipeline::check` makes one.
+#[derive(Debug)]
+pub struct Permit {
+    _private: (),
+}
+
+impl Permit {
+    /// Issued by the pipeline once the last stage passed.
+    pub(crate) fn granted() -> Permit {
+        Permit { _private: () }
+    }
+}
+
+/// Why a request was refused. One variant per cause; [`Denial::code`] gives the `error` code of
+/// PRODUCT.md's table.
+#[derive(Debug, thiserror::Error)]
+pub enum Denial {
+    /// The body is larger than `limits.max_body` (stage 1). Raised before any parsing.
+    #[error("request body exceeds the {limit}-byte limit")]
+    BodyTooLarge {
+        /// The configured limit in bytes.
+        limit: u64,
+    },
+    /// The client did not send the whole body within `limits.body_timeout` (stage 1).
+    #[error("request body not received within {after:?}")]
+    BodyTimeout {
+        /// The configured limit.
+        after: Duration,
+    },
+    /// The body stream broke (client reset, malformed chunked encoding) (stage 1).
+    #[error("request body could not be read: {0}")]
+    BodyUnreadable(String),
+    /// `Content-Digest` missing where required, malformed, or not matching the body (stage 2).
+    #[error("{0}")]
+    Digest(#[from] DigestError),
+    /// The signature was already accepted once (stage 6).
+    #[error("signature was already used")]
+    ReplayedSignature,
+    /// No bearer token where one is required (stage 7).
+    #[error("a bearer token is required")]
+    OAuthRequired,
+    /// The token lacks scopes the policy requires (stage 9).
+    #[error("token lacks required scopes: {}", .required.join(" "))]
+    InsufficientScope {
+        /// Every scope the operation needs (sent all at once, MCP 2026-07-28).
+        required: Vec<String>,
+    },
+    /// The policy denied the request; the reason is the policy's (stage 9).
+    #[error("policy denied the request: {reason}")]
+    AccessDenied {
+        /// The policy's `reason`.
+        reason: String,
+    },
+    /// A quota or rate limit the decision named is spent (stage 10).
+    #[error("rate limit exceeded, retry after {}s", retry_after_secs(*.retry_after))]
+    RateLimited {
+        /// When the bucket will allow the request again.
+        retry_after: Duration,
+    },
+    /// The shared state store (replay cache, quotas) cannot be reached; fail closed.
+    #[error("state store unavailable: {reason}")]
+    StateUnavailable {
+        /// What failed, naming the store.
+        reason: String,
+    },
+}
+
+impl Denial {
+    /// The `error` code clients, logs and metrics see. No `_` arm: a new variant must choose.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Denial::BodyTooLarge { .. } => "body_too_large",
+            Denial::BodyTimeout { .. } => "body_timeout",
+            Denial::BodyUnreadable(_) => "body_unreadable",
+            Denial::Digest(_) => "invalid_agent_credentials",
+            Denial::ReplayedSignature => "replayed_signature",
+            Denial::OAuthRequired => "oauth_required",
+            Denial::InsufficientScope { .. } => "insufficient_scope",
+            Denial::AccessDenied { .. } => "agent_access_denied",
+            Denial::RateLimited { .. } => "rate_limit_exceeded",
+            Denial::StateUnavailable { .. } => "state_unavailable",
+        }
+    }
+
+    /// The HTTP status of the refusal.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Denial::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Denial::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            Denial::BodyUnreadable(_) => StatusCode::BAD_REQUEST,
+            Denial::Digest(_) | Denial::ReplayedSignature | Denial::OAuthRequired => StatusCode::UNAUTHORIZED,
+            Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } => StatusCode::FORBIDDEN,
+            Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Denial::StateUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The `reason` text of the refusal body and the decision log. Never contains secrets:
+    /// stage errors name what failed, not the credential.
+    pub fn reason(&self) -> String {
+        match self {
+            Denial::AccessDenied { reason } => reason.clone(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// Whole seconds for `Retry-After`, rounded up so a client never retries too early.
+pub fn retry_after_secs(d: Duration) -> u64 {
+    let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    s.max(1)
+}
+
+/// A request the proxy may forward. Only [`apply_mode`] makes one.
+#[derive(Debug)]
+pub enum Forward {
+    /// Every stage passed.
+    Permitted(Permit),
+    /// Monitor mode: this refusal would have been sent in enforce mode.
+    Monitored(Denial),
+}
+
+/// What happens to the request after the mode is applied.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Send it upstream.
+    Forward(Forward),
+    /// Answer with this refusal.
+    Refuse(Denial),
+}
+
+/// The only place the mode is consulted.
+pub fn apply_mode(mode: Mode, decision: Decision) -> Verdict {
+    match (decision, mode) {
+        (Ok(permit), _) => Verdict::Forward(Forward::Permitted(permit)),
+        (Err(denial), Mode::Enforce) => Verdict::Refuse(denial),
+        (Err(denial), Mode::Monitor) => Verdict::Forward(Forward::Monitored(denial)),
+    }
+}
+
+/// The decision-log `outcome` of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Forwarded, every stage passed.
+    Allow,
+    /// Refused.
+    Deny,
+    /// Forwarded in monitor mode although a stage refused it.
+    WouldDeny,
+}
+
+impl Outcome {
+    /// The name used in the log and in metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allow => "allow",
+            Outcome::Deny => "deny",
+            Outcome::WouldDeny => "would_deny",
+        }
+    }
+}
+
+/// Facts about this gateway that refusals quote back to the client.
+#[derive(Debug, Clone)]
+pub struct Challenge {
+    /// RFC 9728 metadata URL for `resource_metadata=`.
+    pub resource_metadata: String,
+    /// Scopes to suggest on a 401 (`scope=`), space separated; empty = omitted.
+    pub scope: String,
+}
+
+/// Builds the refusal response for `denial`. Pure: no logging, no metrics.
+pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Response<ResponseBody> {
+    let mut headers: Vec<(HeaderName, String)> = Vec::new();
+    match denial {
+        Denial::Digest(e) if e.wants_digest() => {
+            headers.push((HeaderName::from_static("want-content-digest"), "sha-256=10, sha-512=5".to_owned()));
+        }
+        Denial::OAuthRequired => {
+            let mut v = format!("Bearer resource_metadata=\"{}\"", quote(&challenge.resource_metadata));
+            if !challenge.scope.is_empty() {
+                v.push_str(&format!(", scope=\"{}\"", quote(&challenge.scope)));
+            }
+            headers.push((WWW_AUTHENTICATE, v));
+        }
+        Denial::InsufficientScope { required } => {
+            headers.push((
+                WWW_AUTHENTICATE,
+                format!(
+                    "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}\"",
+                    quote(&required.join(" ")),
+                    quote(&challenge.resource_metadata)
+                ),
+            ));
+        }
+        Denial::RateLimited { retry_after } => headers.push((RETRY_AFTER, retry_after_secs(*retry_after).to_string())),
+        Denial::StateUnavailable { .. } => headers.push((RETRY_AFTER, "1".to_owned())),
+        Denial::BodyTooLarge { .. }
+        | Denial::BodyTimeout { .. }
+        | Denial::BodyUnreadable(_)
+        | Denial::Digest(_)
+        | Denial::ReplayedSignature
+        | Denial::AccessDenied { .. } => {}
+    }
+    let body = serde_json::json!({
+        "error": denial.code(),
+        "reason": denial.reason(),
+        "request_id": request_id,
+    });
+    json_response(denial.status(), &body, headers)
+}
+
+/// Why forwarding failed after the request was allowed.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// No connection could be made (refused, unreachable, connect timeout).
+    #[error("upstream unreachable: {0}")]
+    Unreachable(String),
+    /// The backend did not send response headers within `upstream.response_timeout`.
+    #[error("upstream did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The backend broke the HTTP exchange.
+    #[error("upstream failed: {0}")]
+    Failed(String),
+}
+
+impl UpstreamError {
+    /// The `error` code in the body, logs and metrics.
+    pub fn code(&self) -> &'static str {
+        match self {
+            UpstreamError::Unreachable(_) => "upstream_unavailable",
+            UpstreamError::Timeout(_) => "upstream_timeout",
+            UpstreamError::Failed(_) => "upstream_failed",
+        }
+    }
+
+    /// 502 or 504.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            UpstreamError::Unreachable(_) | UpstreamError::Failed(_) => StatusCode::BAD_GATEWAY,
+            UpstreamError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+}
+
+/// The 502/504 response for a failed forward.
+pub fn respond_upstream(err: &UpstreamError, request_id: &str) -> Response<ResponseBody> {
+    let body = serde_json::json!({"error": err.code(), "reason": err.to_string(), "request_id": request_id});
+    json_response(err.status(), &body, Vec::new())
+}
+
+/// A JSON response with `Cache-Control: no-store`.
+pub fn json_response(status: StatusCode, body: &serde_json::Value, headers: Vec<(HeaderName, String)>) -> Response<ResponseBody> {
+    let bytes = Bytes::from(body.to_string());
+    let mut resp = Response::new(full(bytes));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    for (name, value) in headers {
+        // Values are built from config and fixed text with `quote`; a value that still is not a
+        // valid header is dropped rather than sent broken.
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.append(name, v);
+        }
+    }
+    resp
+}
+
+/// A complete body.
+pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
+}
+
+/// Escapes `"` and `\` for an RFC 9110 quoted-string and drops control characters, so nothing
+/// derived from config or request data can break the challenge (spec/mcp-auth.md §3).
+pub fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_control() || !c.is_ascii() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "decision_tests.rs"]
+mod tests;

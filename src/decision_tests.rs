@@ -1,0 +1,101 @@
+use super::*;
+use http_body_util::BodyExt;
+
+fn challenge() -> Challenge {
+    Challenge { resource_metadata: "https://mcp.example.com/.well-known/oauth-protected-resource".into(), scope: "mcp:tools files:read".into() }
+}
+
+async fn body_json(resp: Response<ResponseBody>) -> serde_json::Value {
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    serde_json::from_slice(&bytes).expect("json body")
+}
+
+#[test]
+fn monitor_mode_forwards_denials_and_enforce_refuses_them() {
+    let v = apply_mode(Mode::Monitor, Err(Denial::ReplayedSignature));
+    assert!(matches!(v, Verdict::Forward(Forward::Monitored(Denial::ReplayedSignature))));
+    let v = apply_mode(Mode::Enforce, Err(Denial::ReplayedSignature));
+    assert!(matches!(v, Verdict::Refuse(Denial::ReplayedSignature)));
+    let v = apply_mode(Mode::Enforce, Ok(Permit::granted()));
+    assert!(matches!(v, Verdict::Forward(Forward::Permitted(_))));
+}
+
+#[tokio::test]
+async fn oauth_required_has_the_mcp_challenge() {
+    let resp = respond(&Denial::OAuthRequired, "rid-1", &challenge());
+    assert_eq!(resp.status(), 401);
+    assert_eq!(resp.headers()[CACHE_CONTROL], "no-store");
+    assert_eq!(
+        resp.headers()[WWW_AUTHENTICATE],
+        r#"Bearer resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource", scope="mcp:tools files:read""#
+    );
+    let body = body_json(resp).await;
+    assert_eq!(body["error"], "oauth_required");
+    assert_eq!(body["request_id"], "rid-1");
+}
+
+#[tokio::test]
+async fn insufficient_scope_lists_every_required_scope() {
+    let resp = respond(&Denial::InsufficientScope { required: vec!["payments:write".into(), "files:read".into()] }, "r", &challenge());
+    assert_eq!(resp.status(), 403);
+    assert_eq!(
+        resp.headers()[WWW_AUTHENTICATE],
+        r#"Bearer error="insufficient_scope", scope="payments:write files:read", resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource""#
+    );
+    assert_eq!(body_json(resp).await["error"], "insufficient_scope");
+}
+
+#[tokio::test]
+async fn rate_limit_rounds_retry_after_up() {
+    let resp = respond(&Denial::RateLimited { retry_after: Duration::from_millis(1500) }, "r", &challenge());
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()[RETRY_AFTER], "2");
+    assert_eq!(body_json(resp).await["error"], "rate_limit_exceeded");
+}
+
+#[tokio::test]
+async fn digest_refusal_asks_for_a_digest() {
+    let resp = respond(&Denial::Digest(DigestError::Missing), "r", &challenge());
+    assert_eq!(resp.status(), 401);
+    assert_eq!(resp.headers()["want-content-digest"], "sha-256=10, sha-512=5");
+    let body = body_json(resp).await;
+    assert_eq!(body["error"], "invalid_agent_credentials");
+    assert!(body["reason"].as_str().expect("reason").contains("Content-Digest"));
+    let resp = respond(&Denial::Digest(DigestError::Mismatch { algorithm: "sha-256" }), "r", &challenge());
+    assert!(resp.headers().get("want-content-digest").is_none());
+}
+
+#[tokio::test]
+async fn policy_reason_is_the_refusal_reason() {
+    let resp = respond(&Denial::AccessDenied { reason: "human_approval_required".into() }, "r", &challenge());
+    assert_eq!(resp.status(), 403);
+    let body = body_json(resp).await;
+    assert_eq!(body["error"], "agent_access_denied");
+    assert_eq!(body["reason"], "human_approval_required");
+}
+
+#[test]
+fn every_denial_has_a_code_and_status() {
+    let all = [
+        Denial::BodyTooLarge { limit: 1 },
+        Denial::BodyTimeout { after: Duration::from_secs(1) },
+        Denial::BodyUnreadable("reset".into()),
+        Denial::Digest(DigestError::Missing),
+        Denial::ReplayedSignature,
+        Denial::OAuthRequired,
+        Denial::InsufficientScope { required: vec![] },
+        Denial::AccessDenied { reason: "x".into() },
+        Denial::RateLimited { retry_after: Duration::ZERO },
+        Denial::StateUnavailable { reason: "redis down".into() },
+    ];
+    let expected = [(413, "body_too_large"), (408, "body_timeout"), (400, "body_unreadable"), (401, "invalid_agent_credentials"), (401, "replayed_signature"), (401, "oauth_required"), (403, "insufficient_scope"), (403, "agent_access_denied"), (429, "rate_limit_exceeded"), (503, "state_unavailable")];
+    for (d, (status, code)) in all.iter().zip(expected) {
+        assert_eq!((d.status().as_u16(), d.code()), (status, code), "{d:?}");
+    }
+}
+
+#[test]
+fn quoting_escapes_and_strips_controls() {
+    assert_eq!(quote(r#"a"b\c"#), r#"a\"b\\c"#);
+    assert_eq!(quote("x\r\ny"), "xy");
+}

@@ -1,0 +1,64 @@
+use super::*;
+use http::HeaderValue;
+
+fn headers(field: &str) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(CONTENT_DIGEST, HeaderValue::from_str(field).expect("ascii"));
+    h
+}
+
+/// Every case of `shared/spec/vectors/rfc9530-content-digest.json`.
+#[test]
+fn rfc9530_vectors() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/spec/vectors/rfc9530-content-digest.json")).expect("vectors present beside the repo");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let check = DigestCheck::new(true);
+    let mut n = 0;
+    for case in doc["cases"].as_array().expect("cases") {
+        let id = case["id"].as_str().expect("id");
+        let body = case["body"].as_str().expect("body").as_bytes();
+        let got = check.verify(&headers(case["field"].as_str().expect("field")), body);
+        match case["expect"].as_str().expect("expect") {
+            "match" => assert!(matches!(got, Ok(Some(_))), "{id}: {got:?}"),
+            "mismatch" => assert!(matches!(got, Err(DigestError::Mismatch { .. })), "{id}: {got:?}"),
+            "no-supported-digest" => assert_eq!(got, Err(DigestError::NoSupportedAlgorithm), "{id}"),
+            other => panic!("{id}: unknown expectation {other}"),
+        }
+        n += 1;
+    }
+    assert!(n >= 14, "only {n} cases read");
+}
+
+#[test]
+fn missing_digest_is_refused_only_when_required_and_body_present() {
+    let empty = HeaderMap::new();
+    assert_eq!(DigestCheck::new(true).verify(&empty, b"{}"), Err(DigestError::Missing));
+    assert_eq!(DigestCheck::new(true).verify(&empty, b""), Ok(None));
+    assert_eq!(DigestCheck::new(false).verify(&empty, b"{}"), Ok(None));
+    assert!(DigestError::Missing.wants_digest());
+}
+
+#[test]
+fn malformed_fields_are_refused() {
+    for field in ["sha-256=X48E9q", "sha-256=:not base64!:", "SHA-256=:AAAA:", "sha-256=(:AAAA:)", "sha-256=:AAAA:,"] {
+        let got = DigestCheck::new(false).verify(&headers(field), b"x");
+        assert!(matches!(got, Err(DigestError::Malformed(_))), "{field}: {got:?}");
+    }
+}
+
+#[test]
+fn every_supported_member_must_match() {
+    // sha-512 right, sha-256 wrong: refused although one member matches (RFC 9530 §6.6).
+    let field = "sha-512=:WZDPaVn/7XgHaAy8pmojAkGWoRx2UFChF41A2svX+TaPm+AbwAgBWnrIiYllu7BNNyealdVLvRwEmTHWXvJwew==:, sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:";
+    let got = DigestCheck::new(false).verify(&headers(field), br#"{"hello": "world"}"#);
+    assert_eq!(got, Err(DigestError::Mismatch { algorithm: "sha-256" }));
+}
+
+#[test]
+fn several_field_lines_are_combined() {
+    let mut h = HeaderMap::new();
+    h.append(CONTENT_DIGEST, HeaderValue::from_static("sha3-256=:AAAA:"));
+    h.append(CONTENT_DIGEST, HeaderValue::from_static("sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=:"));
+    let got = DigestCheck::new(true).verify(&h, br#"{"hello": "world"}"#).expect("verified").expect("present");
+    assert_eq!(got.algorithms(), ["sha-256"]);
+}

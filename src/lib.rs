@@ -1,0 +1,23 @@
+//! Portcullis: a reverse-proxy gateway in front of MCP servers (Streamable HTTP).
+//!
+//! For every request it proves who sent it (HTTP Message Signature over a recomputed
+//! `Content-Digest`), what the user delegated (OAuth bearer token) and whether the action may
+//! happen now (Rego policy, quotas), then forwards and streams the answer back. The contract is
+//! PRODUCT.md; the pipeline reads:
+//!
+//! ```text
+//! server (rustls, hyper, bounded body) -> pipeline::check -> Decision
+//!     -> decision::apply_mode(mode) -> Forward -> proxy -> MCP backend
+//!                                   \-> Refuse  -> decision::respond (401/403/429/413/400)
+//!     -> telemetry: one decision-log line + per-stage latency, for every request
+//! ```
+
+mod admin;
+pub mod config;
+pub mod decision;
+pub mod digest;
+pub mod pipeline;
+pub mod proxy;
+pub mod server;
+pub mod telemetry;
+pub mod tls;

@@ -1,0 +1,83 @@
+//! The `portcullis` command line: run the gateway or check a config. No logic lives here.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use portcullis::config::Config;
+
+#[derive(Parser)]
+#[command(name = "portcullis", version, about = "MCP gateway: agent signatures, OAuth tokens and Rego policy in front of an MCP server")]
+struct Cli {
+    /// Config file (TOML). Without it, the embedded default config runs.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway (the default when no command is given).
+    Run,
+    /// Validate the config and every stage built from it, then exit (non-zero on error).
+    Check,
+    /// Print the embedded default config.
+    DefaultConfig,
+}
+
+fn load(path: Option<&PathBuf>) -> Result<Config, portcullis::config::ConfigError> {
+    match path {
+        Some(p) => Config::load(p),
+        None => Config::embedded_default(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command.unwrap_or(Command::Run) {
+        Command::DefaultConfig => {
+            print!("{}", portcullis::config::EMBEDDED_DEFAULT);
+            ExitCode::SUCCESS
+        }
+        Command::Check => match load(cli.config.as_ref()).map_err(portcullis::server::StartError::from).and_then(|c| portcullis::server::check(&c).map(|()| c)) {
+            Ok(c) => {
+                println!("{}: configuration is valid (mode = {})", c.origin, c.mode.as_str());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Run => {
+            let config = match load(cli.config.as_ref()) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            portcullis::telemetry::init_tracing(&config.log.level);
+            let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            rt.block_on(async move {
+                match portcullis::server::start(config).await {
+                    Ok(running) => {
+                        running.run_until(portcullis::server::shutdown_signal()).await;
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        ExitCode::from(2)
+                    }
+                }
+            })
+        }
+    }
+}

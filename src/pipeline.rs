@@ -1,0 +1,152 @@
+//! The pipeline: runs the stages of PRODUCT.md "Pipeline" in order; the first failure decides.
+//!
+//! This is the only place a [`Permit`] is made. Stages never see the mode: they return their
+//! own error, which converts into a [`Denial`], and `decision::apply_mode` does the rest.
+//! Stage 1 (bounded body read) happens in `server`, before an [`Inbound`] exists; stage 11
+//! (forwarding) happens in `proxy`, after the mode is applied.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+
+use crate::config::{Config, ConfigError, FieldError};
+use crate::decision::{Decision, Permit};
+use crate::digest::{DigestCheck, VerifiedDigest};
+
+/// One request as the stages see it: the head, the exact raw body bytes, and the time.
+#[derive(Debug)]
+pub struct Inbound {
+    /// Method, URI, version and headers as received.
+    pub head: http::request::Parts,
+    /// The raw body, read whole and bounded by `limits.max_body`.
+    pub body: Bytes,
+    /// The request's clock reading, taken once at arrival; stages never read the clock.
+    pub now: UnixTime,
+    /// The client's address.
+    pub peer: SocketAddr,
+    /// Whether the client connection is TLS.
+    pub is_tls: bool,
+    /// The id quoted in the refusal body, the decision log and the `x-request-id` header.
+    pub request_id: String,
+}
+
+/// Seconds and nanoseconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct UnixTime(pub Duration);
+
+impl UnixTime {
+    /// Reads the system clock (only the server edge calls this).
+    pub fn now() -> UnixTime {
+        UnixTime(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default())
+    }
+
+    /// Whole seconds since the epoch.
+    pub fn secs(self) -> u64 {
+        self.0.as_secs()
+    }
+}
+
+/// The stages, named as in PRODUCT.md, in order. Also the `stage` label of latency metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// 1: bounded body read.
+    Body,
+    /// 2: Content-Digest.
+    Digest,
+    /// 11: time to upstream response headers.
+    Upstream,
+}
+
+impl Stage {
+    /// Every stage, in pipeline order.
+    pub const ALL: [Stage; 3] = [Stage::Body, Stage::Digest, Stage::Upstream];
+
+    /// The name in logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Body => "body",
+            Stage::Digest => "digest",
+            Stage::Upstream => "upstream",
+        }
+    }
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Time spent in each stage that ran, in pipeline order.
+#[derive(Debug, Clone, Default)]
+pub struct StageTimings {
+    entries: Vec<(Stage, Duration)>,
+}
+
+impl StageTimings {
+    /// Records `elapsed` for `stage` (added to it if the stage ran before).
+    pub fn record(&mut self, stage: Stage, elapsed: Duration) {
+        match self.entries.iter_mut().find(|(s, _)| *s == stage) {
+            Some((_, d)) => *d += elapsed,
+            None => self.entries.push((stage, elapsed)),
+        }
+    }
+
+    /// The recorded stages in the order they ran.
+    pub fn iter(&self) -> impl Iterator<Item = (Stage, Duration)> + '_ {
+        self.entries.iter().copied()
+    }
+}
+
+/// What the stages verified so far: the policy input, the identity headers sent upstream and
+/// the decision log are built from this, and from nothing a client can set directly.
+#[derive(Debug, Default)]
+pub struct Evidence {
+    /// Per-stage latency.
+    pub timings: StageTimings,
+    /// Stage 2 result, when a digest was sent.
+    pub digest: Option<VerifiedDigest>,
+}
+
+impl Evidence {
+    /// Runs `f` as `stage`, recording its duration.
+    fn timed<T>(&mut self, stage: Stage, f: impl FnOnce() -> T) -> T {
+        let start = Instant::now();
+        let out = f();
+        self.timings.record(stage, start.elapsed());
+        out
+    }
+}
+
+/// Every stage, built once from the config at start.
+#[derive(Debug)]
+pub struct Stages {
+    digest: DigestCheck,
+}
+
+impl Stages {
+    /// Builds every stage from its own config section. Fails naming each bad field.
+    pub fn build(config: &Config) -> Result<Stages, ConfigError> {
+        let sig = &config.signatures;
+        let mut errors = Vec::new();
+        if sig.required {
+            errors.push(FieldError::new("signatures.required", "signature verification is not available in this build; set it to false"));
+        }
+        if config.oauth.raw.required {
+            errors.push(FieldError::new("oauth.required", "bearer-token verification is not available in this build; set it to false"));
+        }
+        if !errors.is_empty() {
+            return Err(ConfigError::Invalid { origin: config.origin.clone(), errors });
+        }
+        let digest_required = sig.required && sig.components.iter().any(|c| c == "content-digest");
+        Ok(Stages { digest: DigestCheck::new(digest_required) })
+    }
+}
+
+/// Runs stages 2–10 of PRODUCT.md in order; the first failure decides.
+pub async fn check(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Decision {
+    seen.digest = seen.timed(Stage::Digest, || stages.digest.verify(&req.head.headers, &req.body))?;
+    Ok(Permit::granted())
+}

@@ -1,0 +1,175 @@
+//! Forwarding (PRODUCT.md stage 11): sends an allowed request to the MCP backend and streams
+//! the answer back.
+//!
+//! Only a [`Forward`] can be forwarded, and only `decision::apply_mode` makes one. The path and
+//! query are kept; hop-by-hop headers (RFC 9110 §7.6.1) are removed both ways; the inbound
+//! `Authorization` is dropped unless `oauth.forward_token` (MCP: no token passthrough); every
+//! inbound `x-portcullis-*` is dropped so a client can never choose its own identity headers.
+//! Response bodies are passed frame by frame as they arrive (SSE unbuffered).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONNECTION, HOST};
+use http::{Request, Response, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use crate::config;
+use crate::decision::{Forward, ResponseBody, UpstreamError};
+use crate::pipeline::{Evidence, Inbound};
+
+/// Prefix of the headers the gateway itself sets upstream; inbound copies are always removed.
+pub const IDENTITY_PREFIX: &str = "x-portcullis-";
+
+/// Hop-by-hop fields (RFC 9110 §7.6.1) plus the legacy `proxy-connection` and `keep-alive`.
+const HOP_BY_HOP: [&str; 8] = ["connection", "proxy-connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "proxy-authorization"];
+
+/// The pooled client for the MCP backend.
+#[derive(Clone, Debug)]
+pub struct Upstream {
+    client: Client<HttpConnector, Full<Bytes>>,
+    base_path: String,
+    authority: String,
+    response_timeout: Duration,
+    forward_token: bool,
+}
+
+impl Upstream {
+    /// A pooled HTTP client for `cfg.url`. `forward_token` is `oauth.forward_token`.
+    pub fn new(cfg: &config::Upstream, forward_token: bool) -> Upstream {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(cfg.connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(cfg.pool_max_idle)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .build(connector);
+        let authority = match cfg.url.port() {
+            Some(p) => format!("{}:{p}", cfg.url.host_str().unwrap_or_default()),
+            None => cfg.url.host_str().unwrap_or_default().to_owned(),
+        };
+        Upstream {
+            client,
+            base_path: cfg.url.path().trim_end_matches('/').to_owned(),
+            authority,
+            response_timeout: cfg.response_timeout,
+            forward_token,
+        }
+    }
+
+    /// Sends `req` upstream and returns the response head with its body still streaming.
+    /// `permission` is the proof that the request may go (a permit, or a monitored denial).
+    pub async fn forward(&self, req: Inbound, permission: Forward, _seen: &Evidence) -> Result<Response<ResponseBody>, UpstreamError> {
+        drop(permission);
+        let Inbound { head, body, peer, is_tls, request_id, .. } = req;
+        let path_and_query = head.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let uri: Uri = format!("http://{}{}{}", self.authority, self.base_path, path_and_query)
+            .parse()
+            .map_err(|e| UpstreamError::Failed(format!("cannot build upstream URI: {e}")))?;
+
+        let mut headers = head.headers;
+        let inbound_host = headers.get(HOST).cloned().or_else(|| head.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
+        strip_hop_by_hop(&mut headers);
+        headers.remove(HOST);
+        if !self.forward_token {
+            headers.remove(AUTHORIZATION);
+        }
+        let spoofed: Vec<HeaderName> = headers.keys().filter(|k| k.as_str().starts_with(IDENTITY_PREFIX)).cloned().collect();
+        for name in spoofed {
+            headers.remove(name);
+        }
+        append_forwarded_for(&mut headers, peer.ip());
+        headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static(if is_tls { "https" } else { "http" }));
+        if let Some(host) = inbound_host {
+            headers.insert(HeaderName::from_static("x-forwarded-host"), host);
+        }
+        if let Ok(v) = HeaderValue::from_str(&request_id) {
+            headers.insert(HeaderName::from_static("x-portcullis-request-id"), v);
+        }
+
+        let mut out = Request::new(Full::new(body));
+        *out.method_mut() = head.method;
+        *out.uri_mut() = uri;
+        *out.headers_mut() = headers;
+
+        let resp = match tokio::time::timeout(self.response_timeout, self.client.request(out)).await {
+            Err(_) => return Err(UpstreamError::Timeout(self.response_timeout)),
+            Ok(Err(e)) if e.is_connect() => return Err(UpstreamError::Unreachable(error_chain(&e))),
+            Ok(Err(e)) => return Err(UpstreamError::Failed(error_chain(&e))),
+            Ok(Ok(resp)) => resp,
+        };
+        let (mut parts, body) = resp.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        Ok(Response::from_parts(parts, body.boxed()))
+    }
+}
+
+/// Removes hop-by-hop fields, including every field the `Connection` header names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+fn append_forwarded_for(headers: &mut HeaderMap, ip: std::net::IpAddr) {
+    let name = HeaderName::from_static("x-forwarded-for");
+    let prior: Vec<String> = headers.get_all(&name).iter().filter_map(|v| v.to_str().ok()).map(str::to_owned).collect();
+    let value = if prior.is_empty() { ip.to_string() } else { format!("{}, {ip}", prior.join(", ")) };
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        headers.insert(name, v);
+    }
+}
+
+/// The error and its sources in one line, e.g. "client error (Connect): tcp connect error:
+/// Connection refused (os error 111)".
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(src) = cur {
+        s.push_str(": ");
+        s.push_str(&src.to_string());
+        cur = src.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_named_and_standard_hop_by_hop_fields_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert(CONNECTION, HeaderValue::from_static("close, x-private"));
+        h.insert("x-private", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        h.insert("mcp-session-id", HeaderValue::from_static("abc"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h["mcp-session-id"], "abc");
+    }
+
+    #[test]
+    fn forwarded_for_appends_the_peer() {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_static("203.0.113.7"));
+        append_forwarded_for(&mut h, "127.0.0.1".parse().expect("ip"));
+        assert_eq!(h["x-forwarded-for"], "203.0.113.7, 127.0.0.1");
+    }
+}

@@ -1,0 +1,401 @@
+//! The server edge: listeners, rustls, hyper, the bounded body read (stage 1), the request
+//! span, and graceful shutdown.
+//!
+//! Each request: read the clock once, give it an id, serve the RFC 9728 document if asked,
+//! read the body whole within `limits.max_body` and `limits.body_timeout`, run the pipeline,
+//! apply the mode, then forward or refuse; finally one decision-log line and the metrics.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_LENGTH};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+use tracing::{info, info_span, warn, Instrument};
+
+use crate::admin;
+use crate::config::{Config, ConfigError};
+use crate::decision::{self, Challenge, Denial, Forward, Outcome, ResponseBody, Verdict};
+use crate::pipeline::{self, Evidence, Inbound, Stage, Stages, UnixTime};
+use crate::proxy::Upstream;
+use crate::telemetry::{rfc3339, DecisionLog, DecisionRecord, Metrics};
+use crate::tls;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration or a stage built from it is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// TLS material could not be loaded.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        /// Which listener.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The decision log could not be opened.
+    #[error("cannot open decision log {path}: {source}")]
+    DecisionLog {
+        /// The configured target.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// State shared by every connection.
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    stages: Stages,
+    upstream: Upstream,
+    pub(crate) metrics: Metrics,
+    log: DecisionLog,
+    challenge: Challenge,
+    prm: Bytes,
+    prm_paths: Vec<String>,
+    pub(crate) is_shutting_down: AtomicBool,
+}
+
+/// A running gateway. Dropping it does not stop it; call [`Running::shutdown`].
+#[derive(Debug)]
+pub struct Running {
+    /// Where the gateway accepts client connections.
+    pub addr: SocketAddr,
+    /// Where the admin listener accepts connections, if configured.
+    pub admin_addr: Option<SocketAddr>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops accepting, lets in-flight requests finish (bounded by `limits.shutdown_grace`),
+    /// and returns when every connection is closed.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Waits until `signal` resolves, then shuts down gracefully.
+    pub async fn run_until(self, signal: impl Future<Output = ()>) {
+        signal.await;
+        info!("Shutting down: finishing in-flight requests");
+        self.shutdown().await;
+    }
+}
+
+/// Builds every stage, binds the listeners and starts serving. Returns once bound, so the
+/// addresses are known (port 0 picks a free port).
+pub async fn start(config: Config) -> Result<Running, StartError> {
+    let stages = Stages::build(&config)?;
+    let tls = config.listen.tls.as_ref().map(tls::acceptor).transpose()?;
+    let log = DecisionLog::open(&config.log.decisions).map_err(|source| StartError::DecisionLog { path: format!("{:?}", config.log.decisions), source })?;
+    let listener = TcpListener::bind(config.listen.addr).await.map_err(|source| StartError::Bind { what: "listen.addr", addr: config.listen.addr, source })?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind { what: "listen.addr", addr: config.listen.addr, source })?;
+    let admin_listener = match config.admin {
+        Some(a) => Some(TcpListener::bind(a).await.map_err(|source| StartError::Bind { what: "admin.addr", addr: a, source })?),
+        None => None,
+    };
+    let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
+
+    let (prm, prm_paths) = protected_resource_metadata(&config);
+    let shared = Arc::new(Shared {
+        challenge: Challenge { resource_metadata: config.resource_metadata_url(), scope: config.oauth.raw.scopes_supported.join(" ") },
+        upstream: Upstream::new(&config.upstream, config.oauth.raw.forward_token),
+        stages,
+        metrics: Metrics::new(),
+        log,
+        prm,
+        prm_paths,
+        is_shutting_down: AtomicBool::new(false),
+        config,
+    });
+    let (stop, stop_rx) = watch::channel(false);
+    info!(addr = %addr, tls = tls.is_some(), mode = shared.config.mode.as_str(), upstream = %shared.config.upstream.url, "Portcullis listening");
+    if let Some(a) = admin_addr {
+        info!(addr = %a, "Admin listener on /healthz /readyz /metrics");
+    }
+    let admin_task = admin_listener.map(|l| tokio::spawn(admin::serve(l, shared.clone(), stop_rx.clone())));
+    let task = tokio::spawn(async move {
+        accept_loop(listener, tls, shared, stop_rx).await;
+        if let Some(t) = admin_task {
+            let _ = t.await;
+        }
+    });
+    Ok(Running { addr, admin_addr, stop, task })
+}
+
+async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let graceful = GracefulShutdown::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let limits = &shared.config.limits;
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(limits.max_header_bytes)
+        .max_headers(limits.max_headers);
+    builder.http2().timer(TokioTimer::new()).max_header_list_size(limits.max_header_bytes as u32);
+    let builder = Arc::new(builder);
+    loop {
+        let (stream, peer) = tokio::select! {
+            res = listener.accept() => match res {
+                Ok(s) => s,
+                Err(e) => {
+                    // Out of file descriptors and similar: back off briefly instead of spinning.
+                    warn!(error = %e, "Accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            match tls {
+                None => serve_connection(&builder, watcher, TokioIo::new(stream), shared, peer, false).await,
+                Some(acceptor) => {
+                    let handshake = tokio::time::timeout(shared.config.limits.header_timeout, acceptor.accept(stream)).await;
+                    match handshake {
+                        Ok(Ok(tls_stream)) => serve_connection(&builder, watcher, TokioIo::new(tls_stream), shared, peer, true).await,
+                        Ok(Err(e)) => tracing::debug!(peer = %peer, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(peer = %peer, "TLS handshake timed out"),
+                    }
+                }
+            }
+        });
+    }
+    drop(listener);
+    shared.is_shutting_down.store(true, Ordering::SeqCst);
+    let grace = shared.config.limits.shutdown_grace;
+    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+        warn!(grace = ?grace, "Shutdown grace period over; closing remaining connections");
+    }
+}
+
+async fn serve_connection<I>(builder: &auto::Builder<TokioExecutor>, watcher: hyper_util::server::graceful::Watcher, io: TokioIo<I>, shared: Arc<Shared>, peer: SocketAddr, is_tls: bool)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req: Request<Incoming>| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(shared.handle(req, peer, is_tls).await) }
+    });
+    let conn = builder.serve_connection(io, service);
+    if let Err(e) = watcher.watch(conn.into_owned()).await {
+        tracing::debug!(peer = %peer, error = %e, "Connection ended with an error");
+    }
+}
+
+impl Shared {
+    async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: SocketAddr, is_tls: bool) -> Response<ResponseBody> {
+        let arrived = Instant::now();
+        let wall = SystemTime::now();
+        let now = UnixTime::now();
+        let request_id = uuid::Uuid::now_v7().to_string();
+        let span = info_span!("request", request_id = %request_id, method = %req.method(), path = %req.uri().path());
+        let _in_flight = self.metrics.in_flight();
+        async move {
+            if let Some(resp) = self.well_known(&req) {
+                return with_request_id(resp, &request_id);
+            }
+            let method = req.method().clone();
+            let path = req.uri().path().to_owned();
+            let (head, body) = req.into_parts();
+            let mut seen = Evidence::default();
+            let read_started = Instant::now();
+            let body = self.read_body(&head, body).await;
+            seen.timings.record(Stage::Body, read_started.elapsed());
+
+            let mut upstream_error = None;
+            let (outcome, summary, resp) = match body {
+                // Stage 1 is a resource bound, not a decision: a body the gateway refused to
+                // hold (or never fully received) cannot be forwarded, so it is refused in both
+                // modes and never reaches `apply_mode`.
+                Err(denial) => self.refuse(&denial, &request_id),
+                Ok(body) => {
+                    let inbound = Inbound { head, body, now, peer, is_tls, request_id: request_id.clone() };
+                    let decision = pipeline::check(&inbound, &self.stages, &mut seen).await;
+                    match decision::apply_mode(self.config.mode, decision) {
+                        Verdict::Refuse(denial) => self.refuse(&denial, &request_id),
+                        Verdict::Forward(fwd) => {
+                            let (outcome, summary) = match &fwd {
+                                Forward::Permitted(_) => (Outcome::Allow, None),
+                                Forward::Monitored(d) => {
+                                    info!(error.code = d.code(), "Request would be denied (monitor mode)");
+                                    (Outcome::WouldDeny, Some((d.code(), d.reason())))
+                                }
+                            };
+                            let started = Instant::now();
+                            let result = self.upstream.forward(inbound, fwd, &seen).await;
+                            seen.timings.record(Stage::Upstream, started.elapsed());
+                            let resp = match result {
+                                Ok(resp) => resp,
+                                Err(e) => {
+                                    warn!(error.code = e.code(), error = %e, "Upstream request failed");
+                                    self.metrics.upstream_error(e.code());
+                                    let r = decision::respond_upstream(&e, &request_id);
+                                    upstream_error = Some(e);
+                                    r
+                                }
+                            };
+                            (outcome, summary, resp)
+                        }
+                    }
+                }
+            };
+            let status = resp.status().as_u16();
+            let record = DecisionRecord {
+                time: rfc3339(wall),
+                request_id: &request_id,
+                mode: self.config.mode.as_str(),
+                outcome: outcome.as_str(),
+                status,
+                error: summary.as_ref().map(|(c, _)| *c).or(upstream_error.as_ref().map(|e| e.code())),
+                reason: summary.map(|(_, r)| r).or(upstream_error.as_ref().map(|e| e.to_string())),
+                method: method.as_str(),
+                path: &path,
+                agent: None,
+                keyid: None,
+                sub: None,
+                mcp_method: None,
+                tool: None,
+                latency_us: Default::default(),
+                total_us: arrived.elapsed().as_micros() as u64,
+            }
+            .with_timings(&seen.timings);
+            self.metrics.observe(&record, &seen.timings, arrived.elapsed());
+            self.log.write(&record);
+            with_request_id(resp, &request_id)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// The refusal response for `denial`, with its log summary.
+    fn refuse(&self, denial: &Denial, request_id: &str) -> (Outcome, Option<(&'static str, String)>, Response<ResponseBody>) {
+        info!(error.code = denial.code(), "Request denied");
+        (Outcome::Deny, Some((denial.code(), denial.reason())), decision::respond(denial, request_id, &self.challenge))
+    }
+
+    /// Stage 1: the whole body, within `limits.max_body` and `limits.body_timeout`.
+    async fn read_body(&self, head: &http::request::Parts, body: Incoming) -> Result<Bytes, Denial> {
+        let limit = self.config.limits.max_body;
+        let declared = head.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit) {
+            return Err(Denial::BodyTooLarge { limit });
+        }
+        let read = Limited::new(body, limit as usize).collect();
+        match tokio::time::timeout(self.config.limits.body_timeout, read).await {
+            Err(_) => Err(Denial::BodyTimeout { after: self.config.limits.body_timeout }),
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(Denial::BodyTooLarge { limit }),
+            Ok(Err(e)) => Err(Denial::BodyUnreadable(e.to_string())),
+        }
+    }
+
+    /// RFC 9728 protected-resource metadata, at the root well-known path and the
+    /// path-suffixed form for `listen.public_url`'s path (spec/mcp-auth.md §2).
+    fn well_known(&self, req: &Request<Incoming>) -> Option<Response<ResponseBody>> {
+        let path = req.uri().path();
+        if !self.prm_paths.iter().any(|p| p == path) {
+            return None;
+        }
+        let mut resp = if req.method() == Method::GET || req.method() == Method::HEAD {
+            let mut r = Response::new(decision::full(self.prm.clone()));
+            r.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            r.headers_mut().insert(http::header::CACHE_CONTROL, HeaderValue::from_static("max-age=300"));
+            r
+        } else {
+            let mut r = Response::new(decision::full(Bytes::new()));
+            *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+            r.headers_mut().insert(http::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            r
+        };
+        resp.headers_mut().insert(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+        Some(resp)
+    }
+}
+
+fn with_request_id(mut resp: Response<ResponseBody>, request_id: &str) -> Response<ResponseBody> {
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
+}
+
+/// The RFC 9728 document and the paths it is served at.
+fn protected_resource_metadata(config: &Config) -> (Bytes, Vec<String>) {
+    let oauth = &config.oauth.raw;
+    let mut doc = serde_json::json!({
+        "resource": config.listen.public_url.as_str().trim_end_matches('/'),
+        "authorization_servers": oauth.issuer.iter().collect::<Vec<_>>(),
+        "bearer_methods_supported": ["header"],
+    });
+    if !oauth.scopes_supported.is_empty() {
+        doc["scopes_supported"] = serde_json::json!(oauth.scopes_supported);
+    }
+    let root = "/.well-known/oauth-protected-resource".to_owned();
+    let mut paths = vec![root.clone()];
+    let rpath = config.listen.public_url.path().trim_end_matches('/');
+    if !rpath.is_empty() {
+        paths.push(format!("{root}{rpath}"));
+    }
+    (Bytes::from(doc.to_string()), paths)
+}
+
+/// Validates everything `start` would build, without binding: `portcullis check`.
+pub fn check(config: &Config) -> Result<(), StartError> {
+    Stages::build(config)?;
+    if let Some(files) = &config.listen.tls {
+        tls::acceptor(files)?;
+    }
+    Ok(())
+}
+
+/// Resolves on SIGTERM or ctrl-c.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}

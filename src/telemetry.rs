@@ -1,0 +1,232 @@
+//! Telemetry: tracing setup, Prometheus metrics, and the decision log (PRODUCT.md "Decision
+//! log line").
+//!
+//! Metric labels come from small fixed sets (outcome, status, `Denial::code()`, stage name),
+//! never from keyids, subjects, tools or paths, so cardinality stays bounded. The decision log
+//! is one JSON object per request and never holds token values, signature values, request
+//! bodies or tool arguments: [`DecisionRecord`] has no field that could carry them.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+
+use crate::config::DecisionSink;
+use crate::pipeline::{Stage, StageTimings};
+
+/// Sets up diagnostic logging (to stderr, so stdout stays the decision log). `RUST_LOG`
+/// overrides `filter`. Safe to call twice (tests): the second call does nothing.
+pub fn init_tracing(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).with_target(false).try_init();
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    outcome: &'static str,
+    status: u16,
+    error: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabels {
+    stage: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    error: &'static str,
+}
+
+/// The gateway's Prometheus metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    stage_seconds: Family<StageLabels, Histogram>,
+    request_seconds: Histogram,
+    upstream_errors: Family<ErrorLabels, Counter>,
+    in_flight: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("portcullis");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register("requests", "Requests by outcome (allow, deny, would_deny), status and error code", requests.clone());
+        let stage_seconds = Family::<StageLabels, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.000_005, 2.0, 22)));
+        registry.register("stage_duration_seconds", "Time spent in each pipeline stage", stage_seconds.clone());
+        let request_seconds = Histogram::new(exponential_buckets(0.000_01, 2.0, 22));
+        registry.register("request_duration_seconds", "Time from request arrival to response headers", request_seconds.clone());
+        let upstream_errors = Family::<ErrorLabels, Counter>::default();
+        registry.register("upstream_errors", "Failed forwards by error code", upstream_errors.clone());
+        let in_flight = Gauge::default();
+        registry.register("in_flight_requests", "Requests being handled now", in_flight.clone());
+        Metrics { registry, requests, stage_seconds, request_seconds, upstream_errors, in_flight }
+    }
+
+    /// Counts one finished request and its per-stage latencies.
+    pub fn observe(&self, r: &DecisionRecord<'_>, timings: &StageTimings, total: Duration) {
+        self.requests.get_or_create(&RequestLabels { outcome: r.outcome, status: r.status, error: r.error.unwrap_or("") }).inc();
+        for (stage, d) in timings.iter() {
+            self.stage_seconds.get_or_create(&StageLabels { stage: stage.as_str() }).observe(d.as_secs_f64());
+        }
+        self.request_seconds.observe(total.as_secs_f64());
+    }
+
+    /// Counts a failed forward.
+    pub fn upstream_error(&self, code: &'static str) {
+        self.upstream_errors.get_or_create(&ErrorLabels { error: code }).inc();
+    }
+
+    /// Tracks requests in flight; the guard decrements on drop.
+    pub fn in_flight(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.in_flight.clone())
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Decrements the in-flight gauge when dropped.
+#[derive(Debug)]
+pub struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// One decision-log line. Every field is metadata; there is deliberately no field for a
+/// credential, a body or tool arguments.
+#[derive(Debug, Serialize)]
+pub struct DecisionRecord<'a> {
+    /// RFC 3339 time of arrival.
+    pub time: String,
+    /// The request id (also in the refusal body and `x-request-id`).
+    pub request_id: &'a str,
+    /// `enforce` or `monitor`.
+    pub mode: &'static str,
+    /// `allow`, `deny` or `would_deny`.
+    pub outcome: &'static str,
+    /// Status sent to the client.
+    pub status: u16,
+    /// The refusal code (sent or would-be), or the upstream error code.
+    pub error: Option<&'static str>,
+    /// The refusal reason text.
+    pub reason: Option<String>,
+    /// HTTP method.
+    pub method: &'a str,
+    /// Request path (no query: queries are not logged).
+    pub path: &'a str,
+    /// The verified agent identity (its directory origin), when a signature was verified.
+    pub agent: Option<&'a str>,
+    /// The verified signature's keyid.
+    pub keyid: Option<&'a str>,
+    /// The verified token's `sub`.
+    pub sub: Option<&'a str>,
+    /// The JSON-RPC method, when the body was parsed.
+    pub mcp_method: Option<&'a str>,
+    /// The tool name of a `tools/call`.
+    pub tool: Option<&'a str>,
+    /// Microseconds per stage, in pipeline order.
+    pub latency_us: serde_json::Map<String, serde_json::Value>,
+    /// Microseconds from arrival to response headers.
+    pub total_us: u64,
+}
+
+impl<'a> DecisionRecord<'a> {
+    /// Fills the per-stage latencies.
+    pub fn with_timings(mut self, timings: &StageTimings) -> Self {
+        for (stage, d) in timings.iter() {
+            self.latency_us.insert(stage_key(stage), serde_json::Value::from(d.as_micros() as u64));
+        }
+        self
+    }
+}
+
+fn stage_key(stage: Stage) -> String {
+    stage.as_str().to_owned()
+}
+
+/// RFC 3339 with milliseconds, UTC.
+pub fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// Where decision-log lines are written; one `write` per line, so lines never interleave.
+#[derive(Debug)]
+pub struct DecisionLog {
+    sink: Sink,
+}
+
+#[derive(Debug)]
+enum Sink {
+    Stdout,
+    Stderr,
+    Off,
+    File(Mutex<File>),
+}
+
+impl DecisionLog {
+    /// Opens the sink (a file is created if missing and appended to).
+    pub fn open(sink: &DecisionSink) -> io::Result<DecisionLog> {
+        let sink = match sink {
+            DecisionSink::Stdout => Sink::Stdout,
+            DecisionSink::Stderr => Sink::Stderr,
+            DecisionSink::Off => Sink::Off,
+            DecisionSink::File(p) => Sink::File(Mutex::new(OpenOptions::new().create(true).append(true).open(p)?)),
+        };
+        Ok(DecisionLog { sink })
+    }
+
+    /// Writes one record as a JSON line. A failed write is reported on the diagnostic log;
+    /// it never fails the request.
+    pub fn write(&self, record: &DecisionRecord<'_>) {
+        if matches!(self.sink, Sink::Off) {
+            return;
+        }
+        let mut line = match serde_json::to_vec(record) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "Cannot encode decision record");
+                return;
+            }
+        };
+        line.push(b'\n');
+        let res = match &self.sink {
+            Sink::Stdout => io::stdout().lock().write_all(&line),
+            Sink::Stderr => io::stderr().lock().write_all(&line),
+            Sink::File(f) => match f.lock() {
+                Ok(mut f) => f.write_all(&line),
+                Err(_) => Err(io::Error::other("decision log lock poisoned")),
+            },
+            Sink::Off => Ok(()),
+        };
+        if let Err(e) = res {
+            tracing::error!(error = %e, "Cannot write decision log line");
+        }
+    }
+}

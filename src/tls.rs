@@ -1,0 +1,101 @@
+//! TLS material: the rustls server config for `listen.tls_cert`/`tls_key`, and the outbound
+//! HTTPS client used for key directories and issuers (public roots plus an optional extra CA).
+//!
+//! Both use the aws-lc-rs provider explicitly, so no process-wide default is needed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::TlsFiles;
+
+/// Why TLS material could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A PEM file could not be read.
+    #[error("cannot read {field} {path}: {source}")]
+    Read {
+        /// The config key that names the file.
+        field: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A PEM file holds no usable certificate or key.
+    #[error("{field} {path}: {reason}")]
+    Invalid {
+        /// The config key that names the file.
+        field: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// rustls refused the combination (e.g. key does not match the certificate).
+    #[error("TLS configuration refused: {0}")]
+    Rustls(#[from] rustls::Error),
+    /// The HTTP client could not be built.
+    #[error("cannot build HTTPS client: {0}")]
+    Client(String),
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// Reads every certificate in a PEM file.
+pub fn load_certs(field: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = std::fs::read(path).map_err(|source| TlsError::Read { field, path: path.to_owned(), source })?;
+    let certs = rustls_pemfile::certs(&mut pem.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Invalid { field, path: path.to_owned(), reason: format!("bad PEM: {e}") })?;
+    if certs.is_empty() {
+        return Err(TlsError::Invalid { field, path: path.to_owned(), reason: "no CERTIFICATE block found".into() });
+    }
+    Ok(certs)
+}
+
+/// The TLS acceptor for the client-facing listener (ALPN h2 and http/1.1).
+pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
+    let certs = load_certs("listen.tls_cert", &files.cert)?;
+    let pem = std::fs::read(&files.key).map_err(|source| TlsError::Read { field: "listen.tls_key", path: files.key.clone(), source })?;
+    let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut pem.as_slice())
+        .map_err(|e| TlsError::Invalid { field: "listen.tls_key", path: files.key.clone(), reason: format!("bad PEM: {e}") })?
+        .ok_or_else(|| TlsError::Invalid { field: "listen.tls_key", path: files.key.clone(), reason: "no PRIVATE KEY block found".into() })?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(cfg)))
+}
+
+/// An HTTPS-only client for fetching key directories and issuer documents: public web roots
+/// plus `extra_ca` (named by `field` in errors), no redirects (Web Bot Auth forbids them for
+/// directories; issuer documents have fixed URLs), and `timeout` on the whole exchange.
+pub fn outbound_client(field: &'static str, extra_ca: Option<&Path>, timeout: Duration) -> Result<reqwest::Client, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(path) = extra_ca {
+        for cert in load_certs(field, path)? {
+            roots.add(cert).map_err(|e| TlsError::Invalid { field, path: path.to_owned(), reason: format!("unusable CA certificate: {e}") })?;
+        }
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    reqwest::Client::builder()
+        .use_preconfigured_tls(cfg)
+        .https_only(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(timeout)
+        .timeout(timeout)
+        .user_agent(concat!("portcullis/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| TlsError::Client(e.to_string()))
+}

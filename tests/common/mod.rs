@@ -1,0 +1,222 @@
+//! Test harness: a real MCP-like upstream and the real gateway, both on 127.0.0.1:0.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use portcullis::config::Config;
+use portcullis::server::{self, Running};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, Notify};
+
+/// Initialise tracing so a failing test prints the gateway's logs.
+pub fn trace_init() {
+    portcullis::telemetry::init_tracing("portcullis=debug,warn");
+}
+
+/// What the upstream saw of one request.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: Method,
+    pub path_and_query: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// A small MCP-like backend. Paths:
+/// - `/sse`: `text/event-stream`; sends `event 1`, waits for [`Upstream::release`], sends `event 2`.
+/// - `/slow`: answers after 5 s.
+/// - anything else: JSON-RPC result echoing the request, with `Mcp-Session-Id: session-1`.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    release: Arc<Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Upstream {
+    pub async fn start() -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let release = Arc::new(Notify::new());
+        let (s, r) = (seen.clone(), release.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                let (s, r) = (s.clone(), r.clone());
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| handle(req, s.clone(), r.clone()));
+                    let _ = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(stream), svc).await;
+                });
+            }
+        });
+        Upstream { addr, seen, release, task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every request received so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Lets `/sse` send its second event.
+    pub fn release(&self) {
+        self.release.notify_one();
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+async fn handle(req: Request<Incoming>, seen: Arc<Mutex<Vec<Seen>>>, release: Arc<Notify>) -> Result<Response<Body>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let path_and_query = parts.uri.path_and_query().map(|p| p.to_string()).unwrap_or_default();
+    seen.lock().unwrap().push(Seen { method: parts.method.clone(), path_and_query: path_and_query.clone(), headers: parts.headers.clone(), body: body.clone() });
+    match parts.uri.path() {
+        "/sse" => {
+            let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
+            tokio::spawn(async move {
+                let _ = tx.send(Ok(Frame::data(Bytes::from_static(b"id: 1\ndata: event 1\n\n")))).await;
+                release.notified().await;
+                let _ = tx.send(Ok(Frame::data(Bytes::from_static(b"id: 2\ndata: event 2\n\n")))).await;
+            });
+            let stream = tokio_stream_from(rx);
+            Ok(Response::builder()
+                .header("content-type", "text/event-stream")
+                .header("cache-control", "no-cache")
+                .header("x-accel-buffering", "no")
+                .body(BodyExt::boxed(StreamBody::new(stream)))
+                .unwrap())
+        }
+        "/slow" => {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok(Response::new(full("late")))
+        }
+        _ => {
+            let echo = serde_json::json!({
+                "jsonrpc": "2.0",
+                "id": 1,
+                "result": {"method": parts.method.as_str(), "path": path_and_query, "body_len": body.len()},
+            });
+            Ok(Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/json")
+                .header("mcp-session-id", "session-1")
+                .header("connection", "x-upstream-private")
+                .header("x-upstream-private", "must not reach the client")
+                .body(full(echo.to_string()))
+                .unwrap())
+        }
+    }
+}
+
+fn full(b: impl Into<Bytes>) -> Body {
+    Full::new(b.into()).boxed()
+}
+
+/// Adapts an mpsc receiver into a `Stream` without extra crates.
+fn tokio_stream_from<T: Send + 'static>(mut rx: mpsc::Receiver<T>) -> impl futures_util::Stream<Item = T> + Send + 'static {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// A gateway config in front of `upstream_url`, with the given extra TOML appended.
+pub fn config_toml(upstream_url: &str, extra: &str) -> String {
+    format!(
+        r#"
+mode = "enforce"
+[listen]
+addr = "127.0.0.1:0"
+public_url = "https://mcp.example.com/mcp"
+[upstream]
+url = "{upstream_url}"
+connect_timeout = "1s"
+response_timeout = "1s"
+[admin]
+addr = "127.0.0.1:0"
+[log]
+decisions = "off"
+level = "debug"
+{extra}
+"#
+    )
+}
+
+/// Parses a config (the signature and token stages off unless `extra` turns them on).
+pub fn config(upstream_url: &str, extra: &str) -> Config {
+    let mut text = config_toml(upstream_url, extra);
+    if !extra.contains("[signatures]") {
+        text.push_str("\n[signatures]\nrequired = false\n");
+    }
+    if !extra.contains("[oauth]") {
+        text.push_str("\n[oauth]\nrequired = false\n");
+    }
+    Config::parse(&text, "test config", std::path::Path::new(".")).unwrap()
+}
+
+/// A running gateway started through the library entry point.
+pub struct Gateway {
+    pub running: Option<Running>,
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+}
+
+impl Gateway {
+    pub async fn start(config: Config) -> Gateway {
+        trace_init();
+        let running = server::start(config).await.unwrap();
+        let addr = running.addr;
+        let admin = running.admin_addr.unwrap();
+        Gateway { running: Some(running), addr, admin }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.admin)
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown().await;
+        }
+    }
+}
+
+/// A plain HTTP client (no redirects, no proxies).
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+}
+
+/// A temp file path inside a fresh temp dir (kept alive by the returned guard).
+pub fn temp_path(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join(name);
+    (dir, p)
+}
+
+/// Reads the decision log lines written to `path` as JSON values.
+pub fn decision_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
