@@ -19,5 +19,6 @@ pub mod digest;
 pub mod pipeline;
 pub mod proxy;
 pub mod server;
+pub mod state;
 pub mod telemetry;
 pub mod tls;

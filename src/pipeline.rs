@@ -55,19 +55,37 @@ pub enum Stage {
     Body,
     /// 2: Content-Digest.
     Digest,
+    /// 3–5: signature parse, key resolution (directory), Ed25519 verify.
+    Signature,
+    /// 6: replay check.
+    Replay,
+    /// 7: OAuth bearer token.
+    Token,
+    /// 8: JSON-RPC parse.
+    Mcp,
+    /// 9: Rego policy.
+    Policy,
+    /// 10: quotas and rate limits.
+    Quota,
     /// 11: time to upstream response headers.
     Upstream,
 }
 
 impl Stage {
     /// Every stage, in pipeline order.
-    pub const ALL: [Stage; 3] = [Stage::Body, Stage::Digest, Stage::Upstream];
+    pub const ALL: [Stage; 9] = [Stage::Body, Stage::Digest, Stage::Signature, Stage::Replay, Stage::Token, Stage::Mcp, Stage::Policy, Stage::Quota, Stage::Upstream];
 
     /// The name in logs and metric labels.
     pub fn as_str(self) -> &'static str {
         match self {
             Stage::Body => "body",
             Stage::Digest => "digest",
+            Stage::Signature => "signature",
+            Stage::Replay => "replay",
+            Stage::Token => "token",
+            Stage::Mcp => "mcp",
+            Stage::Policy => "policy",
+            Stage::Quota => "quota",
             Stage::Upstream => "upstream",
         }
     }
