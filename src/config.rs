@@ -393,15 +393,7 @@ pub struct RawOAuth {
 
 impl Default for RawOAuth {
     fn default() -> Self {
-        RawOAuth {
-            required: true,
-            issuer: None,
-            jwks_url: None,
-            audience: None,
-            issuer_ca: None,
-            forward_token: false,
-            scopes_supported: Vec::new(),
-        }
+        RawOAuth { required: true, issuer: None, jwks_url: None, audience: None, issuer_ca: None, forward_token: false, scopes_supported: Vec::new() }
     }
 }
 
@@ -615,7 +607,8 @@ impl Config {
 
     /// Parses and validates TOML text. `origin` names it in errors.
     pub fn parse(text: &str, origin: &str, base_dir: &Path) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax { origin: origin.to_owned(), message: e.to_string().trim_end().to_owned() })?;
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Syntax { origin: origin.to_owned(), message: e.to_string().trim_end().to_owned() })?;
         Config::validate(raw, origin, base_dir)
     }
 
@@ -669,14 +662,24 @@ impl Config {
         check("limits.max_body", if raw.limits.max_body.0 == 0 { Err("must be at least 1 byte".into()) } else { Ok(()) });
         check(
             "limits.max_header_bytes",
-            if raw.limits.max_header_bytes.0 < 8192 || raw.limits.max_header_bytes.0 > 16 << 20 { Err("must be between 8KiB and 16MiB".into()) } else { Ok(()) },
+            if raw.limits.max_header_bytes.0 < 8192 || raw.limits.max_header_bytes.0 > 16 << 20 {
+                Err("must be between 8KiB and 16MiB".into())
+            } else {
+                Ok(())
+            },
         );
-        check("limits.max_headers", if raw.limits.max_headers < 16 || raw.limits.max_headers > 10_000 { Err("must be between 16 and 10000".into()) } else { Ok(()) });
+        check(
+            "limits.max_headers",
+            if raw.limits.max_headers < 16 || raw.limits.max_headers > 10_000 { Err("must be between 16 and 10000".into()) } else { Ok(()) },
+        );
         check("limits.header_timeout", nonzero(raw.limits.header_timeout.0));
         check("limits.body_timeout", nonzero(raw.limits.body_timeout.0));
         check("admin.addr", admin.as_ref().map(|_| ()).map_err(Clone::clone));
         check("oauth.audience", parse_url(&audience, &["https", "http"]).map(|_| ()));
-        check("state.store", if raw.state.store == "memory" { Ok(()) } else { Err(format!("unsupported store {:?}; this build supports \"memory\"", raw.state.store)) });
+        check(
+            "state.store",
+            if raw.state.store == "memory" { Ok(()) } else { Err(format!("unsupported store {:?}; this build supports \"memory\"", raw.state.store)) },
+        );
         check("log.level", tracing_subscriber::EnvFilter::try_new(&raw.log.level).map(|_| ()).map_err(|e| format!("invalid filter {:?}: {e}", raw.log.level)));
         if let (Ok(l), Ok(Some(a))) = (&listen_addr, &admin) {
             if l == a && l.port() != 0 {

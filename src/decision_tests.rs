@@ -88,7 +88,18 @@ fn every_denial_has_a_code_and_status() {
         Denial::RateLimited { retry_after: Duration::ZERO },
         Denial::StateUnavailable { reason: "redis down".into() },
     ];
-    let expected = [(413, "body_too_large"), (408, "body_timeout"), (400, "body_unreadable"), (401, "invalid_agent_credentials"), (401, "replayed_signature"), (401, "oauth_required"), (403, "insufficient_scope"), (403, "agent_access_denied"), (429, "rate_limit_exceeded"), (503, "state_unavailable")];
+    let expected = [
+        (413, "body_too_large"),
+        (408, "body_timeout"),
+        (400, "body_unreadable"),
+        (401, "invalid_agent_credentials"),
+        (401, "replayed_signature"),
+        (401, "oauth_required"),
+        (403, "insufficient_scope"),
+        (403, "agent_access_denied"),
+        (429, "rate_limit_exceeded"),
+        (503, "state_unavailable"),
+    ];
     for (d, (status, code)) in all.iter().zip(expected) {
         assert_eq!((d.status().as_u16(), d.code()), (status, code), "{d:?}");
     }

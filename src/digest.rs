@@ -7,8 +7,8 @@
 //! (§6.6). Trailers are never consulted (RFC 9421 §2.1.4).
 
 use http::HeaderMap;
-use sha2::{Digest, Sha256, Sha512};
 use sfv::{BareItem, Dictionary, ListEntry, Parser};
+use sha2::{Digest, Sha256, Sha512};
 
 /// The header name.
 pub const CONTENT_DIGEST: &str = "content-digest";

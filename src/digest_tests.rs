@@ -10,7 +10,8 @@ fn headers(field: &str) -> HeaderMap {
 /// Every case of `shared/spec/vectors/rfc9530-content-digest.json`.
 #[test]
 fn rfc9530_vectors() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/spec/vectors/rfc9530-content-digest.json")).expect("vectors present beside the repo");
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/spec/vectors/rfc9530-content-digest.json"))
+        .expect("vectors present beside the repo");
     let doc: serde_json::Value = serde_json::from_str(&text).expect("json");
     let check = DigestCheck::new(true);
     let mut n = 0;

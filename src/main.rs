@@ -40,7 +40,8 @@ fn main() -> ExitCode {
             print!("{}", portcullis::config::EMBEDDED_DEFAULT);
             ExitCode::SUCCESS
         }
-        Command::Check => match load(cli.config.as_ref()).map_err(portcullis::server::StartError::from).and_then(|c| portcullis::server::check(&c).map(|()| c)) {
+        Command::Check => match load(cli.config.as_ref()).map_err(portcullis::server::StartError::from).and_then(|c| portcullis::server::check(&c).map(|()| c))
+        {
             Ok(c) => {
                 println!("{}: configuration is valid (mode = {})", c.origin, c.mode.as_str());
                 ExitCode::SUCCESS

@@ -73,7 +73,8 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in pipeline order.
-    pub const ALL: [Stage; 9] = [Stage::Body, Stage::Digest, Stage::Signature, Stage::Replay, Stage::Token, Stage::Mcp, Stage::Policy, Stage::Quota, Stage::Upstream];
+    pub const ALL: [Stage; 9] =
+        [Stage::Body, Stage::Digest, Stage::Signature, Stage::Replay, Stage::Token, Stage::Mcp, Stage::Policy, Stage::Quota, Stage::Upstream];
 
     /// The name in logs and metric labels.
     pub fn as_str(self) -> &'static str {

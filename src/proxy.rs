@@ -53,13 +53,7 @@ impl Upstream {
             Some(p) => format!("{}:{p}", cfg.url.host_str().unwrap_or_default()),
             None => cfg.url.host_str().unwrap_or_default().to_owned(),
         };
-        Upstream {
-            client,
-            base_path: cfg.url.path().trim_end_matches('/').to_owned(),
-            authority,
-            response_timeout: cfg.response_timeout,
-            forward_token,
-        }
+        Upstream { client, base_path: cfg.url.path().trim_end_matches('/').to_owned(), authority, response_timeout: cfg.response_timeout, forward_token }
     }
 
     /// Sends `req` upstream and returns the response head with its body still streaming.

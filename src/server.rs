@@ -150,12 +150,7 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     let limits = &shared.config.limits;
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
-        .max_buf_size(limits.max_header_bytes)
-        .max_headers(limits.max_headers);
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(limits.max_header_bytes).max_headers(limits.max_headers);
     builder.http2().timer(TokioTimer::new()).max_header_list_size(limits.max_header_bytes as u32);
     let builder = Arc::new(builder);
     loop {
@@ -198,8 +193,14 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
     }
 }
 
-async fn serve_connection<I>(builder: &auto::Builder<TokioExecutor>, watcher: hyper_util::server::graceful::Watcher, io: TokioIo<I>, shared: Arc<Shared>, peer: SocketAddr, is_tls: bool)
-where
+async fn serve_connection<I>(
+    builder: &auto::Builder<TokioExecutor>,
+    watcher: hyper_util::server::graceful::Watcher,
+    io: TokioIo<I>,
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+    is_tls: bool,
+) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = service_fn(move |req: Request<Incoming>| {

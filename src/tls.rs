@@ -50,9 +50,11 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// Reads every certificate in a PEM file.
 pub fn load_certs(field: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let pem = std::fs::read(path).map_err(|source| TlsError::Read { field, path: path.to_owned(), source })?;
-    let certs = rustls_pemfile::certs(&mut pem.as_slice())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::Invalid { field, path: path.to_owned(), reason: format!("bad PEM: {e}") })?;
+    let certs = rustls_pemfile::certs(&mut pem.as_slice()).collect::<Result<Vec<_>, _>>().map_err(|e| TlsError::Invalid {
+        field,
+        path: path.to_owned(),
+        reason: format!("bad PEM: {e}"),
+    })?;
     if certs.is_empty() {
         return Err(TlsError::Invalid { field, path: path.to_owned(), reason: "no CERTIFICATE block found".into() });
     }
@@ -66,10 +68,8 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
     let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut pem.as_slice())
         .map_err(|e| TlsError::Invalid { field: "listen.tls_key", path: files.key.clone(), reason: format!("bad PEM: {e}") })?
         .ok_or_else(|| TlsError::Invalid { field: "listen.tls_key", path: files.key.clone(), reason: "no PRIVATE KEY block found".into() })?;
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)?;
+    let mut cfg =
+        rustls::ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?.with_no_client_auth().with_single_cert(certs, key)?;
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(cfg)))
 }
@@ -85,10 +85,8 @@ pub fn outbound_client(field: &'static str, extra_ca: Option<&Path>, timeout: Du
             roots.add(cert).map_err(|e| TlsError::Invalid { field, path: path.to_owned(), reason: format!("unusable CA certificate: {e}") })?;
         }
     }
-    let cfg = rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let cfg =
+        rustls::ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?.with_root_certificates(roots).with_no_client_auth();
     reqwest::Client::builder()
         .use_preconfigured_tls(cfg)
         .https_only(true)

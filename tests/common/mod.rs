@@ -93,7 +93,12 @@ async fn handle(req: Request<Incoming>, seen: Arc<Mutex<Vec<Seen>>>, release: Ar
     let (parts, body) = req.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     let path_and_query = parts.uri.path_and_query().map(|p| p.to_string()).unwrap_or_default();
-    seen.lock().unwrap().push(Seen { method: parts.method.clone(), path_and_query: path_and_query.clone(), headers: parts.headers.clone(), body: body.clone() });
+    seen.lock().unwrap().push(Seen {
+        method: parts.method.clone(),
+        path_and_query: path_and_query.clone(),
+        headers: parts.headers.clone(),
+        body: body.clone(),
+    });
     match parts.uri.path() {
         "/sse" => {
             let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
