@@ -26,7 +26,15 @@ use crate::pipeline::{Stage, StageTimings};
 /// overrides `filter`. Safe to call twice (tests): the second call does nothing.
 pub fn init_tracing(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).with_target(false).try_init();
+    let ansi = io::IsTerminal::is_terminal(&io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).with_ansi(ansi).with_target(false).try_init();
+}
+
+/// Like [`init_tracing`], but through the test harness's capture, so a failing test prints the
+/// gateway's logs and a passing one stays quiet.
+pub fn init_test_tracing(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().with_target(false).try_init();
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, Notify};
 
 /// Initialise tracing so a failing test prints the gateway's logs.
 pub fn trace_init() {
-    portcullis::telemetry::init_tracing("portcullis=debug,warn");
+    portcullis::telemetry::init_test_tracing("portcullis=debug,warn");
 }
 
 /// What the upstream saw of one request.
@@ -38,6 +38,7 @@ pub struct Seen {
 /// A small MCP-like backend. Paths:
 /// - `/sse`: `text/event-stream`; sends `event 1`, waits for [`Upstream::release`], sends `event 2`.
 /// - `/slow`: answers after 5 s.
+/// - `/delay?ms=N`: answers after N ms.
 /// - anything else: JSON-RPC result echoing the request, with `Mcp-Session-Id: session-1`.
 pub struct Upstream {
     pub addr: SocketAddr,
@@ -118,6 +119,11 @@ async fn handle(req: Request<Incoming>, seen: Arc<Mutex<Vec<Seen>>>, release: Ar
         "/slow" => {
             tokio::time::sleep(Duration::from_secs(5)).await;
             Ok(Response::new(full("late")))
+        }
+        "/delay" => {
+            let ms: u64 = parts.uri.query().and_then(|q| q.strip_prefix("ms=")).and_then(|v| v.parse().ok()).unwrap_or(500);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok(Response::new(full("done after delay")))
         }
         _ => {
             let echo = serde_json::json!({
@@ -226,4 +232,26 @@ pub fn temp_path(name: &str) -> (tempfile::TempDir, PathBuf) {
 /// Reads the decision log lines written to `path` as JSON values.
 pub fn decision_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Sends raw bytes on a fresh connection and returns what the server answered (until it closes
+/// the connection or `wait` passes).
+pub async fn raw_exchange(addr: SocketAddr, request: &[u8], wait: Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = stream.write_all(request).await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(wait, stream.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// An address nothing listens on.
+pub async fn closed_port() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap()
+}
+
+/// The gateway's Prometheus text.
+pub async fn metrics(gw: &Gateway) -> String {
+    client().get(gw.admin_url("/metrics")).send().await.unwrap().text().await.unwrap()
 }

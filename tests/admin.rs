@@ -1,0 +1,36 @@
+//! The admin listener: health, readiness, Prometheus metrics with outcomes and stage latency.
+mod common;
+
+use common::{client, config, Gateway, Upstream};
+
+#[tokio::test]
+async fn health_readiness_and_metrics_are_served() {
+    let upstream = Upstream::start().await;
+    let gw = Gateway::start(config(&upstream.url(), "[limits]\nmax_body = \"16B\"\n")).await;
+    let health = client().get(gw.admin_url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let ready = client().get(gw.admin_url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    assert_eq!(ready.json::<serde_json::Value>().await.unwrap()["ready"], true);
+
+    assert_eq!(client().post(gw.url("/mcp")).body("{}").send().await.unwrap().status(), 200);
+    assert_eq!(client().post(gw.url("/mcp")).body("x".repeat(17)).send().await.unwrap().status(), 413);
+
+    let resp = client().get(gw.admin_url("/metrics")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    assert!(text.contains(r#"portcullis_requests_total{outcome="allow",status="200",error=""} 1"#), "{text}");
+    assert!(text.contains(r#"portcullis_requests_total{outcome="deny",status="413",error="body_too_large"} 1"#), "{text}");
+    assert!(text.contains(r#"portcullis_stage_duration_seconds_count{stage="body"} 2"#), "{text}");
+    assert!(text.contains(r#"portcullis_stage_duration_seconds_count{stage="digest"} 1"#), "{text}");
+    assert!(text.contains(r#"portcullis_stage_duration_seconds_count{stage="upstream"} 1"#), "{text}");
+    assert!(text.contains("portcullis_request_duration_seconds_count 2"), "{text}");
+    assert!(text.contains("# EOF"), "OpenMetrics text ends with # EOF");
+
+    let missing = client().get(gw.admin_url("/nope")).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+    // The admin paths are not served on the client-facing port: they go upstream like any path.
+    assert_eq!(client().get(gw.url("/metrics")).send().await.unwrap().status(), 200);
+    assert_eq!(upstream.seen().last().unwrap().path_and_query, "/metrics");
+    gw.shutdown().await;
+}

@@ -1,0 +1,109 @@
+//! The binary: `check` validates and names what is wrong; `run` serves and shuts down
+//! gracefully on SIGTERM, finishing in-flight requests.
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{client, config_toml, Upstream};
+
+const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
+
+fn write_config(dir: &tempfile::TempDir, text: &str) -> std::path::PathBuf {
+    let p = dir.path().join("portcullis.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn base_config(upstream: &str) -> String {
+    config_toml(upstream, "[signatures]\nrequired = false\n[oauth]\nrequired = false\n")
+}
+
+#[test]
+fn check_accepts_a_valid_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(&dir, &base_config("http://127.0.0.1:3001"));
+    let out = Command::new(BIN).args(["check", "--config"]).arg(&path).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("configuration is valid"));
+}
+
+#[test]
+fn check_without_config_validates_the_embedded_default() {
+    let out = Command::new(BIN).arg("check").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("embedded default config"));
+    let printed = Command::new(BIN).arg("default-config").output().unwrap();
+    assert!(String::from_utf8_lossy(&printed.stdout).contains("mode = \"monitor\""));
+}
+
+#[test]
+fn check_names_an_unknown_key_and_exits_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(&dir, &(base_config("http://127.0.0.1:3001") + "\n[state]\nstroe = \"memory\"\n"));
+    let out = Command::new(BIN).args(["check", "--config"]).arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("stroe") && err.contains("portcullis.toml"), "{err}");
+}
+
+#[test]
+fn check_names_every_invalid_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = base_config("ftp://127.0.0.1:3001").replace("connect_timeout = \"1s\"", "connect_timeout = \"0s\"");
+    let path = write_config(&dir, &text);
+    let out = Command::new(BIN).args(["check", "--config"]).arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("upstream.url") && err.contains("upstream.connect_timeout"), "{err}");
+}
+
+#[test]
+fn missing_config_file_is_named() {
+    let out = Command::new(BIN).args(["run", "--config", "/nonexistent/portcullis.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/portcullis.toml"));
+}
+
+#[tokio::test]
+async fn sigterm_finishes_in_flight_requests_then_exits() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = base_config(&upstream.url()).replace("response_timeout = \"1s\"", "response_timeout = \"10s\"").replace("decisions = \"off\"", "decisions = \"stdout\"");
+    let path = write_config(&dir, &text);
+    let mut child = Command::new(BIN).args(["run", "--config"]).arg(&path).stdout(Stdio::piped()).stderr(Stdio::piped()).env("RUST_LOG", "info").spawn().unwrap();
+
+    // Learn the bound port from the startup log line.
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let addr = loop {
+        let line = rx.recv_timeout(Duration::from_secs(10)).expect("startup line");
+        if let Some(rest) = line.split("Portcullis listening addr=").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+
+    let in_flight = tokio::spawn({
+        let url = format!("http://{addr}/delay?ms=1500");
+        async move { client().get(url).send().await }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+
+    let resp = in_flight.await.unwrap().expect("in-flight request completes");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.text().await.unwrap(), "done after delay");
+
+    let exit = tokio::task::spawn_blocking(move || child.wait_with_output()).await.unwrap().unwrap();
+    assert!(exit.status.success(), "exit status {:?}", exit.status);
+    let stdout = String::from_utf8_lossy(&exit.stdout);
+    assert!(stdout.lines().any(|l| l.contains("\"path\":\"/delay\"") && l.contains("\"status\":200")), "decision log line written for the drained request: {stdout}");
+    assert!(client().get(format!("http://{addr}/mcp")).send().await.is_err(), "no longer accepting");
+}

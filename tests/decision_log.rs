@@ -1,0 +1,50 @@
+//! One JSON line per request with the PRODUCT.md fields, and never a token, a signature, a
+//! body or tool arguments.
+mod common;
+
+use common::{client, config, decision_lines, temp_path, Gateway, Upstream};
+
+#[tokio::test]
+async fn log_lines_have_the_contract_fields_and_no_secrets() {
+    let upstream = Upstream::start().await;
+    let (_dir, log) = temp_path("decisions.log");
+    let mut cfg = config(&upstream.url(), "");
+    cfg.log.decisions = portcullis::config::DecisionSink::File(log.clone());
+    let gw = Gateway::start(cfg).await;
+
+    let token = "eyJhbGciOiJSUzI1NiJ9.SECRET-TOKEN-PAYLOAD.SIGNATURE-PART";
+    let signature = "sig1=:U0VDUkVULVNJR05BVFVSRS1CWVRFUw==:";
+    let body = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"payments.send","arguments":{"card":"4111-SECRET-CARD"}}}"#;
+    let resp = client()
+        .post(gw.url("/mcp?api_key=SECRET-QUERY"))
+        .header("authorization", format!("Bearer {token}"))
+        .header("signature", signature)
+        .header("signature-input", r#"sig1=("@method");created=1;keyid="k";tag="web-bot-auth""#)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let rid = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let tampered = client().post(gw.url("/mcp")).header("content-digest", "sha-256=:AAAA:").body(body).send().await.unwrap();
+    assert_eq!(tampered.status(), 401);
+    gw.shutdown().await;
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    for secret in ["SECRET-TOKEN-PAYLOAD", "SIGNATURE-PART", "U0VDUkVULVNJR05BVFVSRS1CWVRFUw", "4111-SECRET-CARD", "SECRET-QUERY", "arguments"] {
+        assert!(!text.contains(secret), "decision log leaks {secret}: {text}");
+    }
+    let lines = decision_lines(&log);
+    assert_eq!(lines.len(), 2, "one line per request");
+    let l = &lines[0];
+    for field in ["time", "request_id", "mode", "outcome", "status", "error", "reason", "agent", "keyid", "sub", "mcp_method", "tool", "latency_us", "total_us"] {
+        assert!(l.get(field).is_some(), "missing {field} in {l}");
+    }
+    assert_eq!(l["request_id"], rid);
+    assert_eq!(l["mode"], "enforce");
+    assert_eq!(l["outcome"], "allow");
+    assert_eq!(l["path"], "/mcp");
+    assert!(l["latency_us"]["body"].is_u64() && l["latency_us"]["upstream"].is_u64(), "{l}");
+    assert_eq!(lines[1]["outcome"], "deny");
+    assert_eq!(lines[1]["error"], "invalid_agent_credentials");
+}

@@ -1,0 +1,61 @@
+//! Monitor mode decides and logs exactly like enforce mode but forwards: proven with a
+//! Content-Digest that does not match the body (stage 2).
+mod common;
+
+use common::{client, config, decision_lines, temp_path, Gateway, Upstream};
+
+const BAD_DIGEST: &str = "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:"; // digest of the empty body
+
+async fn send_tampered(gw: &Gateway) -> reqwest::Response {
+    client().post(gw.url("/mcp")).header("content-digest", BAD_DIGEST).body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).send().await.unwrap()
+}
+
+#[tokio::test]
+async fn digest_mismatch_is_401_in_enforce_mode_and_not_forwarded() {
+    let upstream = Upstream::start().await;
+    let (_dir, log) = temp_path("decisions.log");
+    let mut cfg = config(&upstream.url(), "");
+    cfg.log.decisions = portcullis::config::DecisionSink::File(log.clone());
+    let gw = Gateway::start(cfg).await;
+    let resp = send_tampered(&gw).await;
+    assert_eq!(resp.status(), 401);
+    assert!(resp.headers().get("want-content-digest").is_none(), "a mismatch is not a missing digest");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_agent_credentials");
+    assert_eq!(body["reason"], "Content-Digest sha-256 does not match the request body");
+    assert!(upstream.seen().is_empty(), "the upstream got nothing");
+    gw.shutdown().await;
+    let lines = decision_lines(&log);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["outcome"], "deny");
+    assert_eq!(lines[0]["status"], 401);
+    assert_eq!(lines[0]["error"], "invalid_agent_credentials");
+}
+
+#[tokio::test]
+async fn digest_mismatch_is_forwarded_and_logged_would_deny_in_monitor_mode() {
+    let upstream = Upstream::start().await;
+    let (_dir, log) = temp_path("decisions.log");
+    let mut cfg = config(&upstream.url(), "");
+    cfg.mode = portcullis::config::Mode::Monitor;
+    cfg.log.decisions = portcullis::config::DecisionSink::File(log.clone());
+    let gw = Gateway::start(cfg).await;
+    let resp = send_tampered(&gw).await;
+    assert_eq!(resp.status(), 200, "monitor mode forwards");
+    assert_eq!(upstream.seen().len(), 1, "the upstream got the request");
+    let ok = client().post(gw.url("/mcp")).body("{}").send().await.unwrap();
+    assert_eq!(ok.status(), 200);
+    let metrics = common::metrics(&gw).await;
+    gw.shutdown().await;
+
+    let lines = decision_lines(&log);
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["mode"], "monitor");
+    assert_eq!(lines[0]["outcome"], "would_deny");
+    assert_eq!(lines[0]["status"], 200);
+    assert_eq!(lines[0]["error"], "invalid_agent_credentials");
+    assert_eq!(lines[0]["reason"], "Content-Digest sha-256 does not match the request body");
+    assert_eq!(lines[1]["outcome"], "allow");
+    assert!(lines[1]["error"].is_null());
+    assert!(metrics.contains(r#"portcullis_requests_total{outcome="would_deny",status="200",error="invalid_agent_credentials"} 1"#), "{metrics}");
+}

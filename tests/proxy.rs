@@ -1,0 +1,125 @@
+//! Forwarding: path and query kept, hop-by-hop and client-set identity headers removed,
+//! X-Forwarded-* set, MCP session headers kept both ways, SSE streamed event by event,
+//! upstream failures answered with 502/504 and a JSON body.
+mod common;
+
+use std::time::Duration;
+
+use common::{client, config, Gateway, Upstream};
+
+#[tokio::test]
+async fn post_is_forwarded_with_path_query_and_clean_headers() {
+    let upstream = Upstream::start().await;
+    let gw = Gateway::start(config(&upstream.url(), "")).await;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let resp = client()
+        .post(gw.url("/mcp?tenant=a%20b&x=1"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", "session-1")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("authorization", "Bearer not-for-upstream")
+        .header("x-portcullis-agent", "https://spoofed.example")
+        .header("x-portcullis-subject", "admin")
+        .header("connection", "x-hop")
+        .header("x-hop", "1")
+        .header("x-forwarded-for", "203.0.113.9")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["mcp-session-id"], "session-1", "session id passes back to the client");
+    assert!(resp.headers().get("x-upstream-private").is_none(), "fields the upstream's Connection names are removed");
+    assert!(resp.headers().get("x-request-id").is_some());
+
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 1);
+    let s = &seen[0];
+    assert_eq!(s.method, "POST");
+    assert_eq!(s.path_and_query, "/mcp?tenant=a%20b&x=1");
+    assert_eq!(s.body, body.as_bytes(), "body forwarded byte for byte");
+    assert_eq!(s.headers["mcp-session-id"], "session-1");
+    assert_eq!(s.headers["mcp-protocol-version"], "2025-11-25");
+    assert_eq!(s.headers["accept"], "application/json, text/event-stream");
+    assert!(s.headers.get("authorization").is_none(), "no token passthrough by default");
+    assert!(s.headers.get("x-portcullis-agent").is_none() && s.headers.get("x-portcullis-subject").is_none(), "client-set identity headers are stripped");
+    assert!(s.headers.get("x-hop").is_none() && s.headers.get("connection").is_none(), "hop-by-hop headers are stripped");
+    assert_eq!(s.headers["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
+    assert_eq!(s.headers["x-forwarded-proto"], "http");
+    assert_eq!(s.headers["x-forwarded-host"], format!("127.0.0.1:{}", gw.addr.port()));
+    assert_eq!(s.headers["host"], upstream.addr.to_string(), "Host names the upstream");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn upstream_base_path_is_prefixed() {
+    let upstream = Upstream::start().await;
+    let gw = Gateway::start(config(&format!("{}/backend/", upstream.url()), "")).await;
+    let resp = client().get(gw.url("/mcp?a=1")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(upstream.seen()[0].path_and_query, "/backend/mcp?a=1");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn get_stream_and_delete_session_pass_through() {
+    let upstream = Upstream::start().await;
+    let gw = Gateway::start(config(&upstream.url(), "")).await;
+    let get = client().get(gw.url("/mcp")).header("accept", "text/event-stream").header("last-event-id", "7").send().await.unwrap();
+    assert_eq!(get.status(), 200);
+    let del = client().delete(gw.url("/mcp")).header("mcp-session-id", "session-1").send().await.unwrap();
+    assert_eq!(del.status(), 200);
+    let seen = upstream.seen();
+    assert_eq!(seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(), ["GET", "DELETE"]);
+    assert_eq!(seen[0].headers["last-event-id"], "7");
+    assert_eq!(seen[1].headers["mcp-session-id"], "session-1");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn sse_reaches_the_client_event_by_event() {
+    let upstream = Upstream::start().await;
+    let gw = Gateway::start(config(&upstream.url(), "")).await;
+    let mut resp = client().get(gw.url("/sse")).header("accept", "text/event-stream").send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    assert_eq!(resp.headers()["x-accel-buffering"], "no");
+    // The upstream holds event 2 back until released: event 1 must arrive on its own.
+    let first = tokio::time::timeout(Duration::from_secs(5), resp.chunk()).await.expect("event 1 arrives before the stream ends").unwrap().unwrap();
+    assert_eq!(&first[..], b"id: 1\ndata: event 1\n\n");
+    upstream.release();
+    let second = tokio::time::timeout(Duration::from_secs(5), resp.chunk()).await.expect("event 2 arrives").unwrap().unwrap();
+    assert_eq!(&second[..], b"id: 2\ndata: event 2\n\n");
+    assert!(resp.chunk().await.unwrap().is_none(), "stream ends after the upstream ends it");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn unreachable_upstream_is_502_with_a_json_reason() {
+    let closed = common::closed_port().await;
+    let gw = Gateway::start(config(&format!("http://{closed}"), "")).await;
+    let resp = client().post(gw.url("/mcp")).body("{}").send().await.unwrap();
+    assert_eq!(resp.status(), 502);
+    assert_eq!(resp.headers()["cache-control"], "no-store");
+    let rid = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "upstream_unavailable");
+    assert_eq!(body["request_id"], rid);
+    assert!(body["reason"].as_str().unwrap().contains("upstream unreachable"), "{body}");
+    assert!(common::metrics(&gw).await.contains(r#"portcullis_upstream_errors_total{error="upstream_unavailable"} 1"#));
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn slow_upstream_is_504_after_the_response_timeout() {
+    let upstream = Upstream::start().await;
+    let gw = Gateway::start(config(&upstream.url(), "")).await; // response_timeout = 1s
+    let started = std::time::Instant::now();
+    let resp = client().get(gw.url("/slow")).send().await.unwrap();
+    assert_eq!(resp.status(), 504);
+    assert!(started.elapsed() < Duration::from_secs(4), "timed out at the configured bound, not the upstream's 5 s");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "upstream_timeout");
+    gw.shutdown().await;
+}
