@@ -70,9 +70,12 @@ fn missing_config_file_is_named() {
 async fn sigterm_finishes_in_flight_requests_then_exits() {
     let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let text = base_config(&upstream.url()).replace("response_timeout = \"1s\"", "response_timeout = \"10s\"").replace("decisions = \"off\"", "decisions = \"stdout\"");
+    let text = base_config(&upstream.url())
+        .replace("response_timeout = \"1s\"", "response_timeout = \"10s\"")
+        .replace("decisions = \"off\"", "decisions = \"stdout\"");
     let path = write_config(&dir, &text);
-    let mut child = Command::new(BIN).args(["run", "--config"]).arg(&path).stdout(Stdio::piped()).stderr(Stdio::piped()).env("RUST_LOG", "info").spawn().unwrap();
+    let mut child =
+        Command::new(BIN).args(["run", "--config"]).arg(&path).stdout(Stdio::piped()).stderr(Stdio::piped()).env("RUST_LOG", "info").spawn().unwrap();
 
     // Learn the bound port from the startup log line.
     let stderr = child.stderr.take().unwrap();
@@ -104,6 +107,9 @@ async fn sigterm_finishes_in_flight_requests_then_exits() {
     let exit = tokio::task::spawn_blocking(move || child.wait_with_output()).await.unwrap().unwrap();
     assert!(exit.status.success(), "exit status {:?}", exit.status);
     let stdout = String::from_utf8_lossy(&exit.stdout);
-    assert!(stdout.lines().any(|l| l.contains("\"path\":\"/delay\"") && l.contains("\"status\":200")), "decision log line written for the drained request: {stdout}");
+    assert!(
+        stdout.lines().any(|l| l.contains("\"path\":\"/delay\"") && l.contains("\"status\":200")),
+        "decision log line written for the drained request: {stdout}"
+    );
     assert!(client().get(format!("http://{addr}/mcp")).send().await.is_err(), "no longer accepting");
 }

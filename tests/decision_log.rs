@@ -37,7 +37,8 @@ async fn log_lines_have_the_contract_fields_and_no_secrets() {
     let lines = decision_lines(&log);
     assert_eq!(lines.len(), 2, "one line per request");
     let l = &lines[0];
-    for field in ["time", "request_id", "mode", "outcome", "status", "error", "reason", "agent", "keyid", "sub", "mcp_method", "tool", "latency_us", "total_us"] {
+    for field in ["time", "request_id", "mode", "outcome", "status", "error", "reason", "agent", "keyid", "sub", "mcp_method", "tool", "latency_us", "total_us"]
+    {
         assert!(l.get(field).is_some(), "missing {field} in {l}");
     }
     assert_eq!(l["request_id"], rid);
