@@ -9,4 +9,14 @@ if [ ! -d ../shared/spec/vectors ]; then
   echo "warning: ../shared/spec/vectors not found; vector tests will fail" >&2
 fi
 
+# Shared-state tests start their own redis-server processes on free loopback ports.
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "installing redis-server (needed by the shared-state tests)" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+redis-server --version
+
 cargo test --locked "$@"

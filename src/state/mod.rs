@@ -5,6 +5,7 @@
 //! The traits use `async-trait` so stores can be held as `Arc<dyn …>` and chosen by config.
 
 pub mod quota;
+pub mod redis;
 pub mod replay;
 
 /// A store operation that could not be completed. The pipeline turns it into
