@@ -423,15 +423,34 @@ fn d_query() -> String {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawState {
-    /// `memory` or `redis://host:port/db`.
+    /// `memory` or `redis://host:port/db` (`rediss://` for TLS).
     #[serde(default = "d_store")]
     pub store: String,
+    /// Prefix of every Redis key, so several gateways can share one Redis.
+    #[serde(default = "d_prefix")]
+    pub prefix: String,
+    /// Time allowed to (re)connect to Redis.
+    #[serde(default = "d_store_connect_timeout")]
+    pub connect_timeout: HumanDuration,
+    /// Time allowed for one Redis command; slower answers count as unavailable.
+    #[serde(default = "d_store_command_timeout")]
+    pub command_timeout: HumanDuration,
 }
 
 impl Default for RawState {
     fn default() -> Self {
-        RawState { store: d_store() }
+        RawState { store: d_store(), prefix: d_prefix(), connect_timeout: d_store_connect_timeout(), command_timeout: d_store_command_timeout() }
     }
+}
+
+fn d_prefix() -> String {
+    "portcullis:".to_owned()
+}
+fn d_store_connect_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(2))
+}
+fn d_store_command_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_millis(250))
 }
 
 fn d_store() -> String {
@@ -678,8 +697,14 @@ impl Config {
         check("oauth.audience", parse_url(&audience, &["https", "http"]).map(|_| ()));
         check(
             "state.store",
-            if raw.state.store == "memory" { Ok(()) } else { Err(format!("unsupported store {:?}; this build supports \"memory\"", raw.state.store)) },
+            match raw.state.store.split_once("://") {
+                None if raw.state.store == "memory" => Ok(()),
+                Some(("redis" | "rediss", rest)) if !rest.is_empty() => Ok(()),
+                _ => Err(format!("unsupported store {:?}: use \"memory\" or \"redis://host:port/db\" (\"rediss://\" for TLS)", raw.state.store)),
+            },
         );
+        check("state.connect_timeout", nonzero(raw.state.connect_timeout.0));
+        check("state.command_timeout", nonzero(raw.state.command_timeout.0));
         check("log.level", tracing_subscriber::EnvFilter::try_new(&raw.log.level).map(|_| ()).map_err(|e| format!("invalid filter {:?}: {e}", raw.log.level)));
         if let (Ok(l), Ok(Some(a))) = (&listen_addr, &admin) {
             if l == a && l.port() != 0 {

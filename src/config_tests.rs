@@ -92,3 +92,14 @@ fn relative_paths_resolve_against_the_config_folder() {
     let c = parse(&format!("{MINIMAL}\n[log]\ndecisions = \"decisions.log\"\n")).expect("valid");
     assert_eq!(c.log.decisions, DecisionSink::File(PathBuf::from("/etc/portcullis/decisions.log")));
 }
+
+#[test]
+fn state_store_accepts_memory_and_redis_urls_only() {
+    for ok in ["memory", "redis://127.0.0.1:6379/0", "rediss://redis.internal:6380"] {
+        parse(&format!("{MINIMAL}\n[state]\nstore = {ok:?}\n")).unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+    for bad in ["postgres://x", "redis://", "mem"] {
+        let err = parse(&format!("{MINIMAL}\n[state]\nstore = {bad:?}\n")).expect_err(bad).to_string();
+        assert!(err.contains("state.store"), "{err}");
+    }
+}
