@@ -62,3 +62,18 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<ResponseBody> {
         _ => json_response(StatusCode::NOT_FOUND, &serde_json::json!({"error": "not_found", "reason": "admin paths: /healthz /readyz /metrics"}), Vec::new()),
     }
 }
+
+/// Probes `url` (plain HTTP, the admin listener) and succeeds on a 200 answer. Used by
+/// `portcullis healthcheck`, so container images need no curl.
+pub fn probe(url: &str, timeout: std::time::Duration) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let client = reqwest::Client::builder().timeout(timeout).no_proxy().build().map_err(|e| e.to_string())?;
+        let resp = client.get(url).send().await.map_err(|e| format!("{url}: {e}"))?;
+        if resp.status() == StatusCode::OK {
+            Ok(())
+        } else {
+            Err(format!("{url} answered {}", resp.status()))
+        }
+    })
+}

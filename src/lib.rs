@@ -12,7 +12,7 @@
 //!     -> telemetry: one decision-log line + per-stage latency, for every request
 //! ```
 
-mod admin;
+pub mod admin;
 pub mod config;
 pub mod decision;
 pub mod digest;

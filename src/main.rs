@@ -24,6 +24,15 @@ enum Command {
     Check,
     /// Print the embedded default config.
     DefaultConfig,
+    /// Probe a health endpoint (for container HEALTHCHECKs without curl); exit 0 when it answers 200.
+    Healthcheck {
+        /// The URL to probe.
+        #[arg(long, default_value = "http://127.0.0.1:9090/healthz")]
+        url: String,
+        /// Give up after this long.
+        #[arg(long, default_value = "3s", value_parser = portcullis::config::parse_duration)]
+        timeout: std::time::Duration,
+    },
 }
 
 fn load(path: Option<&PathBuf>) -> Result<Config, portcullis::config::ConfigError> {
@@ -40,6 +49,13 @@ fn main() -> ExitCode {
             print!("{}", portcullis::config::EMBEDDED_DEFAULT);
             ExitCode::SUCCESS
         }
+        Command::Healthcheck { url, timeout } => match portcullis::admin::probe(&url, timeout) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("unhealthy: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Check => match load(cli.config.as_ref()).map_err(portcullis::server::StartError::from).and_then(|c| portcullis::server::check(&c).map(|()| c))
         {
             Ok(c) => {

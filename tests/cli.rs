@@ -113,3 +113,17 @@ async fn sigterm_finishes_in_flight_requests_then_exits() {
     );
     assert!(client().get(format!("http://{addr}/mcp")).send().await.is_err(), "no longer accepting");
 }
+
+#[tokio::test]
+async fn healthcheck_succeeds_against_a_live_admin_listener_and_fails_otherwise() {
+    let upstream = Upstream::start().await;
+    let gw = common::Gateway::start(common::config(&upstream.url(), "")).await;
+    let url = gw.admin_url("/healthz");
+    let ok = tokio::task::spawn_blocking(move || Command::new(BIN).args(["healthcheck", "--url", &url]).output().unwrap()).await.unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    let closed = common::closed_port().await;
+    let bad = Command::new(BIN).args(["healthcheck", "--timeout", "1s", "--url", &format!("http://{closed}/healthz")]).output().unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unhealthy"));
+    gw.shutdown().await;
+}
