@@ -18,6 +18,7 @@ pub mod decision;
 pub mod digest;
 pub mod pipeline;
 pub mod proxy;
+pub mod report;
 pub mod server;
 pub mod state;
 pub mod telemetry;

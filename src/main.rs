@@ -24,6 +24,14 @@ enum Command {
     Check,
     /// Print the embedded default config.
     DefaultConfig,
+    /// Summarise a decision log: what enforcement would do (text; `--html` writes a page with charts).
+    Report {
+        /// The decision log (JSON lines); `-` reads standard input.
+        log: PathBuf,
+        /// Also write a self-contained HTML page here.
+        #[arg(long)]
+        html: Option<PathBuf>,
+    },
     /// Probe a health endpoint (for container HEALTHCHECKs without curl); exit 0 when it answers 200.
     Healthcheck {
         /// The URL to probe.
@@ -42,6 +50,21 @@ fn load(path: Option<&PathBuf>) -> Result<Config, portcullis::config::ConfigErro
     }
 }
 
+fn report(log: &std::path::Path, html: Option<&std::path::Path>) -> Result<String, String> {
+    use portcullis::report::{render_html, Report};
+    let r = if log.as_os_str() == "-" {
+        Report::from_reader(std::io::stdin().lock())
+    } else {
+        let f = std::fs::File::open(log).map_err(|e| format!("cannot open {}: {e}", log.display()))?;
+        Report::from_reader(std::io::BufReader::new(f))
+    }
+    .map_err(|e| format!("cannot read {}: {e}", log.display()))?;
+    if let Some(out) = html {
+        std::fs::write(out, render_html(&r)).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    }
+    Ok(r.render_text())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Run) {
@@ -49,6 +72,16 @@ fn main() -> ExitCode {
             print!("{}", portcullis::config::EMBEDDED_DEFAULT);
             ExitCode::SUCCESS
         }
+        Command::Report { log, html } => match report(&log, html.as_deref()) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
         Command::Healthcheck { url, timeout } => match portcullis::admin::probe(&url, timeout) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -1,0 +1,153 @@
+//! The report as one self-contained HTML page: inline CSS and inline SVG charts, no scripts
+//! and no external assets, so it can be pasted into a rollout review or opened offline.
+//! Every string from the log (agent ids, tools, reasons) is HTML-escaped: a client can put
+//! text into a log through its claimed agent URL.
+
+use std::fmt::Write;
+
+use super::{Counts, Report};
+
+const ALLOW: &str = "#2e7d32";
+const WOULD_DENY: &str = "#f9a825";
+const DENY: &str = "#c62828";
+const BAR: &str = "#3f51b5";
+const P99: &str = "#9fa8da";
+
+/// Escapes text for HTML element content and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn shorten(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        format!("{}…", s.chars().take(n - 1).collect::<String>())
+    }
+}
+
+/// One bar made of coloured segments.
+struct Row {
+    label: String,
+    segments: Vec<(u64, &'static str)>,
+    note: String,
+}
+
+/// A horizontal bar chart as an inline SVG element.
+fn bar_chart(id: &str, title: &str, rows: &[Row]) -> String {
+    let label_w = 260.0;
+    let bar_w = 420.0;
+    let row_h = 22.0;
+    let height = 30.0 + row_h * rows.len().max(1) as f64;
+    let max = rows.iter().map(|r| r.segments.iter().map(|s| s.0).sum::<u64>()).max().unwrap_or(0).max(1) as f64;
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg id="{id}" class="chart" role="img" aria-label="{t}" width="{w}" height="{height}" viewBox="0 0 {w} {height}" xmlns="http://www.w3.org/2000/svg"><text x="0" y="16" class="title">{t}</text>"#,
+        t = escape(title),
+        w = label_w + bar_w + 120.0
+    );
+    if rows.is_empty() {
+        let _ = write!(svg, r#"<text x="0" y="44">no data</text>"#);
+    }
+    for (i, row) in rows.iter().enumerate() {
+        let y = 28.0 + row_h * i as f64;
+        let _ = write!(svg, r#"<text x="{x}" y="{ty}" text-anchor="end">{l}</text>"#, x = label_w - 8.0, ty = y + 14.0, l = escape(&shorten(&row.label, 40)));
+        let mut x = label_w;
+        for (v, color) in &row.segments {
+            let w = bar_w * (*v as f64) / max;
+            if w > 0.0 {
+                let _ = write!(svg, r#"<rect x="{x:.1}" y="{y:.1}" width="{w:.1}" height="16" fill="{color}"><title>{v}</title></rect>"#);
+            }
+            x += w;
+        }
+        let _ = write!(svg, r#"<text x="{tx:.1}" y="{ty}">{n}</text>"#, tx = x + 6.0, ty = y + 14.0, n = escape(&row.note));
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+fn outcome_row(label: &str, c: &Counts) -> Row {
+    Row {
+        label: label.to_owned(),
+        segments: vec![(c.allow, ALLOW), (c.would_deny, WOULD_DENY), (c.deny, DENY)],
+        note: format!("{} ({} refused)", c.total(), c.refused()),
+    }
+}
+
+/// Renders the whole page.
+pub fn render_html(r: &Report) -> String {
+    let mut body = String::new();
+    let o = &r.outcomes;
+    let pct = |n: u64| if r.requests == 0 { 0.0 } else { 100.0 * n as f64 / r.requests as f64 };
+    let _ = write!(
+        body,
+        r#"<h1>Portcullis rollout report</h1><p class="meta">{} requests{}{}</p>
+<div class="cards"><div class="card"><b>{:.1}%</b>allowed</div><div class="card warn"><b>{:.1}%</b>would be denied</div><div class="card bad"><b>{:.1}%</b>denied</div><div class="card"><b>{:.1}%</b>unsigned</div></div>
+<p class="legend"><span style="background:{ALLOW}"></span>allow <span style="background:{WOULD_DENY}"></span>would_deny <span style="background:{DENY}"></span>deny</p>"#,
+        r.requests,
+        match (&r.first_time, &r.last_time) {
+            (Some(a), Some(b)) => format!(", {} – {}", escape(a), escape(b)),
+            _ => String::new(),
+        },
+        if r.skipped_lines > 0 { format!(", {} non-record lines skipped", r.skipped_lines) } else { String::new() },
+        pct(o.allow),
+        pct(o.would_deny),
+        pct(o.deny),
+        100.0 * r.unsigned_share(),
+    );
+    body.push_str(&bar_chart("outcomes", "Outcomes", &[outcome_row("all requests", o)]));
+    let reasons: Vec<Row> = r
+        .top_reasons(12)
+        .into_iter()
+        .map(|(code, reason, n)| Row { label: format!("{code}: {reason}"), segments: vec![(n, DENY)], note: n.to_string() })
+        .collect();
+    body.push_str(&bar_chart("reasons", "Top refusal reasons (sent or would-be)", &reasons));
+    let agents: Vec<Row> = Report::ranked(&r.by_agent, 15).into_iter().map(|(k, c)| outcome_row(k, c)).collect();
+    body.push_str(&bar_chart("agents", "Requests by agent", &agents));
+    let tools: Vec<Row> = Report::ranked(&r.by_tool, 15).into_iter().map(|(k, c)| outcome_row(k, c)).collect();
+    body.push_str(&bar_chart("tools", "Requests by tool", &tools));
+    let mut lat: Vec<Row> = r
+        .stages
+        .iter()
+        .map(|(stage, h)| Row {
+            label: stage.clone(),
+            segments: vec![(h.quantile(0.5), BAR), (h.quantile(0.99).saturating_sub(h.quantile(0.5)), P99)],
+            note: format!("p50 {} µs, p99 {} µs", h.quantile(0.5), h.quantile(0.99)),
+        })
+        .collect();
+    let t = &r.total_latency;
+    lat.push(Row {
+        label: "total".into(),
+        segments: vec![(t.quantile(0.5), BAR), (t.quantile(0.99).saturating_sub(t.quantile(0.5)), P99)],
+        note: format!("p50 {} µs, p99 {} µs", t.quantile(0.5), t.quantile(0.99)),
+    });
+    body.push_str(&bar_chart("latency", "Latency per stage (p50, p99)", &lat));
+    if !r.unverified_agents.is_empty() {
+        body.push_str("<h2>Agents that never verified</h2><table><tr><th>claimed agent</th><th>requests</th></tr>");
+        for (a, n) in &r.unverified_agents {
+            let _ = write!(body, "<tr><td>{}</td><td>{n}</td></tr>", escape(a));
+        }
+        body.push_str("</table>");
+    }
+    format!(
+        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Portcullis rollout report</title><style>
+body{{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:900px}}
+h1{{font-size:22px}} .meta{{color:#666}} .chart{{display:block;margin:1.5em 0}} .chart text{{font-size:12px;fill:#222}} .chart .title{{font-size:14px;font-weight:600}}
+.cards{{display:flex;gap:1em}} .card{{border:1px solid #ddd;border-radius:6px;padding:.6em 1em;min-width:8em}} .card b{{display:block;font-size:20px}} .warn b{{color:{WOULD_DENY}}} .bad b{{color:{DENY}}}
+.legend span{{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}} table{{border-collapse:collapse}} td,th{{border:1px solid #ddd;padding:4px 8px;text-align:left}}
+</style></head><body>{body}</body></html>
+"#
+    )
+}
