@@ -9,7 +9,7 @@ use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -23,7 +23,11 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: 
         let stream = tokio::select! {
             res = listener.accept() => match res {
                 Ok((s, _)) => s,
-                Err(_) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Admin accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
             },
             _ = stop.changed() => return,
         };
@@ -33,7 +37,9 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: 
                 let shared = shared.clone();
                 async move { Ok::<_, Infallible>(route(&shared, &req)) }
             });
-            let _ = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(stream), svc).await;
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder.http1().timer(TokioTimer::new()).header_read_timeout(std::time::Duration::from_secs(10));
+            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
         });
     }
 }

@@ -219,6 +219,10 @@ pub struct RawUpstream {
     /// Idle pooled connections kept per backend host.
     #[serde(default = "d_pool_idle")]
     pub pool_max_idle: usize,
+    /// How long an idle pooled connection is kept. Keep it below the backend's own keep-alive
+    /// timeout (Node.js and uvicorn: 5 s), or a request may be written to a closing socket.
+    #[serde(default = "d_pool_idle_timeout")]
+    pub pool_idle_timeout: HumanDuration,
 }
 
 fn d_connect_timeout() -> HumanDuration {
@@ -229,6 +233,9 @@ fn d_response_timeout() -> HumanDuration {
 }
 fn d_pool_idle() -> usize {
     64
+}
+fn d_pool_idle_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(4))
 }
 
 /// `[limits]`
@@ -253,6 +260,12 @@ pub struct RawLimits {
     /// Time in-flight requests get to finish after SIGTERM / ctrl-c.
     #[serde(default = "d_shutdown_grace")]
     pub shutdown_grace: HumanDuration,
+    /// Most client connections open at once; more wait in the accept queue.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: usize,
+    /// Most concurrent HTTP/2 streams per client connection.
+    #[serde(default = "d_max_streams")]
+    pub max_streams_per_connection: u32,
 }
 
 impl Default for RawLimits {
@@ -264,6 +277,8 @@ impl Default for RawLimits {
             header_timeout: d_header_timeout(),
             body_timeout: d_body_timeout(),
             shutdown_grace: d_shutdown_grace(),
+            max_connections: d_max_connections(),
+            max_streams_per_connection: d_max_streams(),
         }
     }
 }
@@ -285,6 +300,12 @@ fn d_body_timeout() -> HumanDuration {
 }
 fn d_shutdown_grace() -> HumanDuration {
     HumanDuration(Duration::from_secs(10))
+}
+fn d_max_connections() -> usize {
+    10_000
+}
+fn d_max_streams() -> u32 {
+    100
 }
 
 /// `[signatures]` (stages 2–6).
@@ -560,6 +581,8 @@ pub struct Upstream {
     pub response_timeout: Duration,
     /// Idle pooled connections kept.
     pub pool_max_idle: usize,
+    /// Idle pooled connection lifetime.
+    pub pool_idle_timeout: Duration,
 }
 
 /// Validated `[limits]`.
@@ -577,6 +600,10 @@ pub struct Limits {
     pub body_timeout: Duration,
     /// Drain time on shutdown.
     pub shutdown_grace: Duration,
+    /// Open client connections bound.
+    pub max_connections: usize,
+    /// HTTP/2 streams per connection bound.
+    pub max_streams_per_connection: u32,
 }
 
 /// Validated `[oauth]` basics; the token stage validates the rest.
@@ -642,8 +669,10 @@ impl Config {
 
         let listen_addr = raw.listen.addr.parse::<SocketAddr>().map_err(|e| format!("{:?} is not a socket address (host:port): {e}", raw.listen.addr));
         let public_url = parse_url(&raw.listen.public_url, &["https", "http"]).and_then(|u| {
-            if u.fragment().is_some() {
-                Err("the resource URL must not have a fragment (RFC 8707 §2)".to_owned())
+            if u.fragment().is_some() || u.query().is_some() {
+                Err("the resource URL must not have a query or fragment (RFC 8707 §2)".to_owned())
+            } else if !u.username().is_empty() || u.password().is_some() {
+                Err("the resource URL must not carry user information".to_owned())
             } else {
                 Ok(u)
             }
@@ -657,6 +686,8 @@ impl Config {
         let upstream_url = parse_url(&raw.upstream.url, &["http"]).and_then(|u| {
             if u.query().is_some() || u.fragment().is_some() {
                 Err("the upstream URL must not have a query or fragment".to_owned())
+            } else if !u.username().is_empty() || u.password().is_some() {
+                Err("the upstream URL must not carry credentials (they would be logged and not sent)".to_owned())
             } else {
                 Ok(u)
             }
@@ -678,7 +709,28 @@ impl Config {
         check("upstream.url", upstream_url.as_ref().map(|_| ()).map_err(Clone::clone));
         check("upstream.connect_timeout", nonzero(raw.upstream.connect_timeout.0));
         check("upstream.response_timeout", nonzero(raw.upstream.response_timeout.0));
-        check("limits.max_body", if raw.limits.max_body.0 == 0 { Err("must be at least 1 byte".into()) } else { Ok(()) });
+        check(
+            "limits.max_body",
+            if raw.limits.max_body.0 == 0 || raw.limits.max_body.0 > 256 << 20 { Err("must be between 1 byte and 256MiB".into()) } else { Ok(()) },
+        );
+        check("limits.shutdown_grace", nonzero(raw.limits.shutdown_grace.0));
+        check("limits.max_connections", if raw.limits.max_connections == 0 { Err("must be at least 1".into()) } else { Ok(()) });
+        check(
+            "limits.max_streams_per_connection",
+            if !(1..=10_000).contains(&raw.limits.max_streams_per_connection) { Err("must be between 1 and 10000".into()) } else { Ok(()) },
+        );
+        check("upstream.pool_idle_timeout", nonzero(raw.upstream.pool_idle_timeout.0));
+        if let Some(issuer) = &raw.oauth.issuer {
+            check("oauth.issuer", parse_url(issuer, &["https"]).map(|_| ()));
+        }
+        if let Some(jwks) = &raw.oauth.jwks_url {
+            check("oauth.jwks_url", parse_url(jwks, &["https"]).map(|_| ()));
+        }
+        for scope in &raw.oauth.scopes_supported {
+            // RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E )
+            let ok = !scope.is_empty() && scope.bytes().all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b));
+            check("oauth.scopes_supported", if ok { Ok(()) } else { Err(format!("{scope:?} is not a valid scope token (RFC 6749 §3.3)")) });
+        }
         check(
             "limits.max_header_bytes",
             if raw.limits.max_header_bytes.0 < 8192 || raw.limits.max_header_bytes.0 > 16 << 20 {
@@ -721,6 +773,7 @@ impl Config {
                     connect_timeout: raw.upstream.connect_timeout.0,
                     response_timeout: raw.upstream.response_timeout.0,
                     pool_max_idle: raw.upstream.pool_max_idle,
+                    pool_idle_timeout: raw.upstream.pool_idle_timeout.0,
                 },
                 limits: Limits {
                     max_body: raw.limits.max_body.0,
@@ -729,6 +782,8 @@ impl Config {
                     header_timeout: raw.limits.header_timeout.0,
                     body_timeout: raw.limits.body_timeout.0,
                     shutdown_grace: raw.limits.shutdown_grace.0,
+                    max_connections: raw.limits.max_connections,
+                    max_streams_per_connection: raw.limits.max_streams_per_connection,
                 },
                 signatures: raw.signatures,
                 oauth: OAuth { raw: raw.oauth, audience },

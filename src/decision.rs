@@ -124,6 +124,8 @@ impl Denial {
     pub fn reason(&self) -> String {
         match self {
             Denial::AccessDenied { reason } => reason.clone(),
+            // The I/O detail stays in the diagnostic log: it describes the gateway's insides.
+            Denial::BodyUnreadable(_) => "request body could not be read (connection reset or invalid framing)".to_owned(),
             other => other.to_string(),
         }
     }
@@ -258,6 +260,16 @@ impl UpstreamError {
         }
     }
 
+    /// The `reason` clients see: what failed, without the gateway's internal error chain
+    /// (that goes to the diagnostic log and the decision log).
+    pub fn public_reason(&self) -> String {
+        match self {
+            UpstreamError::Unreachable(_) => "the MCP server could not be reached".to_owned(),
+            UpstreamError::Timeout(d) => format!("the MCP server did not answer within {d:?}"),
+            UpstreamError::Failed(_) => "the MCP server broke off the exchange".to_owned(),
+        }
+    }
+
     /// 502 or 504.
     pub fn status(&self) -> StatusCode {
         match self {
@@ -269,7 +281,7 @@ impl UpstreamError {
 
 /// The 502/504 response for a failed forward.
 pub fn respond_upstream(err: &UpstreamError, request_id: &str) -> Response<ResponseBody> {
-    let body = serde_json::json!({"error": err.code(), "reason": err.to_string(), "request_id": request_id});
+    let body = serde_json::json!({"error": err.code(), "reason": err.public_reason(), "request_id": request_id});
     json_response(err.status(), &body, Vec::new())
 }
 

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONNECTION, HOST};
+use http::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONNECTION, COOKIE, HOST};
 use http::{Request, Response, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -25,7 +25,15 @@ use crate::pipeline::{Evidence, Inbound};
 pub const IDENTITY_PREFIX: &str = "x-portcullis-";
 
 /// Hop-by-hop fields (RFC 9110 §7.6.1) plus the legacy `proxy-connection` and `keep-alive`.
-const HOP_BY_HOP: [&str; 8] = ["connection", "proxy-connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "proxy-authorization"];
+/// `trailer` is end-to-end (RFC 9110 §6.6.2) and stays.
+const HOP_BY_HOP: [&str; 8] =
+    ["connection", "proxy-connection", "keep-alive", "te", "transfer-encoding", "upgrade", "proxy-authorization", "proxy-authenticate"];
+
+/// Client-supplied forwarding metadata. The gateway is the edge (it terminates the client's
+/// connection and has no list of trusted proxies), so whatever a client put here is its own
+/// claim: it is removed and the gateway sets `X-Forwarded-*` from what it saw itself.
+const CLIENT_FORWARDING: [&str; 7] =
+    ["forwarded", "x-real-ip", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port", "x-forwarded-prefix"];
 
 /// The pooled client for the MCP backend.
 #[derive(Clone, Debug)]
@@ -45,7 +53,7 @@ impl Upstream {
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(cfg.pool_max_idle)
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(cfg.pool_idle_timeout)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
             .build(connector);
@@ -74,10 +82,13 @@ impl Upstream {
             headers.remove(AUTHORIZATION);
         }
         let spoofed: Vec<HeaderName> = headers.keys().filter(|k| k.as_str().starts_with(IDENTITY_PREFIX)).cloned().collect();
-        for name in spoofed {
+        for name in spoofed.into_iter().chain(CLIENT_FORWARDING.map(HeaderName::from_static)) {
             headers.remove(name);
         }
-        append_forwarded_for(&mut headers, peer.ip());
+        join_cookies(&mut headers);
+        if let Ok(v) = HeaderValue::from_str(&peer.ip().to_string()) {
+            headers.insert(HeaderName::from_static("x-forwarded-for"), v);
+        }
         headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static(if is_tls { "https" } else { "http" }));
         if let Some(host) = inbound_host {
             headers.insert(HeaderName::from_static("x-forwarded-host"), host);
@@ -120,12 +131,16 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-fn append_forwarded_for(headers: &mut HeaderMap, ip: std::net::IpAddr) {
-    let name = HeaderName::from_static("x-forwarded-for");
-    let prior: Vec<String> = headers.get_all(&name).iter().filter_map(|v| v.to_str().ok()).map(str::to_owned).collect();
-    let value = if prior.is_empty() { ip.to_string() } else { format!("{}, {ip}", prior.join(", ")) };
-    if let Ok(v) = HeaderValue::from_str(&value) {
-        headers.insert(name, v);
+/// HTTP/2 clients may split `cookie` into several fields; an HTTP/1.1 upstream must get one,
+/// joined with "; " (RFC 9113 §8.2.3).
+fn join_cookies(headers: &mut HeaderMap) {
+    let parts: Vec<&[u8]> = headers.get_all(COOKIE).iter().map(HeaderValue::as_bytes).collect();
+    if parts.len() < 2 {
+        return;
+    }
+    let joined = parts.join(&b"; "[..]);
+    if let Ok(v) = HeaderValue::from_bytes(&joined) {
+        headers.insert(COOKIE, v);
     }
 }
 
@@ -160,10 +175,22 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_for_appends_the_peer() {
+    fn split_cookies_are_joined_for_http1() {
         let mut h = HeaderMap::new();
-        h.insert("x-forwarded-for", HeaderValue::from_static("203.0.113.7"));
-        append_forwarded_for(&mut h, "127.0.0.1".parse().expect("ip"));
-        assert_eq!(h["x-forwarded-for"], "203.0.113.7, 127.0.0.1");
+        h.append(COOKIE, HeaderValue::from_static("a=1"));
+        h.append(COOKIE, HeaderValue::from_static("b=2"));
+        join_cookies(&mut h);
+        assert_eq!(h.get_all(COOKIE).iter().count(), 1);
+        assert_eq!(h[COOKIE], "a=1; b=2");
+    }
+
+    #[test]
+    fn trailer_is_end_to_end_and_kept() {
+        let mut h = HeaderMap::new();
+        h.insert("trailer", HeaderValue::from_static("server-timing"));
+        h.insert("proxy-authenticate", HeaderValue::from_static("Basic"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h["trailer"], "server-timing");
+        assert!(h.get("proxy-authenticate").is_none());
     }
 }

@@ -10,7 +10,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_LENGTH};
@@ -23,8 +23,8 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsAcceptor;
 use tracing::{info, info_span, warn, Instrument};
 
@@ -132,13 +132,16 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         config,
     });
     let (stop, stop_rx) = watch::channel(false);
+    // The admin listener outlives the drain, so probes see /readyz answer 503 meanwhile.
+    let (admin_stop, admin_stop_rx) = watch::channel(false);
     info!(addr = %addr, tls = tls.is_some(), mode = shared.config.mode.as_str(), upstream = %shared.config.upstream.url, "Portcullis listening");
     if let Some(a) = admin_addr {
         info!(addr = %a, "Admin listener on /healthz /readyz /metrics");
     }
-    let admin_task = admin_listener.map(|l| tokio::spawn(admin::serve(l, shared.clone(), stop_rx.clone())));
+    let admin_task = admin_listener.map(|l| tokio::spawn(admin::serve(l, shared.clone(), admin_stop_rx)));
     let task = tokio::spawn(async move {
         accept_loop(listener, tls, shared, stop_rx).await;
+        let _ = admin_stop.send(true);
         if let Some(t) = admin_task {
             let _ = t.await;
         }
@@ -148,40 +151,42 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
 
 async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let graceful = GracefulShutdown::new();
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    let limits = &shared.config.limits;
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(limits.max_header_bytes).max_headers(limits.max_headers);
-    builder.http2().timer(TokioTimer::new()).max_header_list_size(limits.max_header_bytes as u32);
-    let builder = Arc::new(builder);
+    let builder = Arc::new(connection_builder(&shared.config.limits));
+    // Bounds open client connections; past it, new ones wait in the kernel's accept queue.
+    let permits = Arc::new(Semaphore::new(shared.config.limits.max_connections));
+    let mut connections = JoinSet::new();
     loop {
-        let (stream, peer) = tokio::select! {
-            res = listener.accept() => match res {
-                Ok(s) => s,
-                Err(e) => {
-                    // Out of file descriptors and similar: back off briefly instead of spinning.
-                    warn!(error = %e, "Accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
+        while connections.try_join_next().is_some() {}
+        let accepted = tokio::select! {
+            permit = permits.clone().acquire_owned() => match permit {
+                Ok(permit) => tokio::select! {
+                    res = listener.accept() => res.map(|s| (s, permit)),
+                    _ = stop.changed() => break,
+                },
+                Err(_) => break,
             },
             _ = stop.changed() => break,
         };
+        let ((stream, peer), permit) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors and similar: back off briefly instead of spinning.
+                warn!(error = %e, "Accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
-        let shared = shared.clone();
-        let builder = builder.clone();
-        let watcher = graceful.watcher();
-        let tls = tls.clone();
-        tokio::spawn(async move {
+        let (shared, builder, watcher, tls) = (shared.clone(), builder.clone(), graceful.watcher(), tls.clone());
+        connections.spawn(async move {
+            let _permit = permit;
             match tls {
                 None => serve_connection(&builder, watcher, TokioIo::new(stream), shared, peer, false).await,
-                Some(acceptor) => {
-                    let handshake = tokio::time::timeout(shared.config.limits.header_timeout, acceptor.accept(stream)).await;
-                    match handshake {
-                        Ok(Ok(tls_stream)) => serve_connection(&builder, watcher, TokioIo::new(tls_stream), shared, peer, true).await,
-                        Ok(Err(e)) => tracing::debug!(peer = %peer, error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(peer = %peer, "TLS handshake timed out"),
-                    }
-                }
+                Some(acceptor) => match tokio::time::timeout(shared.config.limits.header_timeout, acceptor.accept(stream)).await {
+                    Ok(Ok(tls_stream)) => serve_connection(&builder, watcher, TokioIo::new(tls_stream), shared, peer, true).await,
+                    Ok(Err(e)) => tracing::debug!(peer = %peer, error = %e, "TLS handshake failed"),
+                    Err(_) => tracing::debug!(peer = %peer, "TLS handshake timed out"),
+                },
             }
         });
     }
@@ -189,8 +194,26 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
     shared.is_shutting_down.store(true, Ordering::SeqCst);
     let grace = shared.config.limits.shutdown_grace;
     if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
-        warn!(grace = ?grace, "Shutdown grace period over; closing remaining connections");
+        warn!(grace = ?grace, open = connections.len(), "Shutdown grace period over; closing remaining connections");
+        connections.abort_all();
     }
+    while connections.join_next().await.is_some() {}
+}
+
+/// HTTP/1.1 and HTTP/2 settings from `[limits]`: head size and count, head timeout, streams per
+/// connection (each may hold a body of up to `max_body`), and HTTP/2 keep-alive so dead peers
+/// are noticed.
+fn connection_builder(limits: &crate::config::Limits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(limits.max_header_bytes).max_headers(limits.max_headers);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(limits.max_header_bytes as u32)
+        .max_concurrent_streams(limits.max_streams_per_connection)
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(20));
+    builder
 }
 
 async fn serve_connection<I>(
@@ -204,8 +227,18 @@ async fn serve_connection<I>(
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = service_fn(move |req: Request<Incoming>| {
-        let shared = shared.clone();
-        async move { Ok::<_, Infallible>(shared.handle(req, peer, is_tls).await) }
+        // Each request runs in its own task, so a client that goes away mid-request does not
+        // cancel it half-way: the pipeline finishes and the decision-log line is written.
+        let handling = tokio::spawn(shared.clone().handle(req, peer, is_tls));
+        async move {
+            Ok::<_, Infallible>(match handling.await {
+                Ok(resp) => resp,
+                Err(e) => {
+                    tracing::error!(error = %e, "Request handler failed");
+                    decision::respond_upstream(&decision::UpstreamError::Failed("request handler failed".into()), "")
+                }
+            })
+        }
     });
     let conn = builder.serve_connection(io, service);
     if let Err(e) = watcher.watch(conn.into_owned()).await {
@@ -279,6 +312,7 @@ impl Shared {
                 status,
                 error: summary.as_ref().map(|(c, _)| *c).or(upstream_error.as_ref().map(|e| e.code())),
                 reason: summary.map(|(_, r)| r).or(upstream_error.as_ref().map(|e| e.to_string())),
+                upstream_error: upstream_error.as_ref().map(|e| e.code()),
                 method: method.as_str(),
                 path: &path,
                 agent: None,
@@ -316,7 +350,10 @@ impl Shared {
             Err(_) => Err(Denial::BodyTimeout { after: self.config.limits.body_timeout }),
             Ok(Ok(collected)) => Ok(collected.to_bytes()),
             Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(Denial::BodyTooLarge { limit }),
-            Ok(Err(e)) => Err(Denial::BodyUnreadable(e.to_string())),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "Request body unreadable");
+                Err(Denial::BodyUnreadable(e.to_string()))
+            }
         }
     }
 
@@ -333,10 +370,8 @@ impl Shared {
             r.headers_mut().insert(http::header::CACHE_CONTROL, HeaderValue::from_static("max-age=300"));
             r
         } else {
-            let mut r = Response::new(decision::full(Bytes::new()));
-            *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
-            r.headers_mut().insert(http::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-            r
+            let body = serde_json::json!({"error": "method_not_allowed", "reason": "protected-resource metadata is read with GET"});
+            decision::json_response(StatusCode::METHOD_NOT_ALLOWED, &body, vec![(http::header::ALLOW, "GET, HEAD".to_owned())])
         };
         resp.headers_mut().insert(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
         Some(resp)

@@ -145,6 +145,9 @@ pub struct DecisionRecord<'a> {
     pub error: Option<&'static str>,
     /// The refusal reason text.
     pub reason: Option<String>,
+    /// The upstream failure code when forwarding failed (also when a monitored denial was
+    /// forwarded and then failed upstream).
+    pub upstream_error: Option<&'static str>,
     /// HTTP method.
     pub method: &'a str,
     /// Request path (no query: queries are not logged).

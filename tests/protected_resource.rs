@@ -18,8 +18,14 @@ async fn metadata_is_served_at_both_well_known_paths_without_reaching_upstream()
         assert_eq!(doc["scopes_supported"], serde_json::json!(["mcp:tools", "files:read"]));
         assert_eq!(doc["bearer_methods_supported"], serde_json::json!(["header"]));
     }
+    let head = client().head(gw.url("/.well-known/oauth-protected-resource")).send().await.unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(head.headers()["access-control-allow-origin"], "*", "browser-based MCP clients can read it");
     let post = client().post(gw.url("/.well-known/oauth-protected-resource")).send().await.unwrap();
     assert_eq!(post.status(), 405);
+    assert_eq!(post.headers()["allow"], "GET, HEAD");
+    assert_eq!(post.headers()["cache-control"], "no-store");
+    assert_eq!(post.json::<serde_json::Value>().await.unwrap()["error"], "method_not_allowed");
     assert!(upstream.seen().is_empty(), "metadata is answered by the gateway itself");
     gw.shutdown().await;
 }
