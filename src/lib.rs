@@ -15,6 +15,7 @@
 pub mod admin;
 pub mod config;
 pub mod decision;
+pub mod demo;
 pub mod digest;
 pub mod pipeline;
 pub mod proxy;

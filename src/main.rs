@@ -32,6 +32,12 @@ enum Command {
         #[arg(long)]
         html: Option<PathBuf>,
     },
+    /// Run the example MCP backend (tools weather.get, payments.send, files.read) for demos and tests.
+    ExampleBackend {
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:3001")]
+        addr: std::net::SocketAddr,
+    },
     /// Probe a health endpoint (for container HEALTHCHECKs without curl); exit 0 when it answers 200.
     Healthcheck {
         /// The URL to probe.
@@ -82,6 +88,31 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::ExampleBackend { addr } => {
+            let rt = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("error: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            rt.block_on(async move {
+                match portcullis::demo::backend::Backend::start(addr).await {
+                    Ok(b) => {
+                        eprintln!("example MCP backend listening on http://{}/mcp", b.addr);
+                        tokio::select! {
+                            () = b.wait() => {},
+                            () = portcullis::server::shutdown_signal() => {},
+                        }
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("error: cannot listen on {addr}: {e}");
+                        ExitCode::from(2)
+                    }
+                }
+            })
+        }
         Command::Healthcheck { url, timeout } => match portcullis::admin::probe(&url, timeout) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -1,0 +1,167 @@
+//! A small MCP server (Streamable HTTP, JSON responses) to put behind the gateway in demos,
+//! the compose file and load tests. Tools: `weather.get`, `payments.send`, `files.read`.
+//!
+//! It trusts the gateway: it echoes the verified identity headers (`x-portcullis-*`) it
+//! received, so a demo shows what reached the backend. It keeps no state but a payment counter.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::decision::{full, ResponseBody};
+
+/// The protocol version the backend answers `initialize` with.
+pub const PROTOCOL_VERSION: &str = "2025-11-25";
+
+/// Largest request body the backend reads.
+const MAX_BODY: usize = 1 << 20;
+
+#[derive(Default)]
+struct State {
+    payments: AtomicU64,
+}
+
+/// A running backend.
+#[derive(Debug)]
+pub struct Backend {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Backend {
+    /// Binds `addr` (port 0 picks one) and serves until [`Backend::stop`] or the runtime ends.
+    pub async fn start(addr: SocketAddr) -> std::io::Result<Backend> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(State::default());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let _ = stream.set_nodelay(true);
+                let state = state.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| {
+                        let state = state.clone();
+                        async move { Ok::<_, Infallible>(handle(req, &state).await) }
+                    });
+                    let _ = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(stream), svc).await;
+                });
+            }
+        });
+        Ok(Backend { addr, task })
+    }
+
+    /// Waits until the backend stops (it runs until the process ends).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+
+    /// Stops accepting connections.
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+async fn handle(req: Request<Incoming>, state: &State) -> Response<ResponseBody> {
+    match *req.method() {
+        Method::POST => {}
+        Method::DELETE => return status(StatusCode::NO_CONTENT),
+        // No server-initiated stream in this example server (allowed: MCP Transports).
+        _ => return status(StatusCode::METHOD_NOT_ALLOWED),
+    }
+    let identity: serde_json::Map<String, Value> = req
+        .headers()
+        .iter()
+        .filter(|(k, _)| k.as_str().starts_with("x-portcullis-") && k.as_str() != "x-portcullis-request-id")
+        .filter_map(|(k, v)| Some((k.as_str().to_owned(), Value::from(v.to_str().ok()?))))
+        .collect();
+    let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return rpc_error(Value::Null, -32700, "body unreadable or too large"),
+    };
+    let Ok(msg) = serde_json::from_slice::<Value>(&body) else {
+        return rpc_error(Value::Null, -32700, "Parse error");
+    };
+    let Some(id) = msg.get("id").cloned() else {
+        // A notification or a response: accepted, nothing to answer (MCP Transports).
+        return status(StatusCode::ACCEPTED);
+    };
+    let method = msg.get("method").and_then(Value::as_str).unwrap_or_default();
+    let params = msg.get("params").cloned().unwrap_or(Value::Null);
+    let result = match method {
+        "initialize" => Ok(json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "portcullis-example-backend", "version": env!("CARGO_PKG_VERSION")},
+        })),
+        "ping" => Ok(json!({})),
+        "tools/list" => Ok(json!({"tools": tools()})),
+        "tools/call" => call_tool(&params, state, &identity),
+        _ => Err((-32601, format!("Method not found: {method}"))),
+    };
+    let mut resp = match result {
+        Ok(result) => json_rpc(json!({"jsonrpc": "2.0", "id": id, "result": result})),
+        Err((code, message)) => rpc_error(id, code, &message),
+    };
+    if method == "initialize" {
+        resp.headers_mut().insert("mcp-session-id", HeaderValue::from_static("example-session"));
+    }
+    resp
+}
+
+fn tools() -> Value {
+    json!([
+        {"name": "weather.get", "description": "Current weather for a city",
+         "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+        {"name": "payments.send", "description": "Send a payment",
+         "inputSchema": {"type": "object", "properties": {"to": {"type": "string"}, "amount": {"type": "number"}, "currency": {"type": "string"}}, "required": ["to", "amount"]}},
+        {"name": "files.read", "description": "Read a file owned by a user",
+         "inputSchema": {"type": "object", "properties": {"owner": {"type": "string"}, "path": {"type": "string"}}, "required": ["owner", "path"]}},
+    ])
+}
+
+fn call_tool(params: &Value, state: &State, identity: &serde_json::Map<String, Value>) -> Result<Value, (i64, String)> {
+    let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
+    let args = params.get("arguments").cloned().unwrap_or(Value::Null);
+    let arg = |k: &str| args.get(k).map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())).unwrap_or_default();
+    let text = match name {
+        "weather.get" => format!("Sunny in {}, 21°C", arg("city")),
+        "payments.send" => {
+            let n = state.payments.fetch_add(1, Ordering::Relaxed) + 1;
+            format!("Sent {} {} to {} (transaction {n})", arg("amount"), args.get("currency").and_then(Value::as_str).unwrap_or("USD"), arg("to"))
+        }
+        "files.read" => format!("Contents of {} (owned by {})", arg("path"), arg("owner")),
+        _ => return Err((-32602, format!("Unknown tool: {name}"))),
+    };
+    Ok(json!({"content": [{"type": "text", "text": text}], "isError": false, "_meta": {"received_identity": identity}}))
+}
+
+fn json_rpc(v: Value) -> Response<ResponseBody> {
+    let mut r = Response::new(full(Bytes::from(v.to_string())));
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn rpc_error(id: Value, code: i64, message: &str) -> Response<ResponseBody> {
+    json_rpc(json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}))
+}
+
+fn status(s: StatusCode) -> Response<ResponseBody> {
+    let mut r = Response::new(full(Bytes::new()));
+    *r.status_mut() = s;
+    r
+}
