@@ -63,3 +63,41 @@ fn several_field_lines_are_combined() {
     let got = DigestCheck::new(true).verify(&h, br#"{"hello": "world"}"#).expect("verified").expect("present");
     assert_eq!(got.algorithms(), ["sha-256"]);
 }
+
+mod properties {
+    use super::*;
+    use base64::Engine;
+    use proptest::prelude::*;
+
+    fn field_for(body: &[u8]) -> String {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        format!("sha-256=:{}:, sha-512=:{}:", b64.encode(Sha256::digest(body)), b64.encode(Sha512::digest(body)))
+    }
+
+    proptest! {
+        #[test]
+        fn a_correct_digest_always_verifies(body in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            let got = DigestCheck::new(true).verify(&headers(&field_for(&body)), &body);
+            prop_assert_eq!(got.map(|v| v.map(|v| v.algorithms().to_vec())), Ok(Some(vec!["sha-256", "sha-512"])));
+        }
+
+        #[test]
+        fn any_change_to_the_body_is_a_mismatch(body in proptest::collection::vec(any::<u8>(), 1..512), at in any::<prop::sample::Index>(), bit in 0u8..8) {
+            let field = field_for(&body);
+            let mut tampered = body.clone();
+            let i = at.index(tampered.len());
+            tampered[i] ^= 1 << bit;
+            let got = DigestCheck::new(true).verify(&headers(&field), &tampered);
+            prop_assert!(matches!(got, Err(DigestError::Mismatch { .. })), "{:?}", got);
+        }
+
+        #[test]
+        fn arbitrary_field_values_never_panic(field in "[ -~]{0,200}", body in proptest::collection::vec(any::<u8>(), 0..64)) {
+            if let Ok(v) = http::HeaderValue::from_str(&field) {
+                let mut h = HeaderMap::new();
+                h.insert(CONTENT_DIGEST, v);
+                let _ = DigestCheck::new(true).verify(&h, &body);
+            }
+        }
+    }
+}

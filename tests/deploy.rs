@@ -91,7 +91,8 @@ fn kubernetes_manifests_agree_with_each_other_and_the_config() {
     for r in kustomize["resources"].as_array().unwrap() {
         docs.extend(yaml_docs(&format!("deploy/k8s/{}", r.as_str().unwrap())));
     }
-    let find = |kind: &str, name: &str| docs.iter().find(|d| d["kind"] == kind && d["metadata"]["name"] == name).unwrap_or_else(|| panic!("{kind}/{name}")).clone();
+    let find =
+        |kind: &str, name: &str| docs.iter().find(|d| d["kind"] == kind && d["metadata"]["name"] == name).unwrap_or_else(|| panic!("{kind}/{name}")).clone();
 
     let deploy = find("Deployment", "portcullis");
     assert_eq!(deploy["spec"]["replicas"], 2);
@@ -113,7 +114,10 @@ fn kubernetes_manifests_agree_with_each_other_and_the_config() {
         }
         mounts.insert(m["mountPath"].as_str().unwrap().to_owned(), local);
     }
-    let config_file = mounts.iter().find_map(|(mp, local)| config_path.strip_prefix(mp.as_str()).map(|rest| local.join(rest.trim_start_matches('/')))).expect("config file is mounted");
+    let config_file = mounts
+        .iter()
+        .find_map(|(mp, local)| config_path.strip_prefix(mp.as_str()).map(|rest| local.join(rest.trim_start_matches('/'))))
+        .expect("config file is mounted");
     let cfg = check_config(&std::fs::read_to_string(&config_file).unwrap(), "deploy/k8s/configmap.yaml", &mounts);
 
     let port = |name: &str| c["ports"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap()["containerPort"].as_u64().unwrap();
