@@ -22,6 +22,7 @@ pub mod proxy;
 pub mod replay;
 pub mod server;
 pub mod signature;
+pub mod signature;
 pub mod state;
 pub mod telemetry;
 pub mod tls;
