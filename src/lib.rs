@@ -22,7 +22,6 @@ pub mod proxy;
 pub mod replay;
 pub mod server;
 pub mod signature;
-pub mod signature;
 pub mod state;
 pub mod telemetry;
 pub mod tls;
