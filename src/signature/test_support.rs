@@ -79,3 +79,34 @@ pub fn ed25519_signing_key() -> ed25519_dalek::SigningKey {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(d).unwrap();
     ed25519_dalek::SigningKey::from_bytes(&bytes.try_into().unwrap())
 }
+
+/// An `Inbound` from a built request (body included), at `now` seconds, over TLS.
+pub fn inbound_from(req: http::Request<Vec<u8>>, now: u64) -> Inbound {
+    let (head, body) = req.into_parts();
+    Inbound {
+        head,
+        body: Bytes::from(body),
+        now: UnixTime(Duration::from_secs(now)),
+        peer: ([127, 0, 0, 1], 1).into(),
+        is_tls: true,
+        request_id: "test".to_owned(),
+    }
+}
+
+/// A typical MCP POST to `https://mcp.example.com/mcp` (Host header, origin-form URI).
+pub fn mcp_post(body: &str) -> http::Request<Vec<u8>> {
+    http::Request::builder()
+        .method("POST")
+        .uri("/mcp")
+        .header("host", "mcp.example.com")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.as_bytes().to_vec())
+        .unwrap()
+}
+
+/// Replaces `from` with `to` in the single value of header `name`.
+pub fn edit_header(req: &mut Inbound, name: &str, from: &str, to: &str) {
+    let v = req.head.headers.get(name).unwrap().to_str().unwrap().replace(from, to);
+    req.head.headers.insert(HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_str(&v).unwrap());
+}
