@@ -137,7 +137,8 @@ pub struct Evidence {
     /// Stage 2 result, when a digest was sent.
     pub digest: Option<VerifiedDigest>,
     /// Stages 3–6 result: the verified, first-use signature and the agent it speaks for.
-    /// `None` when the request was unsigned and signatures are optional, or a stage refused.
+    /// `None` when the request was unsigned and signatures are optional, or a stage 2–6
+    /// refused (in monitor mode such a request is forwarded without identity).
     pub agent: Option<VerifiedSignature>,
 }
 
@@ -211,13 +212,11 @@ impl Stages {
 /// Runs stages 2–10 of PRODUCT.md in order; the first failure decides.
 pub async fn check(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Decision {
     seen.digest = seen.timed(Stage::Digest, || stages.digest.verify(&req.head.headers, &req.body))?;
-    seen.agent = seen.timed_async(Stage::Signature, verify_signature(req, stages)).await?;
-    if let Some(agent) = &seen.agent {
-        let replay = stages.replay.check_once(agent, req.now);
-        let start = Instant::now();
-        let checked = replay.await;
-        seen.timings.record(Stage::Replay, start.elapsed());
-        checked?;
+    if let Some(agent) = seen.timed_async(Stage::Signature, verify_signature(req, stages)).await? {
+        seen.timed_async(Stage::Replay, stages.replay.check_once(&agent, req.now)).await?;
+        // Only a first-use signature names the agent: a replayed copy (forwarded in monitor
+        // mode) must not carry the identity upstream.
+        seen.agent = Some(agent);
     }
     Ok(Permit::granted())
 }
@@ -230,4 +229,25 @@ async fn verify_signature(req: &Inbound, stages: &Stages) -> Result<Option<Verif
     };
     let key = stages.directory.resolve(pending.agent(), pending.keyid(), req.now).await?;
     Ok(Some(pending.verify(key.key(), key.agent())?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_builds_with_signatures_required() {
+        let config = Config::embedded_default().expect("embedded default validates");
+        assert!(config.signatures.required, "monitor-mode default checks signatures");
+        let stages = Stages::build(&config).expect("every stage builds");
+        assert!(stages.accept_signature().contains("tag=\"web-bot-auth\""), "{}", stages.accept_signature());
+    }
+
+    #[test]
+    fn bad_directory_settings_are_refused_naming_the_field() {
+        let mut config = Config::embedded_default().expect("embedded default validates");
+        config.signatures.trusted_agents = vec!["http://agent.example".into()];
+        let err = Stages::build(&config).expect_err("plain http directory").to_string();
+        assert!(err.contains("signatures.trusted_agents[0]"), "{err}");
+    }
 }

@@ -1,6 +1,7 @@
 //! Agent identity end to end (PRODUCT.md stages 2–6): a real gateway, a real upstream and a
 //! real HTTPS key directory (certificate from a CA made in the test), with requests signed by
 //! the library's own `Signer` at the real clock.
+#![allow(clippy::unwrap_used)]
 mod common;
 
 use std::path::Path;
@@ -239,6 +240,17 @@ async fn misbehaving_directories_are_refused_naming_the_fault() {
 }
 
 #[tokio::test]
+async fn directory_slower_than_the_timeout_is_unreachable() {
+    let key = new_key();
+    let w = World::start("enforce", &[&key], "directory_timeout = \"300ms\"", "").await;
+    w.directory.misbehave(Misbehave::Hang);
+    let started = std::time::Instant::now();
+    assert_agent_refused(w.send(w.signed(&w.signer(&key), BODY, now())).await, "unreachable").await;
+    assert!(started.elapsed() < Duration::from_secs(5), "the fetch was cut at directory_timeout");
+    assert!(w.upstream.seen().is_empty());
+}
+
+#[tokio::test]
 async fn hundred_concurrent_cold_requests_fetch_the_directory_once() {
     let key = new_key();
     let w = Arc::new(World::start("enforce", &[&key], "", "").await);
@@ -356,6 +368,23 @@ async fn monitor_mode_forwards_refused_signatures_and_logs_would_deny() {
     }
     assert!(lines[0]["reason"].as_str().unwrap().contains("no key with keyid"), "{}", lines[0]);
     assert!(lines[1]["reason"].as_str().unwrap().contains("not signed"), "{}", lines[1]);
+}
+
+#[tokio::test]
+async fn monitor_mode_forwards_a_replay_without_the_agent_header() {
+    let key = new_key();
+    let w = World::start("monitor", &[&key], "", "").await;
+    let req = w.signed(&w.signer(&key), BODY, now());
+    let copy = clone_request(&req);
+    assert_eq!(w.send(req).await.status(), 200);
+    assert_eq!(w.send(copy).await.status(), 200);
+    let seen = w.upstream.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].headers["x-portcullis-agent"], w.directory.origin());
+    assert!(seen[1].headers.get("x-portcullis-agent").is_none(), "a replayed copy carries no identity");
+    let lines = w.decisions();
+    assert_eq!((lines[0]["outcome"].as_str(), lines[1]["outcome"].as_str()), (Some("allow"), Some("would_deny")));
+    assert_eq!(lines[1]["error"], "replayed_signature");
 }
 
 #[tokio::test]

@@ -30,10 +30,13 @@ fn agent(header: &str) -> AgentRef {
     members.remove(0).agent.expect("usable agent")
 }
 
+/// The keys and `max-age` a fake directory serves, or the error its fetch fails with.
+type FakeAnswer = Result<(Vec<serde_json::Value>, Option<u64>), DirectoryError>;
+
 /// A directory that serves whatever the test put in it, counting fetches.
 #[derive(Default)]
 struct FakeDirectory {
-    doc: Mutex<Option<Result<(Vec<serde_json::Value>, Option<u64>), DirectoryError>>>,
+    doc: Mutex<Option<FakeAnswer>>,
     fetches: AtomicUsize,
 }
 

@@ -31,6 +31,8 @@ pub enum Misbehave {
     MediaType(&'static str),
     /// Serve this body with the right media type.
     Body(String),
+    /// Send nothing for 30 s (a directory slower than `directory_timeout`).
+    Hang,
 }
 
 struct State {
@@ -115,6 +117,10 @@ async fn serve(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
         Misbehave::Status(code) => Response::builder().status(code).header("location", "https://127.0.0.1:1/elsewhere").body(full("")).unwrap(),
         Misbehave::MediaType(ct) => Response::builder().status(200).header("content-type", ct).body(full(jwks)).unwrap(),
         Misbehave::Body(b) => resp.body(full(b)).unwrap(),
+        Misbehave::Hang => {
+            tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+            resp.body(full(jwks)).unwrap()
+        }
     }
 }
 
