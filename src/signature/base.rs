@@ -13,6 +13,10 @@ use sfv::{BareItem, InnerList, Item, ListEntry, ListSerializer, Parser, Version}
 
 use super::error::BaseError;
 
+/// Most covered components accepted in one signature. Web Bot Auth needs five or six; the cap
+/// bounds the quadratic duplicate check on attacker-sized input.
+pub const MAX_COVERED: usize = 64;
+
 /// The parts of a request the base reads.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestView<'a> {
@@ -68,6 +72,9 @@ struct Flags<'p> {
 /// Builds the signature base for `covered` (a `Signature-Input` member: covered components and
 /// signature parameters) over `msg`.
 pub fn signature_base(msg: &MessageView<'_>, covered: &InnerList) -> Result<Vec<u8>, BaseError> {
+    if covered.items.len() > MAX_COVERED {
+        return Err(BaseError::TooManyComponents(covered.items.len()));
+    }
     check_duplicates(&covered.items)?;
     let mut out = String::with_capacity(256 + 96 * covered.items.len());
     for item in &covered.items {

@@ -294,3 +294,10 @@ fn non_ascii_value_or_missing_authority_is_unusable() {
         Err(BaseError::UnusableValue("@authority".into()))
     );
 }
+
+#[test]
+fn more_than_64_components_are_too_many() {
+    let names: Vec<String> = (0..65).map(|i| format!("x-{i}")).collect();
+    let covered = InnerList::new(names.iter().flat_map(|n| one(n, &[]).items).collect());
+    assert_eq!(line(DICT_REQ, &covered), Err(BaseError::TooManyComponents(65)));
+}

@@ -6,6 +6,10 @@
 /// resolved fails the whole signature, it is never skipped).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BaseError {
+    /// More covered components than [`super::base::MAX_COVERED`]: no real signature needs that
+    /// many, and duplicate detection is quadratic.
+    #[error("signature covers {0} components (at most {max} are accepted)", max = super::base::MAX_COVERED)]
+    TooManyComponents(usize),
     /// A covered component is not an sf-string (RFC 9421 §2: identifiers are strings).
     #[error("covered component is not a string")]
     NotAString,
