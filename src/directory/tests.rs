@@ -304,3 +304,39 @@ fn origins_are_normalized() {
     assert!(normalize_origin("https://agent.example/keys").is_err());
     assert!(normalize_origin("http://agent.example").is_err());
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// Untrusted directory bytes: never a panic, never more keys than the cap, and every
+        /// key is filed under its own computed thumbprint.
+        #[test]
+        fn any_directory_body_parses_to_thumbprint_keyed_usable_keys(body in proptest::collection::vec(any::<u8>(), 0..512)) {
+            if let Ok(set) = parse_key_set(&body) {
+                prop_assert!(set.len() <= MAX_DIRECTORY_KEYS);
+                for (id, k) in &set {
+                    prop_assert_eq!(id, &ed25519_thumbprint(&k.key));
+                }
+            }
+        }
+
+        /// A JWKS mixing real keys with junk entries keeps exactly the real keys.
+        #[test]
+        fn junk_entries_never_hide_or_forge_keys(seeds in proptest::collection::btree_set(1u8..=255, 0..8), junk in proptest::collection::vec(".{0,16}", 0..8)) {
+            let mut keys: Vec<serde_json::Value> = seeds.iter().map(|n| ed25519_public_jwk(&key(*n))).collect();
+            keys.extend(junk.iter().map(|j| serde_json::json!({"kty": "OKP", "crv": "Ed25519", "x": j})));
+            let set = parse_key_set(serde_json::json!({ "keys": keys }).to_string().as_bytes()).expect("valid JWKS");
+            let want: std::collections::BTreeSet<String> = seeds.iter().map(|n| kid(*n)).collect();
+            prop_assert_eq!(set.keys().cloned().collect::<std::collections::BTreeSet<_>>(), want);
+        }
+
+        /// Any Cache-Control value: never a panic.
+        #[test]
+        fn any_cache_control_value_is_handled(v in ".{0,64}") {
+            let _ = parse_max_age(&v);
+        }
+    }
+}
