@@ -168,3 +168,57 @@ fn malformed_signature_agent_field_is_malformed() {
         assert!(matches!(parse_signature_agent(field), Err(SignatureError::Malformed(_))), "{field}");
     }
 }
+
+mod round_trip {
+    use proptest::prelude::*;
+    use sfv::{BareItem, InnerList, Item, KeyRef, Parameters, StringRef};
+
+    use super::super::*;
+
+    fn member() -> impl Strategy<Value = SignatureMember> {
+        let component = ("[@a-z][a-z0-9-]{0,12}", proptest::option::of("[a-z0-9]{1,6}"));
+        (
+            "[a-z*][a-z0-9_.*-]{0,8}",
+            proptest::collection::vec(component, 0..6),
+            any::<u32>(),
+            "[ -~]{0,24}",
+            proptest::option::of("[ -~]{0,24}"),
+            proptest::collection::vec(any::<u8>(), 0..80),
+        )
+            .prop_map(|(label, components, created, keyid, nonce, signature)| {
+                let items = components
+                    .into_iter()
+                    .map(|(name, key)| {
+                        let mut item = Item::new(BareItem::String(StringRef::from_str(&name).unwrap().to_owned()));
+                        if let Some(k) = key {
+                            item.params.insert(KeyRef::constant("key").to_owned(), BareItem::String(StringRef::from_str(&k).unwrap().to_owned()));
+                        }
+                        item
+                    })
+                    .collect();
+                let mut params = Parameters::new();
+                params.insert(KeyRef::constant("created").to_owned(), BareItem::Integer(sfv::Integer::from(created)));
+                params.insert(KeyRef::constant("keyid").to_owned(), BareItem::String(StringRef::from_str(&keyid).unwrap().to_owned()));
+                if let Some(n) = nonce {
+                    params.insert(KeyRef::constant("nonce").to_owned(), BareItem::String(StringRef::from_str(&n).unwrap().to_owned()));
+                }
+                SignatureMember { label, covered: InnerList::with_params(items, params), signature }
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn serialize_then_parse_gives_back_the_members(members in proptest::collection::vec(member(), 1..4)) {
+            // A dictionary keeps one member per label (RFC 8941 §3.2: last wins).
+            let mut unique: Vec<SignatureMember> = Vec::new();
+            for m in members {
+                match unique.iter_mut().find(|u| u.label == m.label) {
+                    Some(u) => *u = SignatureMember { label: u.label.clone(), ..m },
+                    None => unique.push(m),
+                }
+            }
+            let (input, signature) = serialize_signatures(&unique);
+            prop_assert_eq!(parse_signatures(&input, &signature).unwrap(), unique);
+        }
+    }
+}
