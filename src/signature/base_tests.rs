@@ -301,3 +301,32 @@ fn more_than_64_components_are_too_many() {
     let covered = InnerList::new(names.iter().flat_map(|n| one(n, &[]).items).collect());
     assert_eq!(line(DICT_REQ, &covered), Err(BaseError::TooManyComponents(65)));
 }
+
+/// The RSA-PSS and ECDSA vectors verify over the rebuilt base too (aws-lc-rs, test only: the
+/// gateway itself verifies Ed25519 only).
+#[test]
+fn rsa_pss_and_ecdsa_vectors_verify_over_the_rebuilt_base() {
+    use aws_lc_rs::signature::{RsaPublicKeyComponents, UnparsedPublicKey, ECDSA_P256_SHA256_FIXED, RSA_PSS_2048_8192_SHA512};
+    use base64::Engine;
+    let b64 = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(v.as_str().unwrap()).unwrap();
+    let keys = vectors("rfc9421-keys.json");
+    let rsa = &keys["keys"]["test-key-rsa-pss"]["jwk"];
+    let rsa = RsaPublicKeyComponents { n: b64(&rsa["n"]), e: b64(&rsa["e"]) };
+    let ec = &keys["keys"]["test-key-ecc-p256"]["jwk"];
+    let point: Vec<u8> = [vec![4u8], b64(&ec["x"]), b64(&ec["y"])].concat();
+    let mut n = 0;
+    for file in ["rfc9421-signatures.json", "web-bot-auth.json"] {
+        for case in vectors(file)["cases"].as_array().unwrap() {
+            let (base, sig) = (rebuild(case), member(case).signature);
+            match case["alg"].as_str().unwrap() {
+                "rsa-pss-sha512" => rsa.verify(&RSA_PSS_2048_8192_SHA512, &base, &sig).unwrap_or_else(|_| panic!("{}", case["id"])),
+                "ecdsa-p256-sha256" => {
+                    UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, &point).verify(&base, &sig).unwrap_or_else(|_| panic!("{}", case["id"]))
+                }
+                _ => continue,
+            }
+            n += 1;
+        }
+    }
+    assert_eq!(n, 8);
+}
