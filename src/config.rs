@@ -343,6 +343,17 @@ pub struct RawSignatures {
     /// Static keys: no directory fetch.
     #[serde(default)]
     pub keys: Vec<RawStaticKey>,
+    /// Wall-clock limit on one key directory fetch (connect, TLS, headers and body).
+    #[serde(default = "d_directory_timeout")]
+    pub directory_timeout: HumanDuration,
+    /// Shortest time a fetched directory is kept, whatever its `Cache-Control` says; also the
+    /// least time between two fetches of one directory (no fetch storm on unknown keyids).
+    #[serde(default = "d_directory_min_ttl")]
+    pub directory_min_ttl: HumanDuration,
+    /// Longest time a fetched directory is kept before it is fetched again (bounds how long a
+    /// key removed from the directory still works).
+    #[serde(default = "d_directory_max_ttl")]
+    pub directory_max_ttl: HumanDuration,
 }
 
 impl Default for RawSignatures {
@@ -359,6 +370,9 @@ impl Default for RawSignatures {
             require_nonce: false,
             authority: None,
             keys: Vec::new(),
+            directory_timeout: d_directory_timeout(),
+            directory_min_ttl: d_directory_min_ttl(),
+            directory_max_ttl: d_directory_max_ttl(),
         }
     }
 }
@@ -387,6 +401,15 @@ fn d_max_age() -> HumanDuration {
 }
 fn d_skew() -> HumanDuration {
     HumanDuration(Duration::from_secs(30))
+}
+fn d_directory_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(5))
+}
+fn d_directory_min_ttl() -> HumanDuration {
+    HumanDuration(Duration::from_secs(60))
+}
+fn d_directory_max_ttl() -> HumanDuration {
+    HumanDuration(Duration::from_secs(3600))
 }
 
 /// `[oauth]` (stage 7).
@@ -456,11 +479,21 @@ pub struct RawState {
     /// Time allowed for one Redis command; slower answers count as unavailable.
     #[serde(default = "d_store_command_timeout")]
     pub command_timeout: HumanDuration,
+    /// Most live replay records the memory store holds; when full, new signatures are refused
+    /// (fail closed) rather than forgetting live records.
+    #[serde(default = "d_max_replay_entries")]
+    pub max_replay_entries: usize,
 }
 
 impl Default for RawState {
     fn default() -> Self {
-        RawState { store: d_store(), prefix: d_prefix(), connect_timeout: d_store_connect_timeout(), command_timeout: d_store_command_timeout() }
+        RawState {
+            store: d_store(),
+            prefix: d_prefix(),
+            connect_timeout: d_store_connect_timeout(),
+            command_timeout: d_store_command_timeout(),
+            max_replay_entries: d_max_replay_entries(),
+        }
     }
 }
 
@@ -476,6 +509,9 @@ fn d_store_command_timeout() -> HumanDuration {
 
 fn d_store() -> String {
     "memory".to_owned()
+}
+fn d_max_replay_entries() -> usize {
+    1_000_000
 }
 
 /// `[admin]`
@@ -757,6 +793,7 @@ impl Config {
         );
         check("state.connect_timeout", nonzero(raw.state.connect_timeout.0));
         check("state.command_timeout", nonzero(raw.state.command_timeout.0));
+        check("state.max_replay_entries", if raw.state.max_replay_entries == 0 { Err("must be at least 1".into()) } else { Ok(()) });
         check("log.level", tracing_subscriber::EnvFilter::try_new(&raw.log.level).map(|_| ()).map_err(|e| format!("invalid filter {:?}: {e}", raw.log.level)));
         if let (Ok(l), Ok(Some(a))) = (&listen_addr, &admin) {
             if l == a && l.port() != 0 {

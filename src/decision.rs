@@ -15,6 +15,9 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 
 use crate::config::Mode;
 use crate::digest::DigestError;
+use crate::directory::DirectoryError;
+use crate::replay::ReplayError;
+use crate::signature::SignatureError;
 
 /// The body type of every response the gateway sends (refusals and streamed upstream bodies).
 pub type ResponseBody = BoxBody<Bytes, hyper::Error>;
@@ -57,6 +60,14 @@ pub enum Denial {
     /// `Content-Digest` missing where required, malformed, or not matching the body (stage 2).
     #[error("{0}")]
     Digest(#[from] DigestError),
+    /// No signature where one is required, or the signature is malformed, outside its time
+    /// window, does not cover what it must, or does not verify (stages 3 and 5).
+    #[error("{0}")]
+    Signature(#[from] SignatureError),
+    /// No key could be resolved for the signature: untrusted or unreachable directory, unknown
+    /// keyid, key outside its validity window (stage 4).
+    #[error("{0}")]
+    KeyResolution(#[from] DirectoryError),
     /// The signature was already accepted once (stage 6).
     #[error("signature was already used")]
     ReplayedSignature,
@@ -96,7 +107,7 @@ impl Denial {
             Denial::BodyTooLarge { .. } => "body_too_large",
             Denial::BodyTimeout { .. } => "body_timeout",
             Denial::BodyUnreadable(_) => "body_unreadable",
-            Denial::Digest(_) => "invalid_agent_credentials",
+            Denial::Digest(_) | Denial::Signature(_) | Denial::KeyResolution(_) => "invalid_agent_credentials",
             Denial::ReplayedSignature => "replayed_signature",
             Denial::OAuthRequired => "oauth_required",
             Denial::InsufficientScope { .. } => "insufficient_scope",
@@ -112,7 +123,7 @@ impl Denial {
             Denial::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Denial::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Denial::BodyUnreadable(_) => StatusCode::BAD_REQUEST,
-            Denial::Digest(_) | Denial::ReplayedSignature | Denial::OAuthRequired => StatusCode::UNAUTHORIZED,
+            Denial::Digest(_) | Denial::Signature(_) | Denial::KeyResolution(_) | Denial::ReplayedSignature | Denial::OAuthRequired => StatusCode::UNAUTHORIZED,
             Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } => StatusCode::FORBIDDEN,
             Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Denial::StateUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -127,6 +138,16 @@ impl Denial {
             // The I/O detail stays in the diagnostic log: it describes the gateway's insides.
             Denial::BodyUnreadable(_) => "request body could not be read (connection reset or invalid framing)".to_owned(),
             other => other.to_string(),
+        }
+    }
+}
+
+impl From<ReplayError> for Denial {
+    fn from(e: ReplayError) -> Denial {
+        match e {
+            ReplayError::Replayed => Denial::ReplayedSignature,
+            // Fail closed, naming the store: no claim of replay protection without a record.
+            ReplayError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
         }
     }
 }
@@ -193,6 +214,9 @@ pub struct Challenge {
     pub resource_metadata: String,
     /// Scopes to suggest on a 401 (`scope=`), space separated; empty = omitted.
     pub scope: String,
+    /// `Accept-Signature` value (RFC 9421 §5.1) sent with agent-credential refusals; empty =
+    /// omitted (signatures not configured).
+    pub accept_signature: String,
 }
 
 /// Builds the refusal response for `denial`. Pure: no logging, no metrics.
@@ -219,12 +243,18 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
                 ),
             ));
         }
+        // RFC 9421 §5.1: say which signature would be accepted.
+        Denial::Signature(_) | Denial::KeyResolution(_) if !challenge.accept_signature.is_empty() => {
+            headers.push((HeaderName::from_static("accept-signature"), challenge.accept_signature.clone()));
+        }
         Denial::RateLimited { retry_after } => headers.push((RETRY_AFTER, retry_after_secs(*retry_after).to_string())),
         Denial::StateUnavailable { .. } => headers.push((RETRY_AFTER, "1".to_owned())),
         Denial::BodyTooLarge { .. }
         | Denial::BodyTimeout { .. }
         | Denial::BodyUnreadable(_)
         | Denial::Digest(_)
+        | Denial::Signature(_)
+        | Denial::KeyResolution(_)
         | Denial::ReplayedSignature
         | Denial::AccessDenied { .. } => {}
     }

@@ -2,7 +2,11 @@ use super::*;
 use http_body_util::BodyExt;
 
 fn challenge() -> Challenge {
-    Challenge { resource_metadata: "https://mcp.example.com/.well-known/oauth-protected-resource".into(), scope: "mcp:tools files:read".into() }
+    Challenge {
+        resource_metadata: "https://mcp.example.com/.well-known/oauth-protected-resource".into(),
+        scope: "mcp:tools files:read".into(),
+        accept_signature: r#"sig1=("@method" "@authority" "@path" "signature-agent";key="sig1");tag="web-bot-auth""#.into(),
+    }
 }
 
 async fn body_json(resp: Response<ResponseBody>) -> serde_json::Value {
@@ -81,6 +85,8 @@ fn every_denial_has_a_code_and_status() {
         Denial::BodyTimeout { after: Duration::from_secs(1) },
         Denial::BodyUnreadable("reset".into()),
         Denial::Digest(DigestError::Missing),
+        Denial::Signature(SignatureError::Missing),
+        Denial::KeyResolution(DirectoryError::NoAgent { keyid: "k".into() }),
         Denial::ReplayedSignature,
         Denial::OAuthRequired,
         Denial::InsufficientScope { required: vec![] },
@@ -92,6 +98,8 @@ fn every_denial_has_a_code_and_status() {
         (413, "body_too_large"),
         (408, "body_timeout"),
         (400, "body_unreadable"),
+        (401, "invalid_agent_credentials"),
+        (401, "invalid_agent_credentials"),
         (401, "invalid_agent_credentials"),
         (401, "replayed_signature"),
         (401, "oauth_required"),
@@ -109,4 +117,26 @@ fn every_denial_has_a_code_and_status() {
 fn quoting_escapes_and_strips_controls() {
     assert_eq!(quote(r#"a"b\c"#), r#"a\"b\\c"#);
     assert_eq!(quote("x\r\ny"), "xy");
+}
+
+#[tokio::test]
+async fn agent_credential_refusals_carry_accept_signature() {
+    for denial in [Denial::Signature(SignatureError::Missing), Denial::KeyResolution(DirectoryError::UntrustedOrigin { origin: "https://x.example".into() })] {
+        let resp = respond(&denial, "r", &challenge());
+        assert_eq!(resp.status(), 401);
+        assert_eq!(resp.headers()["accept-signature"], challenge().accept_signature.as_str());
+        assert_eq!(resp.headers()[CACHE_CONTROL], "no-store");
+        assert_eq!(body_json(resp).await["error"], "invalid_agent_credentials");
+    }
+    let resp = respond(&Denial::ReplayedSignature, "r", &challenge());
+    assert!(resp.headers().get("accept-signature").is_none());
+    assert_eq!(body_json(resp).await["error"], "replayed_signature");
+}
+
+#[test]
+fn replay_errors_map_to_replayed_or_state_unavailable() {
+    assert!(matches!(Denial::from(ReplayError::Replayed), Denial::ReplayedSignature));
+    let d = Denial::from(ReplayError::Store(crate::state::StoreError::Unavailable { store: "redis://x".into(), reason: "down".into() }));
+    assert_eq!((d.status().as_u16(), d.code()), (503, "state_unavailable"));
+    assert!(d.reason().contains("redis://x"), "{}", d.reason());
 }

@@ -6,14 +6,23 @@
 //! (forwarding) happens in `proxy`, after the mode is applied.
 
 use std::fmt;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 
 use crate::config::{Config, ConfigError, FieldError};
-use crate::decision::{Decision, Permit};
+use crate::decision::{Decision, Denial, Permit};
 use crate::digest::{DigestCheck, VerifiedDigest};
+use crate::directory::KeyResolver;
+use crate::replay::ReplayGuard;
+use crate::signature::{SignatureError, SignatureVerifier, VerifiedSignature};
+use crate::state::replay::MemoryReplayStore;
+use crate::telemetry::FetchLabels;
 
 /// One request as the stages see it: the head, the exact raw body bytes, and the time.
 #[derive(Debug)]
@@ -127,6 +136,10 @@ pub struct Evidence {
     pub timings: StageTimings,
     /// Stage 2 result, when a digest was sent.
     pub digest: Option<VerifiedDigest>,
+    /// Stages 3–6 result: the verified, first-use signature and the agent it speaks for.
+    /// `None` when the request was unsigned and signatures are optional, or a stage 2–6
+    /// refused (in monitor mode such a request is forwarded without identity).
+    pub agent: Option<VerifiedSignature>,
 }
 
 impl Evidence {
@@ -137,12 +150,24 @@ impl Evidence {
         self.timings.record(stage, start.elapsed());
         out
     }
+
+    /// Awaits `f` as `stage`, recording its duration (added to earlier time in that stage).
+    async fn timed_async<T>(&mut self, stage: Stage, f: impl Future<Output = T>) -> T {
+        let start = Instant::now();
+        let out = f.await;
+        self.timings.record(stage, start.elapsed());
+        out
+    }
 }
 
 /// Every stage, built once from the config at start.
 #[derive(Debug)]
 pub struct Stages {
     digest: DigestCheck,
+    is_signature_required: bool,
+    signature: SignatureVerifier,
+    directory: KeyResolver,
+    replay: ReplayGuard,
 }
 
 impl Stages {
@@ -150,22 +175,79 @@ impl Stages {
     pub fn build(config: &Config) -> Result<Stages, ConfigError> {
         let sig = &config.signatures;
         let mut errors = Vec::new();
-        if sig.required {
-            errors.push(FieldError::new("signatures.required", "signature verification is not available in this build; set it to false"));
-        }
+        let signature = SignatureVerifier::new(sig).map_err(|e| errors.extend(e));
+        let directory = KeyResolver::new(sig, &config.base_dir).map_err(|e| errors.extend(e));
         if config.oauth.raw.required {
             errors.push(FieldError::new("oauth.required", "bearer-token verification is not available in this build; set it to false"));
         }
         if !errors.is_empty() {
             return Err(ConfigError::Invalid { origin: config.origin.clone(), errors });
         }
+        let (Ok(signature), Ok(directory)) = (signature, directory) else {
+            return Err(ConfigError::Invalid { origin: config.origin.clone(), errors });
+        };
         let digest_required = sig.required && sig.components.iter().any(|c| c == "content-digest");
-        Ok(Stages { digest: DigestCheck::new(digest_required) })
+        // `state.store` is validated by `Config` ("memory" is the only store in this build).
+        let store = Arc::new(MemoryReplayStore::new(config.state.max_replay_entries));
+        Ok(Stages {
+            digest: DigestCheck::new(digest_required),
+            is_signature_required: sig.required,
+            signature,
+            directory,
+            replay: ReplayGuard::new(sig, store),
+        })
+    }
+
+    /// `Accept-Signature` value for agent-credential refusals (RFC 9421 §5.1).
+    pub fn accept_signature(&self) -> &str {
+        self.signature.accept_signature()
+    }
+
+    /// The identity stages' counters (directory fetches by result, replay hits) to register.
+    pub fn identity_counters(&self) -> (Family<FetchLabels, Counter>, Counter) {
+        (self.directory.fetch_counter(), self.replay.hit_counter())
     }
 }
 
 /// Runs stages 2–10 of PRODUCT.md in order; the first failure decides.
 pub async fn check(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Decision {
     seen.digest = seen.timed(Stage::Digest, || stages.digest.verify(&req.head.headers, &req.body))?;
+    if let Some(agent) = seen.timed_async(Stage::Signature, verify_signature(req, stages)).await? {
+        seen.timed_async(Stage::Replay, stages.replay.check_once(&agent, req.now)).await?;
+        // Only a first-use signature names the agent: a replayed copy (forwarded in monitor
+        // mode) must not carry the identity upstream.
+        seen.agent = Some(agent);
+    }
     Ok(Permit::granted())
+}
+
+/// Stages 3–5: parse and check the signature, resolve its key, verify it. `Ok(None)`: the
+/// request is unsigned and signatures are optional (it continues with no agent).
+async fn verify_signature(req: &Inbound, stages: &Stages) -> Result<Option<VerifiedSignature>, Denial> {
+    let Some(pending) = stages.signature.prepare(req)? else {
+        return if stages.is_signature_required { Err(SignatureError::Missing.into()) } else { Ok(None) };
+    };
+    let key = stages.directory.resolve(pending.agent(), pending.keyid(), req.now).await?;
+    Ok(Some(pending.verify(key.key(), key.agent())?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_builds_with_signatures_required() {
+        let config = Config::embedded_default().expect("embedded default validates");
+        assert!(config.signatures.required, "monitor-mode default checks signatures");
+        let stages = Stages::build(&config).expect("every stage builds");
+        assert!(stages.accept_signature().contains("tag=\"web-bot-auth\""), "{}", stages.accept_signature());
+    }
+
+    #[test]
+    fn bad_directory_settings_are_refused_naming_the_field() {
+        let mut config = Config::embedded_default().expect("embedded default validates");
+        config.signatures.trusted_agents = vec!["http://agent.example".into()];
+        let err = Stages::build(&config).expect_err("plain http directory").to_string();
+        assert!(err.contains("signatures.trusted_agents[0]"), "{err}");
+    }
 }

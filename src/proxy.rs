@@ -24,6 +24,9 @@ use crate::pipeline::{Evidence, Inbound};
 /// Prefix of the headers the gateway itself sets upstream; inbound copies are always removed.
 pub const IDENTITY_PREFIX: &str = "x-portcullis-";
 
+/// The verified agent id (directory origin or static key agent) sent upstream.
+pub const AGENT_HEADER: &str = "x-portcullis-agent";
+
 /// Hop-by-hop fields (RFC 9110 §7.6.1) plus the legacy `proxy-connection` and `keep-alive`.
 /// `trailer` is end-to-end (RFC 9110 §6.6.2) and stays.
 const HOP_BY_HOP: [&str; 8] =
@@ -66,7 +69,7 @@ impl Upstream {
 
     /// Sends `req` upstream and returns the response head with its body still streaming.
     /// `permission` is the proof that the request may go (a permit, or a monitored denial).
-    pub async fn forward(&self, req: Inbound, permission: Forward, _seen: &Evidence) -> Result<Response<ResponseBody>, UpstreamError> {
+    pub async fn forward(&self, req: Inbound, permission: Forward, seen: &Evidence) -> Result<Response<ResponseBody>, UpstreamError> {
         drop(permission);
         let Inbound { head, body, peer, is_tls, request_id, .. } = req;
         let path_and_query = head.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
@@ -95,6 +98,10 @@ impl Upstream {
         }
         if let Ok(v) = HeaderValue::from_str(&request_id) {
             headers.insert(HeaderName::from_static("x-portcullis-request-id"), v);
+        }
+        // Only a verified signature names the agent; inbound copies were removed above.
+        if let Some(v) = seen.agent.as_ref().and_then(|a| HeaderValue::from_str(a.agent()).ok()) {
+            headers.insert(HeaderName::from_static(AGENT_HEADER), v);
         }
 
         let mut out = Request::new(Full::new(body));

@@ -120,11 +120,18 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
 
     let (prm, prm_paths) = protected_resource_metadata(&config);
+    let mut metrics = Metrics::new();
+    let (directory_fetches, replay_hits) = stages.identity_counters();
+    metrics.register_identity(directory_fetches, replay_hits);
     let shared = Arc::new(Shared {
-        challenge: Challenge { resource_metadata: config.resource_metadata_url(), scope: config.oauth.raw.scopes_supported.join(" ") },
+        challenge: Challenge {
+            resource_metadata: config.resource_metadata_url(),
+            scope: config.oauth.raw.scopes_supported.join(" "),
+            accept_signature: stages.accept_signature().to_owned(),
+        },
         upstream: Upstream::new(&config.upstream, config.oauth.raw.forward_token),
         stages,
-        metrics: Metrics::new(),
+        metrics,
         log,
         prm,
         prm_paths,
@@ -315,8 +322,8 @@ impl Shared {
                 upstream_error: upstream_error.as_ref().map(|e| e.code()),
                 method: method.as_str(),
                 path: &path,
-                agent: None,
-                keyid: None,
+                agent: seen.agent.as_ref().map(|a| a.agent()),
+                keyid: seen.agent.as_ref().map(|a| a.keyid()),
                 sub: None,
                 mcp_method: None,
                 tool: None,

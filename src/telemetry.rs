@@ -54,6 +54,13 @@ struct ErrorLabels {
     error: &'static str,
 }
 
+/// Label of the key directory fetch counter: `ok`, or the failure kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FetchLabels {
+    /// `ok`, `unreachable`, `bad_status`, `bad_media_type`, `too_large`, `malformed`.
+    pub result: &'static str,
+}
+
 /// The gateway's Prometheus metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -95,6 +102,13 @@ impl Metrics {
             self.stage_seconds.get_or_create(&StageLabels { stage: stage.as_str() }).observe(d.as_secs_f64());
         }
         self.request_seconds.observe(total.as_secs_f64());
+    }
+
+    /// Registers the identity stages' counters: directory fetches by result, and signatures
+    /// refused as replays.
+    pub fn register_identity(&mut self, directory_fetches: Family<FetchLabels, Counter>, replay_hits: Counter) {
+        self.registry.register("directory_fetches", "Key directory fetches by result", directory_fetches);
+        self.registry.register("replay_hits", "Signatures refused because they were already used", replay_hits);
     }
 
     /// Counts a failed forward.

@@ -1,6 +1,7 @@
 //! Test harness: a real MCP-like upstream and the real gateway, both on 127.0.0.1:0.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod directory;
 pub mod pki;
 pub mod redis;
 

@@ -1,0 +1,189 @@
+//! Fetching and parsing one key directory (spec/README.md §5.3; WBA "Key Distribution and
+//! Discovery", "Directory Format", "SSRF").
+//!
+//! HTTPS only, no redirects, status exactly 200, the directory media type, a size cap checked
+//! while reading, a key-count cap, and a wall-clock timeout over the whole exchange. Malformed
+//! JWKs are dropped (WBA: SHOULD); the thumbprint of each usable key is computed here.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ed25519_dalek::VerifyingKey;
+use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use serde_json::Value;
+
+use super::DirectoryError;
+use crate::signature::{ed25519_thumbprint, verifying_key_from_jwk, AgentKind};
+use crate::tls;
+
+/// Path of a directory under its origin (WBA "Key Distribution and Discovery").
+pub const WELL_KNOWN_PATH: &str = "/.well-known/http-message-signatures-directory";
+/// Media type a directory is served with at the well-known URI [MUST].
+pub const DIRECTORY_MEDIA_TYPE: &str = "application/http-message-signatures-directory+json";
+/// Media types accepted for a `type=jwks_uri` agent (RFC 7517 §8.5.1, or plain JSON).
+const JWKS_MEDIA_TYPES: [&str; 3] = ["application/jwk-set+json", "application/json", DIRECTORY_MEDIA_TYPE];
+/// Largest directory document read (WBA "SSRF": size cap after decoding).
+pub const MAX_DIRECTORY_BYTES: usize = 64 << 10;
+/// Most keys a directory may list (WBA "SSRF": key-count cap).
+pub const MAX_DIRECTORY_KEYS: usize = 64;
+
+/// One usable key of a directory, with its validity window (PRODUCT.md decision 6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectoryKey {
+    /// The Ed25519 public key.
+    pub key: VerifyingKey,
+    /// `nbf`, Unix seconds: not to be used before.
+    pub nbf: Option<u64>,
+    /// `exp`, Unix seconds: not to be used from then on.
+    pub exp: Option<u64>,
+}
+
+/// The usable keys of a directory, by RFC 7638 thumbprint (computed here, never `kid`).
+pub type KeySet = HashMap<String, DirectoryKey>;
+
+/// A fetched document: its keys and its `Cache-Control: max-age`.
+pub(crate) struct Fetched {
+    pub(crate) keys: KeySet,
+    pub(crate) max_age: Option<Duration>,
+}
+
+/// Gets one directory document. The HTTP implementation is [`HttpFetch`]; unit tests use a fake.
+#[async_trait]
+pub(crate) trait Fetch: Send + Sync {
+    /// Fetches and parses the document at `url`.
+    async fn fetch(&self, url: &str, kind: AgentKind) -> Result<Fetched, DirectoryError>;
+}
+
+/// Fetches directories with the outbound HTTPS client (`tls::outbound_client`).
+pub(crate) struct HttpFetch {
+    client: reqwest::Client,
+    timeout: Duration,
+}
+
+impl HttpFetch {
+    pub(crate) fn new(extra_ca: Option<&Path>, timeout: Duration) -> Result<Self, tls::TlsError> {
+        Ok(HttpFetch { client: tls::outbound_client("signatures.directory_ca", extra_ca, timeout)?, timeout })
+    }
+
+    async fn get(&self, url: &str, kind: AgentKind) -> Result<Fetched, DirectoryError> {
+        let unreachable = |e: reqwest::Error| DirectoryError::Unreachable { url: url.to_owned(), reason: error_chain(&e) };
+        let mut resp = self.client.get(url).header(ACCEPT, DIRECTORY_MEDIA_TYPE).send().await.map_err(unreachable)?;
+        // WBA -02: exactly 200; a redirect is a discovery failure, never followed.
+        if resp.status().as_u16() != 200 {
+            return Err(DirectoryError::BadStatus { url: url.to_owned(), status: resp.status().as_u16() });
+        }
+        let content_type = resp.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        let media_type = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+        let accepted = match kind {
+            AgentKind::Directory => media_type == DIRECTORY_MEDIA_TYPE,
+            AgentKind::JwksUri | AgentKind::Cimd => JWKS_MEDIA_TYPES.contains(&media_type.as_str()),
+        };
+        if !accepted {
+            return Err(DirectoryError::BadMediaType { url: url.to_owned(), content_type });
+        }
+        let too_large = || DirectoryError::TooLarge { url: url.to_owned(), limit: MAX_DIRECTORY_BYTES };
+        let declared = resp.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > MAX_DIRECTORY_BYTES as u64) {
+            return Err(too_large());
+        }
+        let max_age = resp.headers().get_all(CACHE_CONTROL).iter().filter_map(|v| v.to_str().ok()).find_map(parse_max_age);
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(unreachable)? {
+            if body.len() + chunk.len() > MAX_DIRECTORY_BYTES {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let keys = parse_key_set(&body).map_err(|e| match e {
+            ParseError::TooManyKeys => DirectoryError::TooManyKeys { url: url.to_owned(), limit: MAX_DIRECTORY_KEYS },
+            ParseError::Malformed(reason) => DirectoryError::Malformed { url: url.to_owned(), reason },
+        })?;
+        Ok(Fetched { keys, max_age })
+    }
+}
+
+#[async_trait]
+impl Fetch for HttpFetch {
+    async fn fetch(&self, url: &str, kind: AgentKind) -> Result<Fetched, DirectoryError> {
+        // The client's own timeout covers each exchange; this bounds the whole fetch,
+        // body included, however slowly the directory trickles bytes.
+        match tokio::time::timeout(self.timeout, self.get(url, kind)).await {
+            Ok(r) => r,
+            Err(_) => Err(DirectoryError::Unreachable { url: url.to_owned(), reason: format!("no complete answer within {:?}", self.timeout) }),
+        }
+    }
+}
+
+/// Why a document is not a usable JWKS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseError {
+    /// Not JSON, or not `{"keys": [...]}`.
+    Malformed(String),
+    /// More entries than [`MAX_DIRECTORY_KEYS`].
+    TooManyKeys,
+}
+
+/// Parses a JWKS (RFC 7517 §5) into its usable Ed25519 keys by computed thumbprint. Entries
+/// that are not usable public Ed25519 signing keys, or whose `nbf`/`exp` are not integers,
+/// are dropped (WBA "Directory Format": validate and drop malformed entries).
+pub fn parse_key_set(body: &[u8]) -> Result<KeySet, ParseError> {
+    let doc: Value = serde_json::from_slice(body).map_err(|e| ParseError::Malformed(format!("not JSON: {e}")))?;
+    let keys = doc.get("keys").and_then(Value::as_array).ok_or_else(|| ParseError::Malformed("no \"keys\" array".to_owned()))?;
+    if keys.len() > MAX_DIRECTORY_KEYS {
+        return Err(ParseError::TooManyKeys);
+    }
+    let mut out = KeySet::with_capacity(keys.len());
+    for jwk in keys {
+        let key = match verifying_key_from_jwk(jwk) {
+            Ok(k) => k,
+            Err(e) => {
+                tracing::debug!(error = %e, "Dropping unusable directory key");
+                continue;
+            }
+        };
+        let (Ok(nbf), Ok(exp)) = (time_member(jwk, "nbf"), time_member(jwk, "exp")) else {
+            tracing::debug!("Dropping directory key with a non-integer nbf/exp");
+            continue;
+        };
+        out.insert(ed25519_thumbprint(&key), DirectoryKey { key, nbf, exp });
+    }
+    Ok(out)
+}
+
+fn time_member(jwk: &Value, name: &str) -> Result<Option<u64>, ()> {
+    match jwk.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or(()),
+    }
+}
+
+/// `max-age` of a `Cache-Control` value (RFC 9111 §5.2.2.1); `no-store` and `no-cache` count
+/// as zero (the caller clamps to `directory_min_ttl`).
+pub(crate) fn parse_max_age(value: &str) -> Option<Duration> {
+    let mut out = None;
+    for directive in value.split(',') {
+        let (name, arg) = match directive.split_once('=') {
+            Some((n, a)) => (n.trim(), Some(a.trim().trim_matches('"'))),
+            None => (directive.trim(), None),
+        };
+        match (name.to_ascii_lowercase().as_str(), arg) {
+            ("no-store" | "no-cache", _) => return Some(Duration::ZERO),
+            ("max-age", Some(a)) => out = a.parse::<u64>().ok().map(Duration::from_secs).or(out),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(src) = cur {
+        s.push_str(": ");
+        s.push_str(&src.to_string());
+        cur = src.source();
+    }
+    s
+}

@@ -1,0 +1,154 @@
+//! Replay protection (PRODUCT.md stage 6): a verified signature is accepted once.
+//!
+//! Decides whether this exact signature (or its nonce) was already accepted. The record key
+//! is the keyid plus a SHA-256 of the signature bytes, so relabelling a captured signature
+//! (RFC 9421 §7.2.5) does not make it new; when a `nonce` is present, the keyid plus the nonce
+//! is also single-use (PRODUCT.md decision 4, RFC 9421 §7.2.2). Records are kept until the
+//! signature's `expires` plus the clock skew, after which the signature stage refuses it
+//! anyway. Trusts only a [`VerifiedSignature`] and the [`ReplayStore`]'s atomic answer; a store
+//! that cannot answer refuses the request (spec/README.md §4.6: no claim of replay protection
+//! without a record).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use prometheus_client::metrics::counter::Counter;
+use sha2::{Digest, Sha256};
+
+use crate::config::RawSignatures;
+use crate::pipeline::UnixTime;
+use crate::signature::VerifiedSignature;
+use crate::state::replay::ReplayStore;
+use crate::state::StoreError;
+
+/// Why the replay stage refused a signature.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayError {
+    /// This signature (same keyid and signature bytes), or its nonce, was already accepted.
+    #[error("signature was already used")]
+    Replayed,
+    /// The replay store could not record the signature (down, or full): fail closed.
+    #[error("replay store: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// The replay stage, built from `[signatures]` and the configured store.
+pub struct ReplayGuard {
+    store: Arc<dyn ReplayStore>,
+    skew: Duration,
+    hits: Counter,
+}
+
+impl std::fmt::Debug for ReplayGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayGuard").field("skew", &self.skew).finish_non_exhaustive()
+    }
+}
+
+/// Least time a record is kept, so a signature right at its `expires` is still recorded.
+const MIN_TTL: Duration = Duration::from_secs(1);
+
+impl ReplayGuard {
+    /// A guard over `store`, keeping records until `expires + signatures.clock_skew`.
+    pub fn new(cfg: &RawSignatures, store: Arc<dyn ReplayStore>) -> Self {
+        ReplayGuard { store, skew: cfg.clock_skew.0, hits: Counter::default() }
+    }
+
+    /// The counter of refused replays, for the metrics registry.
+    pub fn hit_counter(&self) -> Counter {
+        self.hits.clone()
+    }
+
+    /// Records `sig` as used; `Err(Replayed)` if it (or its nonce) already was. Exactly one of
+    /// several concurrent copies passes, as the store's `first_use` is atomic.
+    pub async fn check_once(&self, sig: &VerifiedSignature, now: UnixTime) -> Result<(), ReplayError> {
+        self.check_parts(sig.keyid(), sig.signature_bytes(), sig.nonce(), sig.expires(), now).await
+    }
+
+    async fn check_parts(&self, keyid: &str, signature: &[u8], nonce: Option<&str>, expires: i64, now: UnixTime) -> Result<(), ReplayError> {
+        let ttl = self.ttl(expires, now);
+        let by_signature = format!("sig:{keyid}:{}", URL_SAFE_NO_PAD.encode(Sha256::digest(signature)));
+        let mut is_first = self.store.first_use(&by_signature, ttl).await?;
+        if let Some(nonce) = nonce.filter(|_| is_first) {
+            // The nonce is hashed so a long nonce costs the store no more than a short one.
+            let by_nonce = format!("nonce:{keyid}:{}", URL_SAFE_NO_PAD.encode(Sha256::digest(nonce.as_bytes())));
+            is_first = self.store.first_use(&by_nonce, ttl).await?;
+        }
+        if is_first {
+            Ok(())
+        } else {
+            self.hits.inc();
+            Err(ReplayError::Replayed)
+        }
+    }
+
+    /// Time until `expires + skew`, at least [`MIN_TTL`].
+    fn ttl(&self, expires: i64, now: UnixTime) -> Duration {
+        let until = Duration::from_secs(u64::try_from(expires).unwrap_or(0)) + self.skew;
+        until.saturating_sub(now.0).max(MIN_TTL)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::state::replay::MemoryReplayStore;
+
+    fn guard(store: Arc<dyn ReplayStore>) -> ReplayGuard {
+        ReplayGuard::new(&RawSignatures::default(), store)
+    }
+
+    const NOW: UnixTime = UnixTime(Duration::from_secs(1_800_000_000));
+
+    #[tokio::test]
+    async fn second_use_of_a_signature_is_replayed_and_counted() {
+        let g = guard(Arc::new(MemoryReplayStore::new(100)));
+        assert_eq!(g.check_parts("kid", b"sig-bytes", None, 1_800_000_060, NOW).await, Ok(()));
+        assert_eq!(g.check_parts("kid", b"sig-bytes", None, 1_800_000_060, NOW).await, Err(ReplayError::Replayed));
+        assert_eq!(g.hit_counter().get(), 1);
+    }
+
+    #[tokio::test]
+    async fn same_bytes_under_another_key_are_a_different_signature() {
+        let g = guard(Arc::new(MemoryReplayStore::new(100)));
+        assert_eq!(g.check_parts("kid-a", b"sig", None, 1_800_000_060, NOW).await, Ok(()));
+        assert_eq!(g.check_parts("kid-b", b"sig", None, 1_800_000_060, NOW).await, Ok(()));
+    }
+
+    #[tokio::test]
+    async fn reused_nonce_is_replayed_even_with_new_signature_bytes() {
+        let g = guard(Arc::new(MemoryReplayStore::new(100)));
+        assert_eq!(g.check_parts("kid", b"first", Some("n-1"), 1_800_000_060, NOW).await, Ok(()));
+        assert_eq!(g.check_parts("kid", b"second", Some("n-1"), 1_800_000_060, NOW).await, Err(ReplayError::Replayed));
+        assert_eq!(g.check_parts("kid", b"third", Some("n-2"), 1_800_000_060, NOW).await, Ok(()));
+    }
+
+    #[test]
+    fn records_live_until_expires_plus_skew() {
+        let g = guard(Arc::new(MemoryReplayStore::new(1)));
+        assert_eq!(g.ttl(1_800_000_060, NOW), Duration::from_secs(60 + 30));
+        assert_eq!(g.ttl(1_700_000_000, NOW), MIN_TTL, "already expired: still recorded briefly");
+        assert_eq!(g.ttl(-5, NOW), MIN_TTL);
+    }
+
+    struct DownStore;
+
+    #[async_trait]
+    impl ReplayStore for DownStore {
+        async fn first_use(&self, _key: &str, _ttl: Duration) -> Result<bool, StoreError> {
+            Err(StoreError::Unavailable { store: "test store".into(), reason: "connection refused".into() })
+        }
+    }
+
+    #[tokio::test]
+    async fn unavailable_store_is_an_error_not_a_pass() {
+        let g = guard(Arc::new(DownStore));
+        let err = g.check_parts("kid", b"sig", None, 1_800_000_060, NOW).await.expect_err("store down");
+        assert!(matches!(err, ReplayError::Store(_)), "{err:?}");
+        assert!(err.to_string().contains("connection refused"));
+    }
+}

@@ -1,0 +1,385 @@
+//! The signature stage's checks (PRODUCT.md stages 3 and 5): pick the tagged signature, enforce
+//! the Web Bot Auth profile and our coverage/time rules, build the base, then verify Ed25519.
+//!
+//! Split in two so key resolution (stage 4, `directory`) sits between: [`SignatureVerifier::prepare`]
+//! trusts nothing and checks everything that needs no key; [`PendingSignature::verify`] checks
+//! the bytes with the key the caller resolved for this keyid and agent. Time is the request's
+//! injected clock, never read here.
+
+use ed25519_dalek::{Signature, VerifyingKey};
+use sfv::{BareItem, InnerList, Item};
+
+use super::base::{signature_base, MessageView, RequestView};
+use super::error::SignatureError;
+use super::parse::{combined_field, parse_signature_agent, parse_signatures, pick_tagged, AgentForm, AgentRef, SignatureMember};
+use super::parse::{SIGNATURE, SIGNATURE_AGENT, SIGNATURE_INPUT};
+use crate::config::{FieldError, RawSignatures};
+use crate::pipeline::Inbound;
+
+/// The only algorithm the gateway verifies (product scope, spec/README.md §4.5).
+const ED25519: &str = "ed25519";
+/// Derived components a configuration may require (RFC 9421 §2.2, request side).
+const DERIVED: [&str; 7] = ["@method", "@authority", "@path", "@query", "@target-uri", "@scheme", "@request-target"];
+
+/// The signature stage's rules, built once from `[signatures]`.
+#[derive(Debug, Clone)]
+pub struct SignatureVerifier {
+    tag: String,
+    /// Required components other than `content-digest` and `signature-agent`.
+    components: Vec<String>,
+    requires_digest: bool,
+    max_age: u64,
+    skew: u64,
+    accepts_legacy_agent: bool,
+    requires_nonce: bool,
+    authority: Option<String>,
+    accept_signature: String,
+}
+
+impl SignatureVerifier {
+    /// Validates `[signatures]` (tag, components, durations, authority) and builds the rules.
+    /// Every bad field is reported. The required components may be configured, never below the
+    /// profile minimum: `@authority` or `@target-uri`, plus `signature-agent` (PRODUCT.md
+    /// decision 2).
+    pub fn new(cfg: &RawSignatures) -> Result<Self, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        if cfg.tag.is_empty() || sfv::StringRef::from_str(&cfg.tag).is_err() {
+            errors.push(FieldError::new("signatures.tag", "must be a non-empty string of printable ASCII"));
+        }
+        let mut components = Vec::new();
+        for c in &cfg.components {
+            let is_field = !c.is_empty() && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b));
+            if !(DERIVED.contains(&c.as_str()) || is_field) {
+                errors.push(FieldError::new("signatures.components", format!("{c:?} is not a request derived component or a lowercase field name")));
+            } else if c != "content-digest" && c != "signature-agent" && !components.contains(c) {
+                components.push(c.clone());
+            }
+        }
+        let has = |n: &str| cfg.components.iter().any(|c| c == n);
+        if !has("signature-agent") || !(has("@authority") || has("@target-uri")) {
+            errors.push(FieldError::new(
+                "signatures.components",
+                "must include \"signature-agent\" and \"@authority\" or \"@target-uri\" (Web Bot Auth profile minimum)",
+            ));
+        }
+        if cfg.max_age.0.as_secs() == 0 {
+            errors.push(FieldError::new("signatures.max_age", "must be at least 1s"));
+        }
+        let authority = cfg.authority.as_deref().map(|a| a.to_ascii_lowercase());
+        if let Some(a) = &authority {
+            if a.parse::<http::uri::Authority>().is_err() || a.contains('@') {
+                errors.push(FieldError::new("signatures.authority", format!("{a:?} is not a host[:port]")));
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let accept_signature = accept_signature(&cfg.components, &cfg.tag);
+        Ok(SignatureVerifier {
+            tag: cfg.tag.clone(),
+            components,
+            requires_digest: has("content-digest"),
+            max_age: cfg.max_age.0.as_secs(),
+            skew: cfg.clock_skew.0.as_secs(),
+            accepts_legacy_agent: cfg.accept_legacy_agent,
+            requires_nonce: cfg.require_nonce,
+            authority,
+            accept_signature,
+        })
+    }
+
+    /// Value for the `Accept-Signature` header on refusals (RFC 9421 §5.1): the required
+    /// components, `"signature-agent";key="sig1"`, and the tag, under label `sig1`.
+    pub fn accept_signature(&self) -> &str {
+        &self.accept_signature
+    }
+
+    /// Parses and checks the tagged signature of `req` up to, not including, the key.
+    /// `Ok(None)`: the request has neither `Signature` nor `Signature-Input`.
+    pub fn prepare(&self, req: &Inbound) -> Result<Option<PendingSignature>, SignatureError> {
+        let headers = &req.head.headers;
+        let (input, signature) = match (combined_field(headers, SIGNATURE_INPUT)?, combined_field(headers, SIGNATURE)?) {
+            (None, None) => return Ok(None),
+            (Some(i), Some(s)) => (i, s),
+            (Some(_), None) => return Err(SignatureError::Malformed("Signature-Input without Signature".to_owned())),
+            (None, Some(_)) => return Err(SignatureError::Malformed("Signature without Signature-Input".to_owned())),
+        };
+        let member = pick_tagged(parse_signatures(&input, &signature)?, &self.tag)?;
+        let params = Params::read(&member)?;
+        self.check_params(&params, req.now.secs())?;
+        self.check_coverage(&member.covered, !req.body.is_empty())?;
+        let view = RequestView {
+            method: &req.head.method,
+            uri: &req.head.uri,
+            headers,
+            scheme: if req.is_tls { "https" } else { "http" },
+            authority: self.authority.as_deref(),
+        };
+        let base = signature_base(&MessageView::Request(view), &member.covered)?;
+        let agent = self.agent(&member.covered, headers)?;
+        let signature: [u8; 64] = member
+            .signature
+            .as_slice()
+            .try_into()
+            .map_err(|_| SignatureError::Malformed(format!("signature {} is {} bytes; Ed25519 signatures are 64", member.label, member.signature.len())))?;
+        Ok(Some(PendingSignature { label: member.label, params, agent: Some(agent), base, signature }))
+    }
+
+    /// [`SignatureVerifier::prepare`] for when signatures are required: an unsigned request is
+    /// [`SignatureError::Missing`].
+    pub fn prepare_required(&self, req: &Inbound) -> Result<PendingSignature, SignatureError> {
+        self.prepare(req)?.ok_or(SignatureError::Missing)
+    }
+
+    /// RFC 9421 §3.2.1 application requirements: alg, nonce, and the time window.
+    fn check_params(&self, p: &Params, now: u64) -> Result<(), SignatureError> {
+        if let Some(alg) = &p.alg {
+            if alg != ED25519 {
+                return Err(SignatureError::UnsupportedAlgorithm(alg.clone()));
+            }
+        }
+        if self.requires_nonce && p.nonce.is_none() {
+            return Err(SignatureError::NonceRequired);
+        }
+        if p.expires <= p.created {
+            return Err(SignatureError::Malformed("expires is not after created".to_owned()));
+        }
+        let now_i = i64::try_from(now).unwrap_or(i64::MAX);
+        let skew = i64::try_from(self.skew).unwrap_or(i64::MAX);
+        if p.expires.saturating_add(skew) <= now_i {
+            return Err(SignatureError::Expired { expires: p.expires, now });
+        }
+        if p.created > now_i.saturating_add(skew) {
+            return Err(SignatureError::NotYetValid { created: p.created, now });
+        }
+        let lifetime = p.expires.saturating_sub(p.created);
+        if u64::try_from(lifetime).unwrap_or(u64::MAX) > self.max_age {
+            return Err(SignatureError::LifetimeTooLong { lifetime, max_age: self.max_age });
+        }
+        Ok(())
+    }
+
+    /// Required coverage (PRODUCT.md decision 2; WBA profile: `@authority`/`@target-uri` and the
+    /// Signature-Agent member). `content-digest` only when the request has a body.
+    fn check_coverage(&self, covered: &InnerList, has_body: bool) -> Result<(), SignatureError> {
+        let covers = |name: &str| covered.items.iter().any(|i| item_name(i) == Some(name));
+        if !(covers("@authority") || covers("@target-uri")) {
+            return Err(SignatureError::MissingComponent("@authority or @target-uri".to_owned()));
+        }
+        if let Some(missing) = self.components.iter().find(|c| !covers(c)) {
+            return Err(SignatureError::MissingComponent(missing.clone()));
+        }
+        if self.requires_digest && has_body && !covers("content-digest") {
+            return Err(SignatureError::MissingComponent("content-digest".to_owned()));
+        }
+        if !covers(SIGNATURE_AGENT) {
+            return Err(SignatureError::MissingComponent("signature-agent".to_owned()));
+        }
+        Ok(())
+    }
+
+    /// The agent the signature covers: `"signature-agent";key="k"` names dictionary member `k`
+    /// (any key, not only the label: PRODUCT.md decision 1); a bare `"signature-agent"` names a
+    /// legacy sf-string. The base was already built, so the field and member exist.
+    fn agent(&self, covered: &InnerList, headers: &http::HeaderMap) -> Result<AgentRef, SignatureError> {
+        let mut covering = covered.items.iter().filter(|i| item_name(i) == Some(SIGNATURE_AGENT));
+        let (Some(item), None) = (covering.next(), covering.next()) else {
+            return Err(SignatureError::UnusableAgent("the signature covers more than one Signature-Agent member".to_owned()));
+        };
+        let key = match item.params.get("key") {
+            Some(BareItem::String(k)) => Some(k.as_str()),
+            _ => None,
+        };
+        let field = combined_field(headers, SIGNATURE_AGENT)?.ok_or_else(|| SignatureError::MissingComponent(SIGNATURE_AGENT.to_owned()))?;
+        let members = parse_signature_agent(&field)?;
+        let member = members.into_iter().find(|m| m.key.as_deref() == key).ok_or_else(|| match key {
+            Some(k) => SignatureError::UnusableAgent(format!("no member {k}")),
+            None => SignatureError::UnusableAgent("a whole Signature-Agent dictionary is covered; cover one member with ;key".to_owned()),
+        })?;
+        let agent = member.agent.map_err(SignatureError::UnusableAgent)?;
+        if agent.form() == &AgentForm::Legacy {
+            if !self.accepts_legacy_agent {
+                return Err(SignatureError::LegacyAgentRefused);
+            }
+            tracing::info!(agent.url = %agent.url(), "Legacy sf-string Signature-Agent accepted");
+        }
+        Ok(agent)
+    }
+}
+
+fn item_name(item: &Item) -> Option<&str> {
+    match &item.bare_item {
+        BareItem::String(s) => Some(s.as_str()),
+        _ => None,
+    }
+}
+
+/// `Accept-Signature: sig1=(<components>);tag="<tag>"` (RFC 9421 §5.1).
+fn accept_signature(components: &[String], tag: &str) -> String {
+    let mut out = String::from("sig1=(");
+    for (i, c) in components.iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push('"');
+        out.push_str(c);
+        out.push('"');
+        if c == SIGNATURE_AGENT {
+            out.push_str(";key=\"sig1\"");
+        }
+    }
+    out.push_str(");tag=");
+    // The tag was validated as an sf-string in `new`.
+    if let Ok(t) = sfv::StringRef::from_str(tag) {
+        let _ = sfv::ItemSerializer::with_buffer(&mut out).bare_item(t);
+    }
+    out
+}
+
+/// The signature parameters the profile needs (WBA "Generating HTTP Message Signature").
+#[derive(Debug, Clone)]
+struct Params {
+    created: i64,
+    expires: i64,
+    keyid: String,
+    tag: String,
+    alg: Option<String>,
+    nonce: Option<String>,
+}
+
+impl Params {
+    fn read(m: &SignatureMember) -> Result<Params, SignatureError> {
+        Ok(Params {
+            created: m.integer_param("created")?.ok_or(SignatureError::MissingParameter("created"))?,
+            expires: m.integer_param("expires")?.ok_or(SignatureError::MissingParameter("expires"))?,
+            keyid: m.string_param("keyid")?.ok_or(SignatureError::MissingParameter("keyid"))?.to_owned(),
+            tag: m.string_param("tag")?.ok_or(SignatureError::MissingParameter("tag"))?.to_owned(),
+            alg: m.string_param("alg")?.map(str::to_owned),
+            nonce: m.string_param("nonce")?.map(str::to_owned),
+        })
+    }
+}
+
+/// A signature that passed every check that needs no key; [`PendingSignature::verify`] finishes.
+#[derive(Debug, Clone)]
+pub struct PendingSignature {
+    label: String,
+    params: Params,
+    agent: Option<AgentRef>,
+    base: Vec<u8>,
+    signature: [u8; 64],
+}
+
+impl PendingSignature {
+    /// The `keyid` parameter (an RFC 7638 thumbprint under Web Bot Auth).
+    pub fn keyid(&self) -> &str {
+        &self.params.keyid
+    }
+
+    /// The agent the signature covers (always present after `prepare`: the profile requires it).
+    pub fn agent(&self) -> Option<&AgentRef> {
+        self.agent.as_ref()
+    }
+
+    /// The `alg` parameter, when sent (always `ed25519` after `prepare`).
+    pub fn alg(&self) -> Option<&str> {
+        self.params.alg.as_deref()
+    }
+
+    /// `created`, Unix seconds.
+    pub fn created(&self) -> i64 {
+        self.params.created
+    }
+
+    /// `expires`, Unix seconds.
+    pub fn expires(&self) -> i64 {
+        self.params.expires
+    }
+
+    /// The `nonce` parameter, when sent.
+    pub fn nonce(&self) -> Option<&str> {
+        self.params.nonce.as_deref()
+    }
+
+    /// The signature's label (not signed; an intermediary may change it).
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The signature base the bytes must verify over (RFC 9421 §2.5).
+    pub fn signature_base(&self) -> &[u8] {
+        &self.base
+    }
+
+    /// Ed25519 `verify_strict` (RFC 8032 §5.1.7, no malleable encodings) of the signature over
+    /// the base with `key`, which the caller resolved for ([`Self::agent`], [`Self::keyid`]).
+    /// `agent_id` is the identity the caller attributes to that key (its directory or static
+    /// key entry); it is carried into the result, never derived from the request.
+    pub fn verify(self, key: &VerifyingKey, agent_id: &str) -> Result<VerifiedSignature, SignatureError> {
+        // RFC 9421 §3.2 step 6.4: `alg`, when present, must agree with the key (Ed25519).
+        if let Some(alg) = &self.params.alg {
+            if alg != ED25519 {
+                return Err(SignatureError::UnsupportedAlgorithm(alg.clone()));
+            }
+        }
+        key.verify_strict(&self.base, &Signature::from_bytes(&self.signature))
+            .map_err(|_| SignatureError::BadSignature { keyid: self.params.keyid.clone() })?;
+        Ok(VerifiedSignature { label: self.label, params: self.params, agent: agent_id.to_owned(), signature: self.signature })
+    }
+}
+
+/// Proof that a request's tagged signature verified with a resolved key. Only
+/// [`PendingSignature::verify`] makes one.
+#[derive(Debug, Clone)]
+pub struct VerifiedSignature {
+    label: String,
+    params: Params,
+    agent: String,
+    signature: [u8; 64],
+}
+
+impl VerifiedSignature {
+    /// The `keyid` that verified.
+    pub fn keyid(&self) -> &str {
+        &self.params.keyid
+    }
+
+    /// The agent identity the caller resolved the key for.
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    /// The signature's `tag`.
+    pub fn tag(&self) -> &str {
+        &self.params.tag
+    }
+
+    /// `created`, Unix seconds.
+    pub fn created(&self) -> i64 {
+        self.params.created
+    }
+
+    /// `expires`, Unix seconds.
+    pub fn expires(&self) -> i64 {
+        self.params.expires
+    }
+
+    /// The `nonce`, when sent.
+    pub fn nonce(&self) -> Option<&str> {
+        self.params.nonce.as_deref()
+    }
+
+    /// The label the signature arrived under.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The signature bytes (for the replay fingerprint; never log them).
+    pub fn signature_bytes(&self) -> &[u8] {
+        &self.signature
+    }
+}
+
+#[cfg(test)]
+#[path = "verify_tests.rs"]
+mod tests;

@@ -1,0 +1,129 @@
+//! A Web Bot Auth key directory on 127.0.0.1 over HTTPS (certificate from the test CA): serves
+//! `/.well-known/http-message-signatures-directory`, counts fetches, can change its keys, its
+//! answer (status, media type, body) and can go down.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use ed25519_dalek::VerifyingKey;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use portcullis::signature::ed25519_public_jwk;
+
+use super::pki::{Body, HttpsServer, TestCa};
+
+/// The path agents publish their keys at.
+pub const WELL_KNOWN: &str = "/.well-known/http-message-signatures-directory";
+/// The media type a directory must use.
+pub const MEDIA_TYPE: &str = "application/http-message-signatures-directory+json";
+
+/// What the directory answers instead of its keys.
+#[derive(Debug, Clone)]
+pub enum Misbehave {
+    /// Serve the keys normally.
+    No,
+    /// Answer with this status and an empty body (a 302 carries a `Location`).
+    Status(u16),
+    /// Serve the keys with this `Content-Type`.
+    MediaType(&'static str),
+    /// Serve this body with the right media type.
+    Body(String),
+    /// Send nothing for 30 s (a directory slower than `directory_timeout`).
+    Hang,
+}
+
+struct State {
+    keys: Mutex<Vec<serde_json::Value>>,
+    max_age: Mutex<Option<u64>>,
+    misbehave: Mutex<Misbehave>,
+    fetches: AtomicUsize,
+}
+
+/// A running key directory. Its origin is `https://127.0.0.1:<port>`.
+pub struct KeyDirectory {
+    server: Option<HttpsServer>,
+    origin: String,
+    state: Arc<State>,
+}
+
+impl KeyDirectory {
+    /// Starts a directory publishing `keys`.
+    pub async fn start(ca: &TestCa, keys: &[VerifyingKey]) -> KeyDirectory {
+        let state = Arc::new(State {
+            keys: Mutex::new(keys.iter().map(ed25519_public_jwk).collect()),
+            max_age: Mutex::new(None),
+            misbehave: Mutex::new(Misbehave::No),
+            fetches: AtomicUsize::new(0),
+        });
+        let s = state.clone();
+        let server = HttpsServer::start(ca, move |req| serve(req, s.clone())).await;
+        let origin = server.origin();
+        KeyDirectory { server: Some(server), origin, state }
+    }
+
+    /// `https://127.0.0.1:<port>`: the agent URL signers put in `Signature-Agent`.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// Requests received at the well-known path.
+    pub fn fetches(&self) -> usize {
+        self.state.fetches.load(Ordering::SeqCst)
+    }
+
+    /// Replaces the published keys.
+    pub fn set_keys(&self, keys: &[VerifyingKey]) {
+        *self.state.keys.lock().unwrap() = keys.iter().map(ed25519_public_jwk).collect();
+    }
+
+    /// Replaces the published JWKs verbatim (to add `nbf`/`exp` or broken entries).
+    pub fn set_jwks(&self, jwks: Vec<serde_json::Value>) {
+        *self.state.keys.lock().unwrap() = jwks;
+    }
+
+    /// Sends `Cache-Control: max-age=<secs>`.
+    pub fn set_max_age(&self, secs: Option<u64>) {
+        *self.state.max_age.lock().unwrap() = secs;
+    }
+
+    /// Changes how the directory answers.
+    pub fn misbehave(&self, how: Misbehave) {
+        *self.state.misbehave.lock().unwrap() = how;
+    }
+
+    /// Stops listening: later connections are refused.
+    pub fn stop(&mut self) {
+        self.server.take();
+    }
+}
+
+async fn serve(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
+    if req.uri().path() != WELL_KNOWN {
+        return Response::builder().status(404).body(full("")).unwrap();
+    }
+    state.fetches.fetch_add(1, Ordering::SeqCst);
+    let jwks = serde_json::json!({ "keys": *state.keys.lock().unwrap() }).to_string();
+    let max_age = *state.max_age.lock().unwrap();
+    let how = state.misbehave.lock().unwrap().clone();
+    let mut resp = Response::builder().status(200).header("content-type", MEDIA_TYPE);
+    if let Some(secs) = max_age {
+        resp = resp.header("cache-control", format!("max-age={secs}"));
+    }
+    match how {
+        Misbehave::No => resp.body(full(jwks)).unwrap(),
+        Misbehave::Status(code) => Response::builder().status(code).header("location", "https://127.0.0.1:1/elsewhere").body(full("")).unwrap(),
+        Misbehave::MediaType(ct) => Response::builder().status(200).header("content-type", ct).body(full(jwks)).unwrap(),
+        Misbehave::Body(b) => resp.body(full(b)).unwrap(),
+        Misbehave::Hang => {
+            tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+            resp.body(full(jwks)).unwrap()
+        }
+    }
+}
+
+fn full(b: impl Into<Bytes>) -> Body {
+    Full::new(b.into()).boxed()
+}

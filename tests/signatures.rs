@@ -1,0 +1,437 @@
+//! Agent identity end to end (PRODUCT.md stages 2–6): a real gateway, a real upstream and a
+//! real HTTPS key directory (certificate from a CA made in the test), with requests signed by
+//! the library's own `Signer` at the real clock.
+#![allow(clippy::unwrap_used)]
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::directory::{KeyDirectory, Misbehave};
+use common::pki::TestCa;
+use common::{Gateway, Upstream};
+use ed25519_dalek::SigningKey;
+use portcullis::config::Config;
+use portcullis::pipeline::UnixTime;
+use portcullis::signature::{ed25519_public_jwk, Signer};
+
+fn new_key() -> SigningKey {
+    SigningKey::from_bytes(&rand::random())
+}
+
+const BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+
+/// Everything one test needs: upstream, CA, directory, gateway, and the decision log file.
+struct World {
+    upstream: Upstream,
+    directory: KeyDirectory,
+    gateway: Gateway,
+    log: std::path::PathBuf,
+    _ca: TestCa,
+    _log_dir: tempfile::TempDir,
+}
+
+impl World {
+    /// A gateway in `mode` trusting a directory that publishes `keys`; `extra` goes into
+    /// `[signatures]`, `tail` after it (e.g. `[[signatures.keys]]`).
+    async fn start(mode: &str, keys: &[&SigningKey], extra: &str, tail: &str) -> World {
+        let upstream = Upstream::start().await;
+        let ca = TestCa::new();
+        let directory = KeyDirectory::start(&ca, &keys.iter().map(|k| k.verifying_key()).collect::<Vec<_>>()).await;
+        let (log_dir, log) = common::temp_path("decisions.jsonl");
+        let text = common::config_toml(&upstream.url(), "")
+            .replace("mode = \"enforce\"", &format!("mode = \"{mode}\""))
+            .replace("decisions = \"off\"", &format!("decisions = {log:?}"))
+            + &format!(
+                "\n[signatures]\nrequired = true\ntrusted_agents = [{origin:?}]\ndirectory_ca = {ca_path:?}\n{extra}\n{tail}\n[oauth]\nrequired = false\n",
+                origin = directory.origin(),
+                ca_path = ca.ca_path(),
+            );
+        let config = Config::parse(&text, "signatures test", Path::new(".")).unwrap();
+        let gateway = Gateway::start(config).await;
+        World { upstream, directory, gateway, log, _ca: ca, _log_dir: log_dir }
+    }
+
+    fn signer(&self, key: &SigningKey) -> Signer {
+        Signer::new(key.clone(), self.directory.origin()).unwrap()
+    }
+
+    /// A signed POST /mcp, signed at `now` (the real clock unless a test moves it).
+    fn signed(&self, signer: &Signer, body: &str, now: UnixTime) -> http::Request<Vec<u8>> {
+        let mut req = http::Request::builder()
+            .method("POST")
+            .uri(self.gateway.url("/mcp"))
+            .header("content-type", "application/json")
+            .body(body.as_bytes().to_vec())
+            .unwrap();
+        signer.sign_request(&mut req, now).unwrap();
+        req
+    }
+
+    async fn send(&self, req: http::Request<Vec<u8>>) -> reqwest::Response {
+        let (parts, body) = req.into_parts();
+        common::client().post(self.gateway.url("/mcp")).headers(parts.headers).body(body).send().await.unwrap()
+    }
+
+    fn decisions(&self) -> Vec<serde_json::Value> {
+        common::decision_lines(&self.log)
+    }
+}
+
+fn now() -> UnixTime {
+    UnixTime::now()
+}
+
+fn shifted(secs: i64) -> UnixTime {
+    let n = UnixTime::now().0;
+    UnixTime(if secs >= 0 { n + Duration::from_secs(secs as u64) } else { n - Duration::from_secs(secs.unsigned_abs()) })
+}
+
+/// Asserts a 401 `invalid_agent_credentials` refusal with `Accept-Signature` whose reason
+/// contains `reason`, and returns the body.
+async fn assert_agent_refused(resp: reqwest::Response, reason: &str) -> serde_json::Value {
+    assert_eq!(resp.status(), 401);
+    assert_eq!(resp.headers()["cache-control"], "no-store");
+    let accept = resp.headers().get("accept-signature").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_agent_credentials", "{body}");
+    assert!(body["reason"].as_str().unwrap().contains(reason), "reason {:?} lacks {reason:?}", body["reason"]);
+    assert!(accept.contains("tag=\"web-bot-auth\""), "Accept-Signature {accept:?}");
+    body
+}
+
+#[tokio::test]
+async fn valid_signature_is_forwarded_with_the_verified_agent_header() {
+    let key = new_key();
+    let w = World::start("enforce", &[&key], "", "").await;
+    let signer = w.signer(&key);
+    let mut req = w.signed(&signer, BODY, now());
+    // A client-chosen identity header is never passed on.
+    req.headers_mut().insert("x-portcullis-agent", "https://forged.example".parse().unwrap());
+    let resp = w.send(req).await;
+    assert_eq!(resp.status(), 200);
+
+    let seen = w.upstream.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].headers["x-portcullis-agent"], w.directory.origin());
+    assert_eq!(seen[0].headers.get_all("x-portcullis-agent").iter().count(), 1);
+    assert_eq!(seen[0].body, BODY.as_bytes());
+    let line = w.decisions().pop().unwrap();
+    assert_eq!(line["outcome"], "allow");
+    assert_eq!(line["agent"], w.directory.origin());
+    assert_eq!(line["keyid"], signer.keyid());
+    assert!(line["latency_us"]["signature"].is_u64() && line["latency_us"]["replay"].is_u64(), "{line}");
+    let text = line.to_string();
+    assert!(!text.contains("sig1=:"), "no signature value in the log: {text}");
+}
+
+#[tokio::test]
+async fn tampered_body_is_refused_and_not_forwarded() {
+    let key = new_key();
+    let w = World::start("enforce", &[&key], "", "").await;
+    let req = w.signed(&w.signer(&key), BODY, now());
+    let (parts, _) = req.into_parts();
+    let resp = common::client().post(w.gateway.url("/mcp")).headers(parts.headers).body(BODY.replace("list", "call")).send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_agent_credentials");
+    assert!(body["reason"].as_str().unwrap().contains("Content-Digest"), "{body}");
+    assert!(w.upstream.seen().is_empty());
+}
+
+#[tokio::test]
+async fn tampered_covered_header_fails_verification_and_is_not_forwarded() {
+    let key = new_key();
+    let w = World::start("enforce", &[&key], "", "").await;
+    let mut req = w.signed(&w.signer(&key), BODY, now());
+    // A matching digest for a different body: the digest stage passes, the signature cannot.
+    let other = BODY.replace("list", "call");
+    let digest = format!("sha-256=:{}:", base64_sha256(other.as_bytes()));
+    req.headers_mut().insert("content-digest", digest.parse().unwrap());
+    *req.body_mut() = other.into_bytes();
+    assert_agent_refused(w.send(req).await, "does not verify").await;
+    assert!(w.upstream.seen().is_empty());
+}
+
+fn base64_sha256(b: &[u8]) -> String {
+    use base64::Engine;
+    use sha2::Digest;
+    base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(b))
+}
+
+#[tokio::test]
+async fn expired_and_future_dated_signatures_are_refused() {
+    let key = new_key();
+    let w = World::start("enforce", &[&key], "", "").await;
+    let signer = w.signer(&key);
+    assert_agent_refused(w.send(w.signed(&signer, BODY, shifted(-600))).await, "expired").await;
+    assert_agent_refused(w.send(w.signed(&signer, BODY, shifted(600))).await, "future").await;
+    assert!(w.upstream.seen().is_empty());
+}
+
+#[tokio::test]
+async fn unknown_key_is_refused_and_not_forwarded() {
+    let (published, other) = (new_key(), new_key());
+    let w = World::start("enforce", &[&published], "", "").await;
+    let signer = w.signer(&other);
+    assert_agent_refused(w.send(w.signed(&signer, BODY, now())).await, signer.keyid()).await;
+    assert!(w.upstream.seen().is_empty());
+    assert_eq!(w.directory.fetches(), 1);
+}
+
+#[tokio::test]
+async fn untrusted_origin_is_refused_without_fetching_its_directory() {
+    let key = new_key();
+    let w = World::start("enforce", &[&key], "", "").await;
+    let stranger = KeyDirectory::start(&w._ca, &[key.verifying_key()]).await;
+    let signer = Signer::new(key.clone(), stranger.origin()).unwrap();
+    assert_agent_refused(w.send(w.signed(&signer, BODY, now())).await, "trusted_agents").await;
+    assert_eq!(stranger.fetches(), 0);
+    assert_eq!(w.directory.fetches(), 0);
+    assert!(w.upstream.seen().is_empty());
+}
+
+#[tokio::test]
+async fn key_removed_from_the_directory_is_refused_after_the_cache_expires() {
+    let (old, new) = (new_key(), new_key());
+    let w = World::start("enforce", &[&old, &new], "directory_min_ttl = \"1s\"\ndirectory_max_ttl = \"1s\"", "").await;
+    let signer = w.signer(&old);
+    assert_eq!(w.send(w.signed(&signer, BODY, now())).await.status(), 200);
+    w.directory.set_keys(&[new.verifying_key()]);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_agent_refused(w.send(w.signed(&signer, BODY, now())).await, "no key with keyid").await;
+    assert_eq!(w.directory.fetches(), 2);
+    assert_eq!(w.send(w.signed(&w.signer(&new), BODY, now())).await.status(), 200, "the remaining key still works");
+    assert_eq!(w.upstream.seen().len(), 2);
+}
+
+#[tokio::test]
+async fn directory_that_was_never_reached_refuses_and_forwards_nothing() {
+    let key = new_key();
+    let mut w = World::start("enforce", &[&key], "directory_timeout = \"2s\"", "").await;
+    w.directory.stop();
+    assert_agent_refused(w.send(w.signed(&w.signer(&key), BODY, now())).await, "unreachable").await;
+    assert!(w.upstream.seen().is_empty());
+    let line = w.decisions().pop().unwrap();
+    assert_eq!(line["outcome"], "deny");
+    assert!(line["agent"].is_null());
+}
+
+#[tokio::test]
+async fn misbehaving_directories_are_refused_naming_the_fault() {
+    let key = new_key();
+    let big = format!("{{\"keys\": [], \"pad\": \"{}\"}}", "x".repeat(70 << 10));
+    let many = serde_json::json!({ "keys": vec![ed25519_public_jwk(&key.verifying_key()); 65] }).to_string();
+    let cases = [
+        (Misbehave::Status(302), "answered 302"),
+        (Misbehave::Status(500), "answered 500"),
+        (Misbehave::MediaType("application/json"), "media type"),
+        (Misbehave::Body(big), "larger than"),
+        (Misbehave::Body(many), "more than 64 keys"),
+        (Misbehave::Body("<html>".into()), "malformed"),
+    ];
+    for (how, reason) in cases {
+        let w = World::start("enforce", &[&key], "", "").await;
+        w.directory.misbehave(how);
+        assert_agent_refused(w.send(w.signed(&w.signer(&key), BODY, now())).await, reason).await;
+        assert!(w.upstream.seen().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn directory_slower_than_the_timeout_is_unreachable() {
+    let key = new_key();
+    let w = World::start("enforce", &[&key], "directory_timeout = \"300ms\"", "").await;
+    w.directory.misbehave(Misbehave::Hang);
+    let started = std::time::Instant::now();
+    assert_agent_refused(w.send(w.signed(&w.signer(&key), BODY, now())).await, "unreachable").await;
+    assert!(started.elapsed() < Duration::from_secs(5), "the fetch was cut at directory_timeout");
+    assert!(w.upstream.seen().is_empty());
+}
+
+#[tokio::test]
+async fn hundred_concurrent_cold_requests_fetch_the_directory_once() {
+    let key = new_key();
+    let w = Arc::new(World::start("enforce", &[&key], "", "").await);
+    let signer = w.signer(&key);
+    let tasks: Vec<_> = (0..100)
+        .map(|_| {
+            let w = w.clone();
+            let req = w.signed(&signer, BODY, now());
+            tokio::spawn(async move { w.send(req).await.status().as_u16() })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    assert_eq!(w.directory.fetches(), 1);
+    assert_eq!(w.upstream.seen().len(), 100);
+    let metrics = common::client().get(w.gateway.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("portcullis_directory_fetches_total{result=\"ok\"} 1"), "{metrics}");
+}
+
+#[tokio::test]
+async fn forged_keyid_storm_causes_no_fetch_storm() {
+    let key = new_key();
+    let w = Arc::new(World::start("enforce", &[&key], "", "").await);
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let w = w.clone();
+            let req = w.signed(&w.signer(&new_key()), BODY, now());
+            tokio::spawn(async move { w.send(req).await.status().as_u16() })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 401);
+    }
+    assert_eq!(w.directory.fetches(), 1, "one fetch per directory_min_ttl however many keyids are forged");
+    assert!(w.upstream.seen().is_empty());
+}
+
+#[tokio::test]
+async fn replayed_signature_is_401_and_not_forwarded() {
+    let key = new_key();
+    let w = World::start("enforce", &[&key], "", "").await;
+    let req = w.signed(&w.signer(&key), BODY, now());
+    let copy = clone_request(&req);
+    assert_eq!(w.send(req).await.status(), 200);
+    let resp = w.send(copy).await;
+    assert_eq!(resp.status(), 401);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "replayed_signature");
+    assert_eq!(w.upstream.seen().len(), 1);
+    let metrics = common::client().get(w.gateway.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("portcullis_replay_hits_total 1"), "{metrics}");
+}
+
+#[tokio::test]
+async fn relabelled_copy_of_a_signature_is_still_a_replay() {
+    let key = new_key();
+    let w = World::start("enforce", &[&key], "", "").await;
+    let req = w.signed(&w.signer(&key), BODY, now());
+    let mut copy = clone_request(&req);
+    for name in ["signature", "signature-input"] {
+        let v = copy.headers()[name].to_str().unwrap().replacen("sig1=", "other=", 1);
+        copy.headers_mut().insert(name, v.parse().unwrap());
+    }
+    assert_eq!(w.send(req).await.status(), 200);
+    let resp = w.send(copy).await;
+    assert_eq!(resp.status(), 401);
+    assert_eq!(resp.json::<serde_json::Value>().await.unwrap()["error"], "replayed_signature");
+    assert_eq!(w.upstream.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn hundred_simultaneous_copies_are_forwarded_exactly_once() {
+    let key = new_key();
+    let w = Arc::new(World::start("enforce", &[&key], "", "").await);
+    let req = w.signed(&w.signer(&key), BODY, now());
+    let tasks: Vec<_> = (0..100)
+        .map(|_| {
+            let (w, copy) = (w.clone(), clone_request(&req));
+            tokio::spawn(async move { w.send(copy).await.status().as_u16() })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await.unwrap());
+    }
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 1, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 401).count(), 99);
+    assert_eq!(w.upstream.seen().len(), 1);
+}
+
+fn clone_request(req: &http::Request<Vec<u8>>) -> http::Request<Vec<u8>> {
+    let mut copy = http::Request::builder().method(req.method().clone()).uri(req.uri().clone()).body(req.body().clone()).unwrap();
+    *copy.headers_mut() = req.headers().clone();
+    copy
+}
+
+#[tokio::test]
+async fn monitor_mode_forwards_refused_signatures_and_logs_would_deny() {
+    let (published, other) = (new_key(), new_key());
+    let w = World::start("monitor", &[&published], "", "").await;
+    let resp = w.send(w.signed(&w.signer(&other), BODY, now())).await;
+    assert_eq!(resp.status(), 200);
+    let unsigned = common::client().post(w.gateway.url("/mcp")).body("").send().await.unwrap();
+    assert_eq!(unsigned.status(), 200);
+
+    let seen = w.upstream.seen();
+    assert_eq!(seen.len(), 2);
+    assert!(seen.iter().all(|s| s.headers.get("x-portcullis-agent").is_none()), "no agent header without a verified signature");
+    let lines = w.decisions();
+    assert_eq!(lines.len(), 2);
+    for line in &lines {
+        assert_eq!(line["outcome"], "would_deny", "{line}");
+        assert_eq!(line["error"], "invalid_agent_credentials");
+    }
+    assert!(lines[0]["reason"].as_str().unwrap().contains("no key with keyid"), "{}", lines[0]);
+    assert!(lines[1]["reason"].as_str().unwrap().contains("not signed"), "{}", lines[1]);
+}
+
+#[tokio::test]
+async fn monitor_mode_forwards_a_replay_without_the_agent_header() {
+    let key = new_key();
+    let w = World::start("monitor", &[&key], "", "").await;
+    let req = w.signed(&w.signer(&key), BODY, now());
+    let copy = clone_request(&req);
+    assert_eq!(w.send(req).await.status(), 200);
+    assert_eq!(w.send(copy).await.status(), 200);
+    let seen = w.upstream.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].headers["x-portcullis-agent"], w.directory.origin());
+    assert!(seen[1].headers.get("x-portcullis-agent").is_none(), "a replayed copy carries no identity");
+    let lines = w.decisions();
+    assert_eq!((lines[0]["outcome"].as_str(), lines[1]["outcome"].as_str()), (Some("allow"), Some("would_deny")));
+    assert_eq!(lines[1]["error"], "replayed_signature");
+}
+
+#[tokio::test]
+async fn unsigned_request_is_refused_when_required_with_accept_signature() {
+    let key = new_key();
+    let w = World::start("enforce", &[&key], "", "").await;
+    let resp = common::client().get(w.gateway.url("/mcp")).send().await.unwrap();
+    assert_agent_refused(resp, "not signed").await;
+    assert!(w.upstream.seen().is_empty());
+}
+
+#[tokio::test]
+async fn unsigned_request_passes_without_agent_when_signatures_are_optional() {
+    let upstream = Upstream::start().await;
+    let gw = Gateway::start(common::config(&upstream.url(), "")).await;
+    let mut req = common::client().get(gw.url("/mcp"));
+    req = req.header("x-portcullis-agent", "https://forged.example");
+    assert_eq!(req.send().await.unwrap().status(), 200);
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].headers.get("x-portcullis-agent").is_none());
+}
+
+#[tokio::test]
+async fn static_key_works_with_no_directory() {
+    let key = new_key();
+    let jwk = ed25519_public_jwk(&key.verifying_key());
+    let tail = format!(
+        "[[signatures.keys]]\nagent = \"https://static.example\"\njwk = {{ kty = \"OKP\", crv = \"Ed25519\", x = {:?} }}\n",
+        jwk["x"].as_str().unwrap()
+    );
+    let w = World::start("enforce", &[], "", &tail).await;
+    let signer = Signer::new(key, "https://static.example").unwrap();
+    assert_eq!(w.send(w.signed(&signer, BODY, now())).await.status(), 200);
+    let seen = w.upstream.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].headers["x-portcullis-agent"], "https://static.example");
+    assert_eq!(w.directory.fetches(), 0);
+}
+
+#[tokio::test]
+async fn directory_key_outside_its_validity_window_is_refused() {
+    let key = new_key();
+    let w = World::start("enforce", &[], "", "").await;
+    let mut jwk = ed25519_public_jwk(&key.verifying_key());
+    jwk["exp"] = serde_json::json!(now().secs() - 10);
+    w.directory.set_jwks(vec![jwk]);
+    assert_agent_refused(w.send(w.signed(&w.signer(&key), BODY, now())).await, "expired at").await;
+    assert!(w.upstream.seen().is_empty());
+}
