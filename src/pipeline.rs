@@ -224,8 +224,14 @@ pub async fn check(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Decis
 /// Stages 3–5: parse and check the signature, resolve its key, verify it. `Ok(None)`: the
 /// request is unsigned and signatures are optional (it continues with no agent).
 async fn verify_signature(req: &Inbound, stages: &Stages) -> Result<Option<VerifiedSignature>, Denial> {
-    let Some(pending) = stages.signature.prepare(req)? else {
-        return if stages.is_signature_required { Err(SignatureError::Missing.into()) } else { Ok(None) };
+    let pending = match stages.signature.prepare(req) {
+        Ok(Some(pending)) => pending,
+        Ok(None) if stages.is_signature_required => return Err(SignatureError::Missing.into()),
+        // Signatures for another application (another `tag`) say nothing about this one:
+        // with signatures optional, the request is treated as unsigned.
+        Ok(None) | Err(SignatureError::NoTaggedSignature(_)) if !stages.is_signature_required => return Ok(None),
+        Ok(None) => return Err(SignatureError::Missing.into()),
+        Err(e) => return Err(e.into()),
     };
     let key = stages.directory.resolve(pending.agent(), pending.keyid(), req.now).await?;
     Ok(Some(pending.verify(key.key(), key.agent())?))

@@ -15,17 +15,19 @@ async fn log_lines_have_the_contract_fields_and_no_secrets() {
     let token = "eyJhbGciOiJSUzI1NiJ9.SECRET-TOKEN-PAYLOAD.SIGNATURE-PART";
     let signature = "sig1=:U0VDUkVULVNJR05BVFVSRS1CWVRFUw==:";
     let body = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"payments.send","arguments":{"card":"4111-SECRET-CARD"}}}"#;
-    let resp = client()
-        .post(gw.url("/mcp?api_key=SECRET-QUERY"))
-        .header("authorization", format!("Bearer {token}"))
+    let resp = client().post(gw.url("/mcp?api_key=SECRET-QUERY")).header("authorization", format!("Bearer {token}")).body(body).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let rid = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+    // A signature that does not verify: refused, and its value is not logged either.
+    let signed = client()
+        .post(gw.url("/mcp"))
         .header("signature", signature)
         .header("signature-input", r#"sig1=("@method");created=1;keyid="k";tag="web-bot-auth""#)
         .body(body)
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.status(), 200);
-    let rid = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert_eq!(signed.status(), 401);
     let tampered = client().post(gw.url("/mcp")).header("content-digest", "sha-256=:AAAA:").body(body).send().await.unwrap();
     assert_eq!(tampered.status(), 401);
     gw.shutdown().await;
@@ -35,7 +37,7 @@ async fn log_lines_have_the_contract_fields_and_no_secrets() {
         assert!(!text.contains(secret), "decision log leaks {secret}: {text}");
     }
     let lines = decision_lines(&log);
-    assert_eq!(lines.len(), 2, "one line per request");
+    assert_eq!(lines.len(), 3, "one line per request");
     let l = &lines[0];
     for field in ["time", "request_id", "mode", "outcome", "status", "error", "reason", "agent", "keyid", "sub", "mcp_method", "tool", "latency_us", "total_us"]
     {
@@ -46,6 +48,8 @@ async fn log_lines_have_the_contract_fields_and_no_secrets() {
     assert_eq!(l["outcome"], "allow");
     assert_eq!(l["path"], "/mcp");
     assert!(l["latency_us"]["body"].is_u64() && l["latency_us"]["upstream"].is_u64(), "{l}");
-    assert_eq!(lines[1]["outcome"], "deny");
-    assert_eq!(lines[1]["error"], "invalid_agent_credentials");
+    for l in &lines[1..] {
+        assert_eq!(l["outcome"], "deny");
+        assert_eq!(l["error"], "invalid_agent_credentials");
+    }
 }
