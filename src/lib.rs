@@ -16,6 +16,7 @@ mod admin;
 pub mod config;
 pub mod decision;
 pub mod digest;
+pub mod oauth;
 pub mod pipeline;
 pub mod proxy;
 pub mod server;
