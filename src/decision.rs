@@ -15,6 +15,7 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 
 use crate::config::Mode;
 use crate::digest::DigestError;
+use crate::oauth::TokenError;
 
 /// The body type of every response the gateway sends (refusals and streamed upstream bodies).
 pub type ResponseBody = BoxBody<Bytes, hyper::Error>;
@@ -63,6 +64,18 @@ pub enum Denial {
     /// No bearer token where one is required (stage 7).
     #[error("a bearer token is required")]
     OAuthRequired,
+    /// The bearer token was judged and refused: malformed, wrong type or algorithm, unknown
+    /// key, bad signature, wrong issuer or audience, outside its time window, inactive (stage 7).
+    #[error("{0}")]
+    InvalidToken(TokenError),
+    /// The bearer-token request itself is malformed: `Authorization` not `Bearer <token68>`,
+    /// or a token in the query string (stage 7; RFC 6750 §3.1 `invalid_request`).
+    #[error("{0}")]
+    InvalidRequest(TokenError),
+    /// The issuer's metadata, JWKS or introspection endpoint cannot be used; fail closed
+    /// (stage 7). The reason names the issuer.
+    #[error("{0}")]
+    IssuerUnavailable(TokenError),
     /// The token lacks scopes the policy requires (stage 9).
     #[error("token lacks required scopes: {}", .required.join(" "))]
     InsufficientScope {
@@ -99,6 +112,9 @@ impl Denial {
             Denial::Digest(_) => "invalid_agent_credentials",
             Denial::ReplayedSignature => "replayed_signature",
             Denial::OAuthRequired => "oauth_required",
+            Denial::InvalidToken(_) => "invalid_token",
+            Denial::InvalidRequest(_) => "invalid_request",
+            Denial::IssuerUnavailable(_) => "issuer_unavailable",
             Denial::InsufficientScope { .. } => "insufficient_scope",
             Denial::AccessDenied { .. } => "agent_access_denied",
             Denial::RateLimited { .. } => "rate_limit_exceeded",
@@ -112,10 +128,11 @@ impl Denial {
             Denial::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Denial::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Denial::BodyUnreadable(_) => StatusCode::BAD_REQUEST,
-            Denial::Digest(_) | Denial::ReplayedSignature | Denial::OAuthRequired => StatusCode::UNAUTHORIZED,
+            Denial::Digest(_) | Denial::ReplayedSignature | Denial::OAuthRequired | Denial::InvalidToken(_) => StatusCode::UNAUTHORIZED,
+            Denial::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } => StatusCode::FORBIDDEN,
             Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Denial::StateUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -125,6 +142,32 @@ impl Denial {
         match self {
             Denial::AccessDenied { reason } => reason.clone(),
             other => other.to_string(),
+        }
+    }
+}
+
+impl From<TokenError> for Denial {
+    /// Which refusal a token error is (spec/mcp-auth.md §3). No `_` arm: a new variant must choose.
+    fn from(e: TokenError) -> Denial {
+        match e {
+            TokenError::Missing => Denial::OAuthRequired,
+            TokenError::MalformedHeader(_) | TokenError::TokenInQuery => Denial::InvalidRequest(e),
+            TokenError::IssuerUnavailable { .. } => Denial::IssuerUnavailable(e),
+            TokenError::Malformed(_)
+            | TokenError::WrongType { .. }
+            | TokenError::UnsupportedAlgorithm { .. }
+            | TokenError::CriticalHeader
+            | TokenError::UnknownKeyId { .. }
+            | TokenError::KeyMismatch { .. }
+            | TokenError::BadSignature
+            | TokenError::MissingClaim { .. }
+            | TokenError::InvalidClaim { .. }
+            | TokenError::WrongIssuer { .. }
+            | TokenError::WrongAudience { .. }
+            | TokenError::Expired { .. }
+            | TokenError::NotYetValid { .. }
+            | TokenError::IssuedInFuture { .. }
+            | TokenError::Inactive => Denial::InvalidToken(e),
         }
     }
 }
@@ -207,6 +250,18 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
             }
             headers.push((WWW_AUTHENTICATE, v));
         }
+        // RFC 6750 §3.1 with MCP's `resource_metadata`; one line, every value quoted.
+        Denial::InvalidToken(e) | Denial::InvalidRequest(e) => {
+            let code = denial.code();
+            headers.push((
+                WWW_AUTHENTICATE,
+                format!(
+                    "Bearer error=\"{code}\", error_description=\"{}\", resource_metadata=\"{}\"",
+                    quote(&e.to_string()),
+                    quote(&challenge.resource_metadata)
+                ),
+            ));
+        }
         Denial::InsufficientScope { required } => {
             headers.push((
                 WWW_AUTHENTICATE,
@@ -218,7 +273,7 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
             ));
         }
         Denial::RateLimited { retry_after } => headers.push((RETRY_AFTER, retry_after_secs(*retry_after).to_string())),
-        Denial::StateUnavailable { .. } => headers.push((RETRY_AFTER, "1".to_owned())),
+        Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) => headers.push((RETRY_AFTER, "1".to_owned())),
         Denial::BodyTooLarge { .. }
         | Denial::BodyTimeout { .. }
         | Denial::BodyUnreadable(_)

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use crate::config::{Config, ConfigError, FieldError};
 use crate::decision::{Decision, Permit};
 use crate::digest::{DigestCheck, VerifiedDigest};
+use crate::oauth::{TokenVerifier, VerifiedToken};
 
 /// One request as the stages see it: the head, the exact raw body bytes, and the time.
 #[derive(Debug)]
@@ -127,6 +128,8 @@ pub struct Evidence {
     pub timings: StageTimings,
     /// Stage 2 result, when a digest was sent.
     pub digest: Option<VerifiedDigest>,
+    /// Stage 7 result: the verified bearer token (the user), when one was sent.
+    pub token: Option<VerifiedToken>,
 }
 
 impl Evidence {
@@ -137,12 +140,22 @@ impl Evidence {
         self.timings.record(stage, start.elapsed());
         out
     }
+
+    /// Runs the future `f` as `stage`, recording its duration.
+    async fn timed_async<T>(&mut self, stage: Stage, f: impl std::future::Future<Output = T>) -> T {
+        let start = Instant::now();
+        let out = f.await;
+        self.timings.record(stage, start.elapsed());
+        out
+    }
 }
 
 /// Every stage, built once from the config at start.
 #[derive(Debug)]
 pub struct Stages {
     digest: DigestCheck,
+    /// Stage 7; `None` when `[oauth]` names no issuer and tokens are not required.
+    token: Option<TokenVerifier>,
 }
 
 impl Stages {
@@ -153,19 +166,37 @@ impl Stages {
         if sig.required {
             errors.push(FieldError::new("signatures.required", "signature verification is not available in this build; set it to false"));
         }
-        if config.oauth.raw.required {
-            errors.push(FieldError::new("oauth.required", "bearer-token verification is not available in this build; set it to false"));
-        }
+        // Without an issuer and without `required`, there is no user authority to check: the
+        // stage is off and the inbound `Authorization` is only stripped (proxy).
+        let oauth = &config.oauth.raw;
+        let token = if oauth.required || oauth.issuer.is_some() || oauth.introspection.is_some() {
+            TokenVerifier::new(&config.oauth, &config.base_dir).map_err(|e| errors.extend(e)).ok()
+        } else {
+            None
+        };
         if !errors.is_empty() {
             return Err(ConfigError::Invalid { origin: config.origin.clone(), errors });
         }
         let digest_required = sig.required && sig.components.iter().any(|c| c == "content-digest");
-        Ok(Stages { digest: DigestCheck::new(digest_required) })
+        Ok(Stages { digest: DigestCheck::new(digest_required), token })
+    }
+
+    /// The token stage's counters, to register with the metrics.
+    pub fn token_metrics(&self) -> Option<&crate::telemetry::TokenMetrics> {
+        self.token.as_ref().map(TokenVerifier::metrics)
     }
 }
 
 /// Runs stages 2–10 of PRODUCT.md in order; the first failure decides.
 pub async fn check(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Decision {
     seen.digest = seen.timed(Stage::Digest, || stages.digest.verify(&req.head.headers, &req.body))?;
+    if let Some(verifier) = &stages.token {
+        seen.token = seen
+            .timed_async(Stage::Token, async {
+                verifier.check_query(&req.head.uri)?;
+                verifier.authenticate(&req.head.headers, req.now).await
+            })
+            .await?;
+    }
     Ok(Permit::granted())
 }

@@ -120,11 +120,15 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
 
     let (prm, prm_paths) = protected_resource_metadata(&config);
+    let mut metrics = Metrics::new();
+    if let Some(m) = stages.token_metrics() {
+        metrics.register_token(m);
+    }
     let shared = Arc::new(Shared {
         challenge: Challenge { resource_metadata: config.resource_metadata_url(), scope: config.oauth.raw.scopes_supported.join(" ") },
         upstream: Upstream::new(&config.upstream, config.oauth.raw.forward_token),
         stages,
-        metrics: Metrics::new(),
+        metrics,
         log,
         prm,
         prm_paths,
@@ -283,7 +287,7 @@ impl Shared {
                 path: &path,
                 agent: None,
                 keyid: None,
-                sub: None,
+                sub: seen.token.as_ref().and_then(|t| t.sub()),
                 mcp_method: None,
                 tool: None,
                 latency_us: Default::default(),
