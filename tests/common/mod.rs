@@ -1,6 +1,8 @@
 //! Test harness: a real MCP-like upstream and the real gateway, both on 127.0.0.1:0.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod issuer;
+pub mod keys;
 pub mod pki;
 
 use std::convert::Infallible;
