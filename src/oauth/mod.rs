@@ -260,7 +260,7 @@ impl TokenVerifier {
         let raw = &cfg.raw;
         let mut errs = Vec::new();
         let issuer = match raw.issuer.as_deref() {
-            None => Err(FieldError::new("oauth.issuer", "required to verify bearer tokens")),
+            None => Err(FieldError::new("oauth.issuer", "required to verify bearer tokens (or set oauth.required = false)")),
             Some(i) => https_url("oauth.issuer", i).map(|_| i.to_owned()),
         };
         let jwks_url = raw.jwks_url.as_deref().map(|u| https_url("oauth.jwks_url", u)).transpose();
