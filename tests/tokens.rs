@@ -1,6 +1,8 @@
 //! Stage 7, user authority: OAuth bearer tokens per the MCP Authorization spec, against a real
 //! HTTPS issuer on 127.0.0.1 (metadata discovery, JWKS, introspection) and the real gateway.
 //! Every denial test proves the upstream received nothing.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use common::issuer::{self, Issuer};

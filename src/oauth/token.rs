@@ -143,7 +143,7 @@ pub(crate) fn validate_claims(claims: Map<String, Value>, rules: &Rules, now: Un
     }
     let aud = audiences(&claims)?;
     // RFC 8707 §2 / RFC 9068 §4: a token minted for another resource is refused.
-    if !aud.iter().any(|a| *a == rules.audience) {
+    if !aud.contains(&rules.audience) {
         return Err(TokenError::WrongAudience { audience: short(&rules.audience) });
     }
     let exp = time_claim(&claims, "exp")?.ok_or(TokenError::MissingClaim { claim: "exp" })?;
