@@ -92,3 +92,19 @@ fn relative_paths_resolve_against_the_config_folder() {
     let c = parse(&format!("{MINIMAL}\n[log]\ndecisions = \"decisions.log\"\n")).expect("valid");
     assert_eq!(c.log.decisions, DecisionSink::File(PathBuf::from("/etc/portcullis/decisions.log")));
 }
+
+#[test]
+fn oauth_defaults_and_introspection_secret_is_redacted() {
+    let c = parse(MINIMAL).expect("valid");
+    assert_eq!(c.oauth.raw.clock_skew.0, Duration::from_secs(30));
+    assert_eq!(c.oauth.raw.fetch_timeout.0, Duration::from_secs(5));
+    assert_eq!(c.oauth.raw.token_cache_size, 10_000);
+    assert_eq!(c.oauth.raw.jwks_refetch_interval.0, Duration::from_secs(30));
+    let text = format!(
+        "{MINIMAL}\n[oauth]\nissuer = \"https://auth.example.com\"\nclock_skew = \"10s\"\n[oauth.introspection]\nurl = \"https://auth.example.com/introspect\"\nclient_id = \"gw\"\nclient_secret = \"hunter2\"\n"
+    );
+    let c = parse(&text).expect("valid");
+    assert_eq!(c.oauth.raw.clock_skew.0, Duration::from_secs(10));
+    let debug = format!("{:?}", c.oauth);
+    assert!(debug.contains("client_id: \"gw\"") && !debug.contains("hunter2"), "{debug}");
+}

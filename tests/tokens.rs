@@ -374,3 +374,11 @@ async fn protected_resource_metadata_lists_issuer_scopes_and_header_method() {
     }
     assert!(s.upstream.seen().is_empty());
 }
+
+#[tokio::test]
+async fn oauth_required_without_an_issuer_is_refused_at_start_naming_the_field() {
+    let text = common::config_toml("http://127.0.0.1:1", "[signatures]\nrequired = false\n[oauth]\nrequired = true\n");
+    let config = Config::parse(&text, "tokens test", std::path::Path::new(".")).unwrap();
+    let err = portcullis::server::check(&config).unwrap_err().to_string();
+    assert!(err.contains("oauth.issuer"), "{err}");
+}
