@@ -152,3 +152,31 @@ fn config_errors_name_each_field() {
     let errs = TokenVerifier::new(&oauth(|r| r.issuer = None), Path::new(".")).expect_err("no issuer");
     assert_eq!(errs[0].field, "oauth.issuer");
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// Any token68 comes back exactly from `Bearer <token68>`, whatever the scheme's case.
+        #[test]
+        fn bearer_token68_round_trips(token in "[A-Za-z0-9._~+/-]{1,200}={0,2}", upper in any::<bool>()) {
+            let scheme = if upper { "BEARER" } else { "Bearer" };
+            let mut h = HeaderMap::new();
+            h.insert(AUTHORIZATION, HeaderValue::from_str(&format!("{scheme} {token}")).expect("ascii"));
+            prop_assert_eq!(bearer_token(&h), Ok(Some(token.as_str())));
+        }
+
+        /// Arbitrary header bytes never panic, and anything accepted is a token68.
+        #[test]
+        fn arbitrary_authorization_is_refused_or_a_token68(value in proptest::collection::vec(0x20u8..0x7f, 0..80)) {
+            let Ok(v) = HeaderValue::from_bytes(&value) else { return Ok(()) };
+            let mut h = HeaderMap::new();
+            h.insert(AUTHORIZATION, v);
+            if let Ok(Some(t)) = bearer_token(&h) {
+                prop_assert!(!t.is_empty() && t.trim_end_matches('=').bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~+/".contains(&b)));
+            }
+        }
+    }
+}
