@@ -382,3 +382,14 @@ async fn oauth_required_without_an_issuer_is_refused_at_start_naming_the_field()
     let err = portcullis::server::check(&config).unwrap_err().to_string();
     assert!(err.contains("oauth.issuer"), "{err}");
 }
+
+#[tokio::test]
+async fn oversized_jwks_is_not_read_and_fails_closed() {
+    let s = Setup::start("").await;
+    s.issuer.pad_jwks(1 << 20);
+    let resp = s.call(Some(&s.issuer.ed.sign(&s.issuer.claims(AUD)))).await;
+    assert_eq!(resp.status(), 503);
+    let body: Value = resp.json().await.unwrap();
+    assert!(body["reason"].as_str().unwrap().contains("larger than"), "{body}");
+    assert!(s.upstream.seen().is_empty());
+}

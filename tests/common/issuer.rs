@@ -28,6 +28,7 @@ struct State {
     metadata_fetches: usize,
     introspection: HashMap<String, Value>,
     introspection_calls: usize,
+    padding: usize,
 }
 
 /// The running issuer. Its identifier is [`Issuer::url`] (`https://127.0.0.1:<port>`).
@@ -65,6 +66,11 @@ impl Issuer {
     /// Replaces the published keys (key rotation).
     pub fn publish(&self, keys: &[&SigningKey]) {
         self.state.lock().unwrap().published = keys.iter().map(|k| (*k).clone()).collect();
+    }
+
+    /// Pads the JWKS document with `bytes` of whitespace (size-bound tests).
+    pub fn pad_jwks(&self, bytes: usize) {
+        self.state.lock().unwrap().padding = bytes;
     }
 
     /// How many times the JWKS was fetched.
@@ -129,6 +135,10 @@ async fn handle(req: Request<Incoming>, state: Arc<Mutex<State>>, origin: String
             let mut s = state.lock().unwrap();
             s.jwks_fetches += 1;
             let refs: Vec<&SigningKey> = s.published.iter().collect();
+            if s.padding > 0 {
+                let body = format!("{}{}", " ".repeat(s.padding), keys::jwks(&refs));
+                return Response::builder().header("content-type", "application/json").body(Full::new(Bytes::from(body)).boxed()).unwrap();
+            }
             json_response(StatusCode::OK, keys::jwks(&refs), Some("public, max-age=3600"))
         }
         (Method::POST, "/introspect") => {
