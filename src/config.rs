@@ -433,12 +433,67 @@ pub struct RawOAuth {
     /// Scopes listed in the protected-resource metadata and the 401 challenge.
     #[serde(default)]
     pub scopes_supported: Vec<String>,
+    /// Tolerated clock difference with the issuer for `exp`, `nbf` and `iat`.
+    #[serde(default = "d_skew")]
+    pub clock_skew: HumanDuration,
+    /// Time allowed for one issuer fetch (metadata, JWKS, introspection).
+    #[serde(default = "d_fetch_timeout")]
+    pub fetch_timeout: HumanDuration,
+    /// Verified tokens kept (by SHA-256 of the token) until their `exp`; 0 = no cache.
+    #[serde(default = "d_token_cache_size")]
+    pub token_cache_size: u64,
+    /// Least time between two JWKS refetches caused by an unknown `kid` (forged kids cannot
+    /// cause a fetch storm).
+    #[serde(default = "d_jwks_refetch_interval")]
+    pub jwks_refetch_interval: HumanDuration,
+    /// `[oauth.introspection]`: RFC 7662 introspection for opaque (non-JWT) tokens.
+    pub introspection: Option<RawIntrospection>,
 }
 
 impl Default for RawOAuth {
     fn default() -> Self {
-        RawOAuth { required: true, issuer: None, jwks_url: None, audience: None, issuer_ca: None, forward_token: false, scopes_supported: Vec::new() }
+        RawOAuth {
+            required: true,
+            issuer: None,
+            jwks_url: None,
+            audience: None,
+            issuer_ca: None,
+            forward_token: false,
+            scopes_supported: Vec::new(),
+            clock_skew: d_skew(),
+            fetch_timeout: d_fetch_timeout(),
+            token_cache_size: d_token_cache_size(),
+            jwks_refetch_interval: d_jwks_refetch_interval(),
+            introspection: None,
+        }
     }
+}
+
+fn d_fetch_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(5))
+}
+fn d_token_cache_size() -> u64 {
+    10_000
+}
+fn d_jwks_refetch_interval() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+
+/// `[oauth.introspection]` (RFC 7662), used for tokens that are not JWTs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIntrospection {
+    /// The introspection endpoint (HTTPS).
+    pub url: String,
+    /// The gateway's client id at the issuer (HTTP Basic, RFC 7662 §2.1).
+    pub client_id: String,
+    /// The client secret; never logged (`Debug` prints it redacted).
+    #[serde(deserialize_with = "secret_string")]
+    pub client_secret: secrecy::SecretString,
+}
+
+fn secret_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<secrecy::SecretString, D::Error> {
+    String::deserialize(d).map(secrecy::SecretString::from)
 }
 
 /// `[policy]` (stages 9–10).

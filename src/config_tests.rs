@@ -103,3 +103,19 @@ fn state_store_accepts_memory_and_redis_urls_only() {
         assert!(err.contains("state.store"), "{err}");
     }
 }
+
+#[test]
+fn oauth_defaults_and_introspection_secret_is_redacted() {
+    let c = parse(MINIMAL).expect("valid");
+    assert_eq!(c.oauth.raw.clock_skew.0, Duration::from_secs(30));
+    assert_eq!(c.oauth.raw.fetch_timeout.0, Duration::from_secs(5));
+    assert_eq!(c.oauth.raw.token_cache_size, 10_000);
+    assert_eq!(c.oauth.raw.jwks_refetch_interval.0, Duration::from_secs(30));
+    let text = format!(
+        "{MINIMAL}\n[oauth]\nissuer = \"https://auth.example.com\"\nclock_skew = \"10s\"\n[oauth.introspection]\nurl = \"https://auth.example.com/introspect\"\nclient_id = \"gw\"\nclient_secret = \"hunter2\"\n"
+    );
+    let c = parse(&text).expect("valid");
+    assert_eq!(c.oauth.raw.clock_skew.0, Duration::from_secs(10));
+    let debug = format!("{:?}", c.oauth);
+    assert!(debug.contains("client_id: \"gw\"") && !debug.contains("hunter2"), "{debug}");
+}

@@ -16,6 +16,7 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use crate::config::Mode;
 use crate::digest::DigestError;
 use crate::directory::DirectoryError;
+use crate::oauth::TokenError;
 use crate::replay::ReplayError;
 use crate::signature::SignatureError;
 
@@ -74,6 +75,18 @@ pub enum Denial {
     /// No bearer token where one is required (stage 7).
     #[error("a bearer token is required")]
     OAuthRequired,
+    /// The bearer token was judged and refused: malformed, wrong type or algorithm, unknown
+    /// key, bad signature, wrong issuer or audience, outside its time window, inactive (stage 7).
+    #[error("{0}")]
+    InvalidToken(TokenError),
+    /// The bearer-token request itself is malformed: `Authorization` not `Bearer <token68>`,
+    /// or a token in the query string (stage 7; RFC 6750 §3.1 `invalid_request`).
+    #[error("{0}")]
+    InvalidRequest(TokenError),
+    /// The issuer's metadata, JWKS or introspection endpoint cannot be used; fail closed
+    /// (stage 7). The reason names the issuer.
+    #[error("{0}")]
+    IssuerUnavailable(TokenError),
     /// The token lacks scopes the policy requires (stage 9).
     #[error("token lacks required scopes: {}", .required.join(" "))]
     InsufficientScope {
@@ -110,6 +123,9 @@ impl Denial {
             Denial::Digest(_) | Denial::Signature(_) | Denial::KeyResolution(_) => "invalid_agent_credentials",
             Denial::ReplayedSignature => "replayed_signature",
             Denial::OAuthRequired => "oauth_required",
+            Denial::InvalidToken(_) => "invalid_token",
+            Denial::InvalidRequest(_) => "invalid_request",
+            Denial::IssuerUnavailable(_) => "issuer_unavailable",
             Denial::InsufficientScope { .. } => "insufficient_scope",
             Denial::AccessDenied { .. } => "agent_access_denied",
             Denial::RateLimited { .. } => "rate_limit_exceeded",
@@ -123,10 +139,16 @@ impl Denial {
             Denial::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Denial::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Denial::BodyUnreadable(_) => StatusCode::BAD_REQUEST,
-            Denial::Digest(_) | Denial::Signature(_) | Denial::KeyResolution(_) | Denial::ReplayedSignature | Denial::OAuthRequired => StatusCode::UNAUTHORIZED,
+            Denial::Digest(_)
+            | Denial::Signature(_)
+            | Denial::KeyResolution(_)
+            | Denial::ReplayedSignature
+            | Denial::OAuthRequired
+            | Denial::InvalidToken(_) => StatusCode::UNAUTHORIZED,
+            Denial::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } => StatusCode::FORBIDDEN,
             Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Denial::StateUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -148,6 +170,32 @@ impl From<ReplayError> for Denial {
             ReplayError::Replayed => Denial::ReplayedSignature,
             // Fail closed, naming the store: no claim of replay protection without a record.
             ReplayError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
+        }
+    }
+}
+
+impl From<TokenError> for Denial {
+    /// Which refusal a token error is (spec/mcp-auth.md §3). No `_` arm: a new variant must choose.
+    fn from(e: TokenError) -> Denial {
+        match e {
+            TokenError::Missing => Denial::OAuthRequired,
+            TokenError::MalformedHeader(_) | TokenError::TokenInQuery => Denial::InvalidRequest(e),
+            TokenError::IssuerUnavailable { .. } => Denial::IssuerUnavailable(e),
+            TokenError::Malformed(_)
+            | TokenError::WrongType { .. }
+            | TokenError::UnsupportedAlgorithm { .. }
+            | TokenError::CriticalHeader
+            | TokenError::UnknownKeyId { .. }
+            | TokenError::KeyMismatch { .. }
+            | TokenError::BadSignature
+            | TokenError::MissingClaim { .. }
+            | TokenError::InvalidClaim { .. }
+            | TokenError::WrongIssuer { .. }
+            | TokenError::WrongAudience { .. }
+            | TokenError::Expired { .. }
+            | TokenError::NotYetValid { .. }
+            | TokenError::IssuedInFuture { .. }
+            | TokenError::Inactive => Denial::InvalidToken(e),
         }
     }
 }
@@ -233,6 +281,18 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
             }
             headers.push((WWW_AUTHENTICATE, v));
         }
+        // RFC 6750 §3.1 with MCP's `resource_metadata`; one line, every value quoted.
+        Denial::InvalidToken(e) | Denial::InvalidRequest(e) => {
+            let code = denial.code();
+            headers.push((
+                WWW_AUTHENTICATE,
+                format!(
+                    "Bearer error=\"{code}\", error_description=\"{}\", resource_metadata=\"{}\"",
+                    quote(&e.to_string()),
+                    quote(&challenge.resource_metadata)
+                ),
+            ));
+        }
         Denial::InsufficientScope { required } => {
             headers.push((
                 WWW_AUTHENTICATE,
@@ -248,7 +308,7 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
             headers.push((HeaderName::from_static("accept-signature"), challenge.accept_signature.clone()));
         }
         Denial::RateLimited { retry_after } => headers.push((RETRY_AFTER, retry_after_secs(*retry_after).to_string())),
-        Denial::StateUnavailable { .. } => headers.push((RETRY_AFTER, "1".to_owned())),
+        Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) => headers.push((RETRY_AFTER, "1".to_owned())),
         Denial::BodyTooLarge { .. }
         | Denial::BodyTimeout { .. }
         | Denial::BodyUnreadable(_)

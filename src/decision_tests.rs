@@ -89,6 +89,9 @@ fn every_denial_has_a_code_and_status() {
         Denial::KeyResolution(DirectoryError::NoAgent { keyid: "k".into() }),
         Denial::ReplayedSignature,
         Denial::OAuthRequired,
+        Denial::InvalidToken(TokenError::BadSignature),
+        Denial::InvalidRequest(TokenError::TokenInQuery),
+        Denial::IssuerUnavailable(TokenError::IssuerUnavailable { issuer: "https://auth.example.com".into(), reason: "down".into() }),
         Denial::InsufficientScope { required: vec![] },
         Denial::AccessDenied { reason: "x".into() },
         Denial::RateLimited { retry_after: Duration::ZERO },
@@ -103,6 +106,9 @@ fn every_denial_has_a_code_and_status() {
         (401, "invalid_agent_credentials"),
         (401, "replayed_signature"),
         (401, "oauth_required"),
+        (401, "invalid_token"),
+        (400, "invalid_request"),
+        (503, "issuer_unavailable"),
         (403, "insufficient_scope"),
         (403, "agent_access_denied"),
         (429, "rate_limit_exceeded"),
@@ -139,4 +145,35 @@ fn replay_errors_map_to_replayed_or_state_unavailable() {
     let d = Denial::from(ReplayError::Store(crate::state::StoreError::Unavailable { store: "redis://x".into(), reason: "down".into() }));
     assert_eq!((d.status().as_u16(), d.code()), (503, "state_unavailable"));
     assert!(d.reason().contains("redis://x"), "{}", d.reason());
+}
+
+#[tokio::test]
+async fn invalid_token_has_a_one_line_quoted_challenge() {
+    let resp = respond(&Denial::from(TokenError::UnknownKeyId { kid: "k\"1\r\n".into() }), "r", &challenge());
+    assert_eq!(resp.status(), 401);
+    assert_eq!(
+        resp.headers()[WWW_AUTHENTICATE],
+        r#"Bearer error="invalid_token", error_description="no issuer key with kid \"k\\\"1\\r\\n\"", resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource""#
+    );
+    assert_eq!(body_json(resp).await["error"], "invalid_token");
+}
+
+#[tokio::test]
+async fn malformed_authorization_is_400_invalid_request() {
+    let resp = respond(&Denial::from(TokenError::MalformedHeader("scheme is not Bearer")), "r", &challenge());
+    assert_eq!(resp.status(), 400);
+    let v = resp.headers()[WWW_AUTHENTICATE].to_str().expect("ascii").to_owned();
+    assert!(v.starts_with(r#"Bearer error="invalid_request", error_description="Authorization header is malformed: scheme is not Bearer""#), "{v}");
+    assert_eq!(body_json(resp).await["error"], "invalid_request");
+}
+
+#[test]
+fn token_errors_map_to_the_mcp_refusals() {
+    assert!(matches!(Denial::from(TokenError::Missing), Denial::OAuthRequired));
+    assert!(matches!(Denial::from(TokenError::TokenInQuery), Denial::InvalidRequest(_)));
+    assert!(matches!(Denial::from(TokenError::Expired { exp: 1 }), Denial::InvalidToken(_)));
+    assert!(matches!(Denial::from(TokenError::Inactive), Denial::InvalidToken(_)));
+    let down = Denial::from(TokenError::IssuerUnavailable { issuer: "https://auth.example.com".into(), reason: "JWKS: HTTP 500".into() });
+    assert_eq!(down.status(), 503);
+    assert!(down.reason().contains("https://auth.example.com"), "{}", down.reason());
 }

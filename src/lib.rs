@@ -18,6 +18,7 @@ pub mod decision;
 pub mod demo;
 pub mod digest;
 pub mod directory;
+pub mod oauth;
 pub mod pipeline;
 pub mod proxy;
 pub mod replay;

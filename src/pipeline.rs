@@ -15,10 +15,11 @@ use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-use crate::config::{Config, ConfigError, FieldError};
+use crate::config::{Config, ConfigError};
 use crate::decision::{Decision, Denial, Permit};
 use crate::digest::{DigestCheck, VerifiedDigest};
 use crate::directory::KeyResolver;
+use crate::oauth::{TokenVerifier, VerifiedToken};
 use crate::replay::ReplayGuard;
 use crate::signature::{SignatureError, SignatureVerifier, VerifiedSignature};
 use crate::state::replay::MemoryReplayStore;
@@ -140,6 +141,8 @@ pub struct Evidence {
     /// `None` when the request was unsigned and signatures are optional, or a stage 2–6
     /// refused (in monitor mode such a request is forwarded without identity).
     pub agent: Option<VerifiedSignature>,
+    /// Stage 7 result: the verified bearer token (the user), when one was sent.
+    pub token: Option<VerifiedToken>,
 }
 
 impl Evidence {
@@ -168,6 +171,8 @@ pub struct Stages {
     signature: SignatureVerifier,
     directory: KeyResolver,
     replay: ReplayGuard,
+    /// Stage 7; `None` when `[oauth]` names no issuer and tokens are not required.
+    token: Option<TokenVerifier>,
 }
 
 impl Stages {
@@ -177,9 +182,14 @@ impl Stages {
         let mut errors = Vec::new();
         let signature = SignatureVerifier::new(sig).map_err(|e| errors.extend(e));
         let directory = KeyResolver::new(sig, &config.base_dir).map_err(|e| errors.extend(e));
-        if config.oauth.raw.required {
-            errors.push(FieldError::new("oauth.required", "bearer-token verification is not available in this build; set it to false"));
-        }
+        // Without an issuer and without `required`, there is no user authority to check: the
+        // stage is off and the inbound `Authorization` is only stripped (proxy).
+        let oauth = &config.oauth.raw;
+        let token = if oauth.required || oauth.issuer.is_some() || oauth.introspection.is_some() {
+            TokenVerifier::new(&config.oauth, &config.base_dir).map_err(|e| errors.extend(e)).ok()
+        } else {
+            None
+        };
         if !errors.is_empty() {
             return Err(ConfigError::Invalid { origin: config.origin.clone(), errors });
         }
@@ -195,6 +205,7 @@ impl Stages {
             signature,
             directory,
             replay: ReplayGuard::new(sig, store),
+            token,
         })
     }
 
@@ -207,6 +218,11 @@ impl Stages {
     pub fn identity_counters(&self) -> (Family<FetchLabels, Counter>, Counter) {
         (self.directory.fetch_counter(), self.replay.hit_counter())
     }
+
+    /// The token stage's counters, to register with the metrics.
+    pub fn token_metrics(&self) -> Option<&crate::telemetry::TokenMetrics> {
+        self.token.as_ref().map(TokenVerifier::metrics)
+    }
 }
 
 /// Runs stages 2–10 of PRODUCT.md in order; the first failure decides.
@@ -217,6 +233,14 @@ pub async fn check(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Decis
         // Only a first-use signature names the agent: a replayed copy (forwarded in monitor
         // mode) must not carry the identity upstream.
         seen.agent = Some(agent);
+    }
+    if let Some(verifier) = &stages.token {
+        seen.token = seen
+            .timed_async(Stage::Token, async {
+                verifier.check_query(&req.head.uri)?;
+                verifier.authenticate(&req.head.headers, req.now).await
+            })
+            .await?;
     }
     Ok(Permit::granted())
 }

@@ -3,7 +3,8 @@
 //!
 //! Only a [`Forward`] can be forwarded, and only `decision::apply_mode` makes one. The path and
 //! query are kept; hop-by-hop headers (RFC 9110 §7.6.1) are removed both ways; the inbound
-//! `Authorization` is dropped unless `oauth.forward_token` (MCP: no token passthrough); every
+//! `Authorization` is dropped unless `oauth.forward_token` and the token was verified (MCP: no
+//! token passthrough); the verified user goes up as `x-portcullis-subject`/`-scopes`; every
 //! inbound `x-portcullis-*` is dropped so a client can never choose its own identity headers.
 //! Response bodies are passed frame by frame as they arrive (SSE unbuffered).
 
@@ -19,6 +20,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::config;
 use crate::decision::{Forward, ResponseBody, UpstreamError};
+use crate::oauth::VerifiedToken;
 use crate::pipeline::{Evidence, Inbound};
 
 /// Prefix of the headers the gateway itself sets upstream; inbound copies are always removed.
@@ -81,7 +83,9 @@ impl Upstream {
         let inbound_host = headers.get(HOST).cloned().or_else(|| head.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
         strip_hop_by_hop(&mut headers);
         headers.remove(HOST);
-        if !self.forward_token {
+        // MCP: no token passthrough. Even with `forward_token`, only a token the gateway
+        // verified goes on (spec/mcp-auth.md §5).
+        if !self.forward_token || seen.token.is_none() {
             headers.remove(AUTHORIZATION);
         }
         let spoofed: Vec<HeaderName> = headers.keys().filter(|k| k.as_str().starts_with(IDENTITY_PREFIX)).cloned().collect();
@@ -103,6 +107,9 @@ impl Upstream {
         if let Some(v) = seen.agent.as_ref().and_then(|a| HeaderValue::from_str(a.agent()).ok()) {
             headers.insert(HeaderName::from_static(AGENT_HEADER), v);
         }
+        if let Some(token) = &seen.token {
+            add_token_identity(&mut headers, token);
+        }
 
         let mut out = Request::new(Full::new(body));
         *out.method_mut() = head.method;
@@ -118,6 +125,17 @@ impl Upstream {
         let (mut parts, body) = resp.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         Ok(Response::from_parts(parts, body.boxed()))
+    }
+}
+
+/// The verified user as identity headers: `x-portcullis-subject` and `x-portcullis-scopes`
+/// (space-separated). A value that cannot be a header value is left out, never sent mangled.
+fn add_token_identity(headers: &mut HeaderMap, token: &VerifiedToken) {
+    if let Some(v) = token.sub().and_then(|s| HeaderValue::from_str(s).ok()) {
+        headers.insert(HeaderName::from_static("x-portcullis-subject"), v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&token.scopes().join(" ")) {
+        headers.insert(HeaderName::from_static("x-portcullis-scopes"), v);
     }
 }
 

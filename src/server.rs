@@ -123,6 +123,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let mut metrics = Metrics::new();
     let (directory_fetches, replay_hits) = stages.identity_counters();
     metrics.register_identity(directory_fetches, replay_hits);
+    if let Some(m) = stages.token_metrics() {
+        metrics.register_token(m);
+    }
     let shared = Arc::new(Shared {
         challenge: Challenge {
             resource_metadata: config.resource_metadata_url(),
@@ -324,7 +327,7 @@ impl Shared {
                 path: &path,
                 agent: seen.agent.as_ref().map(|a| a.agent()),
                 keyid: seen.agent.as_ref().map(|a| a.keyid()),
-                sub: None,
+                sub: seen.token.as_ref().and_then(|t| t.sub()),
                 mcp_method: None,
                 tool: None,
                 latency_us: Default::default(),

@@ -131,6 +131,39 @@ impl Metrics {
     }
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+/// Counters of the token stage (stage 7): verified-token cache hits and misses, JWKS fetches by
+/// result. Made by the stage, registered by [`Metrics::register_token`].
+#[derive(Clone, Debug, Default)]
+pub struct TokenMetrics {
+    cache: Family<ResultLabels, Counter>,
+    jwks_fetches: Family<ResultLabels, Counter>,
+}
+
+impl TokenMetrics {
+    /// Counts one token-cache lookup.
+    pub fn token_cache(&self, is_hit: bool) {
+        self.cache.get_or_create(&ResultLabels { result: if is_hit { "hit" } else { "miss" } }).inc();
+    }
+
+    /// Counts one JWKS fetch; `result` is `ok` or `error`.
+    pub fn jwks_fetch(&self, result: &'static str) {
+        self.jwks_fetches.get_or_create(&ResultLabels { result }).inc();
+    }
+}
+
+impl Metrics {
+    /// Registers the token stage's counters.
+    pub fn register_token(&mut self, m: &TokenMetrics) {
+        self.registry.register("token_cache_lookups", "Verified-token cache lookups by result (hit, miss)", m.cache.clone());
+        self.registry.register("jwks_fetches", "Issuer JWKS fetches by result (ok, error)", m.jwks_fetches.clone());
+    }
+}
+
 /// Decrements the in-flight gauge when dropped.
 #[derive(Debug)]
 pub struct InFlight(Gauge);

@@ -2,6 +2,8 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod directory;
+pub mod issuer;
+pub mod keys;
 pub mod pki;
 pub mod redis;
 

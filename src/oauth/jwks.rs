@@ -1,0 +1,306 @@
+//! The issuer's signing keys (PRODUCT.md stage 7): JWKS fetch (from `oauth.jwks_url` or the
+//! metadata's `jwks_uri`), parsing, and the cache.
+//!
+//! The key set is cached (moka) for the `Cache-Control` `max-age` the issuer sent, clamped to
+//! [`MIN_TTL`]..[`MAX_TTL`]; concurrent misses share one fetch. A `kid` not in the set causes
+//! one refetch (key rotation without restart), at most once per `oauth.jwks_refetch_interval`
+//! measured on the requests' clock, so forged kids cannot make the gateway hammer the issuer.
+//! Only asymmetric keys usable for RS256/PS256 (RSA), ES256 (P-256) and EdDSA (Ed25519) are
+//! kept; symmetric (`oct`) keys and `use = "enc"` keys are ignored. Unreachable issuer: error.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jsonwebtoken::{Algorithm, DecodingKey};
+use serde::Deserialize;
+use tokio::sync::OnceCell;
+use url::Url;
+
+use super::issuer::{FetchError, IssuerClient};
+use super::{short, TokenError};
+use crate::pipeline::UnixTime;
+use crate::telemetry::TokenMetrics;
+
+/// Shortest time a key set is kept, whatever `Cache-Control` says (`no-store` included).
+pub(crate) const MIN_TTL: Duration = Duration::from_secs(10);
+/// Longest time a key set is kept.
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Kept when the issuer sends no `max-age`.
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(300);
+
+/// The kind of public key an algorithm needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyKind {
+    /// RSA (RS256, PS256).
+    Rsa,
+    /// EC on P-256 (ES256).
+    EcP256,
+    /// OKP Ed25519 (EdDSA).
+    Ed25519,
+}
+
+/// One usable issuer key.
+#[derive(Debug, Clone)]
+pub(crate) struct PublicKey {
+    /// The JWK `kid`.
+    pub(crate) kid: Option<String>,
+    /// Key type.
+    pub(crate) kind: KeyKind,
+    /// The JWK `alg`, when given: the only algorithm this key may verify.
+    pub(crate) alg: Option<Algorithm>,
+    /// The verification key.
+    pub(crate) key: DecodingKey,
+}
+
+/// The issuer's usable keys and how long to keep them.
+#[derive(Debug)]
+pub(crate) struct KeySet {
+    keys: Vec<PublicKey>,
+    ttl: Duration,
+}
+
+#[derive(Deserialize)]
+struct RawJwk {
+    kty: String,
+    kid: Option<String>,
+    alg: Option<String>,
+    #[serde(rename = "use")]
+    use_: Option<String>,
+    crv: Option<String>,
+    n: Option<String>,
+    e: Option<String>,
+    x: Option<String>,
+    y: Option<String>,
+}
+
+impl KeySet {
+    /// Parses a JWKS document (RFC 7517 §5). Keys it cannot use are skipped, not fatal: an
+    /// issuer may publish encryption or other-curve keys beside its signing keys.
+    pub(crate) fn parse(body: &[u8], ttl: Duration) -> Result<KeySet, String> {
+        #[derive(Deserialize)]
+        struct Doc {
+            keys: Vec<serde_json::Value>,
+        }
+        let doc: Doc = serde_json::from_slice(body).map_err(|e| format!("not a JWK Set: {e}"))?;
+        let keys = doc.keys.into_iter().filter_map(|v| serde_json::from_value::<RawJwk>(v).ok()).filter_map(usable_key).collect();
+        Ok(KeySet { keys, ttl })
+    }
+
+    /// Keys of `kind` that `kid` may name: with a kid, the keys with that kid; without, every
+    /// key of the kind (RFC 7515 §4.1.4 makes `kid` optional).
+    pub(crate) fn candidates(&self, kid: Option<&str>, kind: KeyKind) -> Vec<&PublicKey> {
+        self.keys.iter().filter(|k| k.kind == kind && (kid.is_none() || k.kid.as_deref() == kid)).collect()
+    }
+
+    /// Whether any key carries `kid`, of whatever kind.
+    pub(crate) fn has_kid(&self, kid: &str) -> bool {
+        self.keys.iter().any(|k| k.kid.as_deref() == Some(kid))
+    }
+}
+
+fn usable_key(jwk: RawJwk) -> Option<PublicKey> {
+    if jwk.use_.as_deref().is_some_and(|u| u != "sig") {
+        return None;
+    }
+    let alg = match jwk.alg.as_deref() {
+        None => None,
+        Some("RS256") => Some(Algorithm::RS256),
+        Some("PS256") => Some(Algorithm::PS256),
+        Some("ES256") => Some(Algorithm::ES256),
+        Some("EdDSA") => Some(Algorithm::EdDSA),
+        Some(_) => return None,
+    };
+    let (kind, key) = match (jwk.kty.as_str(), jwk.crv.as_deref()) {
+        ("RSA", _) => (KeyKind::Rsa, DecodingKey::from_rsa_components(jwk.n.as_deref()?, jwk.e.as_deref()?).ok()?),
+        ("EC", Some("P-256")) => {
+            let (x, y) = (jwk.x.as_deref()?, jwk.y.as_deref()?);
+            if decoded_len(x) != Some(32) || decoded_len(y) != Some(32) {
+                return None;
+            }
+            (KeyKind::EcP256, DecodingKey::from_ec_components(x, y).ok()?)
+        }
+        ("OKP", Some("Ed25519")) => {
+            let x = jwk.x.as_deref()?;
+            if decoded_len(x) != Some(32) {
+                return None;
+            }
+            (KeyKind::Ed25519, DecodingKey::from_ed_components(x).ok()?)
+        }
+        _ => return None,
+    };
+    Some(PublicKey { kid: jwk.kid, kind, alg, key })
+}
+
+fn decoded_len(b64: &str) -> Option<usize> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(b64).ok().map(|v| v.len())
+}
+
+/// How long to keep a key set: `max-age` (RFC 9111 §5.2.2.1) clamped, `no-store`/`no-cache`
+/// as the minimum.
+pub(crate) fn ttl_from_cache_control(cc: Option<&str>) -> Duration {
+    let Some(cc) = cc else { return DEFAULT_TTL };
+    let mut ttl = DEFAULT_TTL;
+    for directive in cc.split(',').map(str::trim) {
+        let lower = directive.to_ascii_lowercase();
+        if lower == "no-store" || lower == "no-cache" {
+            return MIN_TTL;
+        }
+        if let Some(v) = lower.strip_prefix("max-age=") {
+            if let Ok(secs) = v.trim_matches('"').parse::<u64>() {
+                ttl = Duration::from_secs(secs);
+            }
+        }
+    }
+    ttl.clamp(MIN_TTL, MAX_TTL)
+}
+
+/// The cached key set of one issuer.
+pub(crate) struct Jwks {
+    client: IssuerClient,
+    configured_url: Option<Url>,
+    discovered_url: OnceCell<Url>,
+    cache: moka::future::Cache<(), Arc<KeySet>>,
+    refetch_interval: Duration,
+    last_refetch: Mutex<Option<UnixTime>>,
+    metrics: TokenMetrics,
+}
+
+impl std::fmt::Debug for Jwks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Jwks").field("issuer", &self.client.issuer).field("configured_url", &self.configured_url).finish_non_exhaustive()
+    }
+}
+
+struct SetExpiry;
+
+impl moka::Expiry<(), Arc<KeySet>> for SetExpiry {
+    fn expire_after_create(&self, _key: &(), value: &Arc<KeySet>, _created_at: std::time::Instant) -> Option<Duration> {
+        Some(value.ttl)
+    }
+}
+
+impl Jwks {
+    /// `configured_url` is `oauth.jwks_url`; without it the URL is discovered once.
+    pub(crate) fn new(client: IssuerClient, configured_url: Option<Url>, refetch_interval: Duration, metrics: TokenMetrics) -> Jwks {
+        let cache = moka::future::Cache::builder().max_capacity(1).expire_after(SetExpiry).build();
+        Jwks { client, configured_url, discovered_url: OnceCell::new(), cache, refetch_interval, last_refetch: Mutex::new(None), metrics }
+    }
+
+    /// The keys that may verify a token with `kid` and `alg`: from the cached set, or after
+    /// one rate-limited refetch when the set does not know `kid`.
+    pub(crate) async fn keys_for(&self, kid: Option<&str>, alg: Algorithm, now: UnixTime) -> Result<Vec<PublicKey>, TokenError> {
+        let kind = super::token::key_kind(alg).ok_or_else(|| TokenError::UnsupportedAlgorithm { alg: format!("{alg:?}") })?;
+        let set = self.cache.try_get_with((), self.fetch()).await.map_err(|e| (*e).clone())?;
+        let found: Vec<PublicKey> = set.candidates(kid, kind).into_iter().cloned().collect();
+        if !found.is_empty() {
+            return Ok(found);
+        }
+        let Some(kid) = kid else {
+            return Err(TokenError::UnknownKeyId { kid: "(none)".into() });
+        };
+        if set.has_kid(kid) {
+            return Err(TokenError::KeyMismatch { kid: short(kid), alg: format!("{alg:?}") });
+        }
+        if !self.may_refetch(now) {
+            return Err(TokenError::UnknownKeyId { kid: short(kid) });
+        }
+        // Unknown kid: the issuer may have rotated its keys (RFC 7517 §4.5 hints at this use).
+        let fresh = self.fetch().await?;
+        self.cache.insert((), fresh.clone()).await;
+        let found: Vec<PublicKey> = fresh.candidates(Some(kid), kind).into_iter().cloned().collect();
+        if found.is_empty() {
+            return Err(TokenError::UnknownKeyId { kid: short(kid) });
+        }
+        Ok(found)
+    }
+
+    /// Puts `set` in the cache as if it had been fetched (unit tests without an issuer).
+    #[cfg(test)]
+    pub(crate) async fn preload(&self, set: KeySet) {
+        self.cache.insert((), Arc::new(set)).await;
+    }
+
+    /// [`Jwks::may_refetch`] for unit tests.
+    #[cfg(test)]
+    pub(crate) fn may_refetch_for_test(&self, now: UnixTime) -> bool {
+        self.may_refetch(now)
+    }
+
+    /// Takes the refetch slot if the last unknown-kid refetch is older than the interval.
+    fn may_refetch(&self, now: UnixTime) -> bool {
+        let Ok(mut last) = self.last_refetch.lock() else { return false };
+        match *last {
+            Some(t) if now.0 < t.0 + self.refetch_interval && now >= t => false,
+            _ => {
+                *last = Some(now);
+                true
+            }
+        }
+    }
+
+    async fn url(&self) -> Result<Url, TokenError> {
+        if let Some(u) = &self.configured_url {
+            return Ok(u.clone());
+        }
+        self.discovered_url.get_or_try_init(|| self.client.discover_jwks_uri()).await.cloned()
+    }
+
+    async fn fetch(&self) -> Result<Arc<KeySet>, TokenError> {
+        let result = self.fetch_once().await;
+        self.metrics.jwks_fetch(if result.is_ok() { "ok" } else { "error" });
+        if let Err(e) = &result {
+            tracing::warn!(error = %e, "JWKS fetch failed");
+        }
+        result
+    }
+
+    async fn fetch_once(&self) -> Result<Arc<KeySet>, TokenError> {
+        let url = self.url().await?;
+        let what = format!("JWKS {url}");
+        let doc = self.client.get(&url).await.map_err(|e| match e {
+            FetchError::Unreachable(r) | FetchError::Refused(r) => self.client.unavailable(&what, r),
+        })?;
+        let ttl = ttl_from_cache_control(doc.cache_control.as_deref());
+        let set = KeySet::parse(&doc.body, ttl).map_err(|r| self.client.unavailable(&what, r))?;
+        tracing::debug!(keys = set.keys.len(), ttl = ?ttl, "JWKS fetched");
+        Ok(Arc::new(set))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EC_X: &str = "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU";
+    const EC_Y: &str = "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0";
+
+    #[test]
+    fn cache_control_max_age_is_clamped() {
+        assert_eq!(ttl_from_cache_control(None), DEFAULT_TTL);
+        assert_eq!(ttl_from_cache_control(Some("public, max-age=600")), Duration::from_secs(600));
+        assert_eq!(ttl_from_cache_control(Some("max-age=1")), MIN_TTL);
+        assert_eq!(ttl_from_cache_control(Some("max-age=99999999")), MAX_TTL);
+        assert_eq!(ttl_from_cache_control(Some("no-store")), MIN_TTL);
+    }
+
+    #[test]
+    fn unusable_keys_are_skipped_not_fatal() {
+        let doc = format!(
+            r#"{{"keys":[
+                {{"kty":"oct","k":"c2VjcmV0","kid":"hmac"}},
+                {{"kty":"EC","crv":"P-256","x":"{EC_X}","y":"{EC_Y}","kid":"enc","use":"enc"}},
+                {{"kty":"EC","crv":"P-384","x":"{EC_X}","y":"{EC_Y}","kid":"p384"}},
+                {{"kty":"EC","crv":"P-256","x":"{EC_X}","y":"{EC_Y}","kid":"ec1","alg":"ES256"}},
+                {{"kty":"weird"}}
+            ]}}"#
+        );
+        let set = KeySet::parse(doc.as_bytes(), DEFAULT_TTL).expect("parses");
+        assert_eq!(set.keys.len(), 1);
+        assert_eq!(set.candidates(Some("ec1"), KeyKind::EcP256).len(), 1);
+        assert!(set.candidates(Some("hmac"), KeyKind::EcP256).is_empty());
+        assert!(set.candidates(Some("ec1"), KeyKind::Rsa).is_empty());
+        assert_eq!(set.candidates(None, KeyKind::EcP256).len(), 1);
+        assert!(KeySet::parse(b"[]", DEFAULT_TTL).is_err());
+    }
+}

@@ -1,0 +1,405 @@
+//! User authority (PRODUCT.md stage 7): the OAuth 2.1 bearer token of the MCP Authorization
+//! spec, as the resource server checks it (spec/mcp-auth.md §3–§5).
+//!
+//! [`TokenVerifier::authenticate`] takes the token only from `Authorization: Bearer <token68>`
+//! (RFC 6750 §2.1; a token in the query string is never used and is refused by
+//! [`TokenVerifier::check_query`]), then verifies it: a JWT (RFC 9068) against the issuer's
+//! JWKS (`token`, `jwks`), or an opaque token by RFC 7662 introspection (`introspection`).
+//! It trusts the configured issuer, the keys fetched over HTTPS from it, and nothing the client
+//! sends beyond the token. A verified token is cached by the SHA-256 of its bytes until its
+//! `exp` (bounded, moka), so a repeated token costs one hash and one lookup; the time window is
+//! re-checked against each request's `now` on every hit.
+//!
+//! Malformed `Authorization` (not `Bearer <token68>`, sent twice) and query tokens are
+//! RFC 6750 §3.1 `invalid_request` (400, mcp-auth.md §3 "malformed auth request"), not
+//! `invalid_token`: the client sent no token we could judge.
+
+mod introspection;
+mod issuer;
+mod jwks;
+mod token;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::AUTHORIZATION;
+use http::{HeaderMap, Uri};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use url::Url;
+
+use crate::config::{self, FieldError};
+use crate::pipeline::UnixTime;
+use crate::telemetry::TokenMetrics;
+use crate::tls;
+
+/// Most verified introspection results are trusted for, even if `exp` is later: revocation at
+/// the issuer takes effect within this time.
+const INTROSPECTION_MAX_TTL: Duration = Duration::from_secs(60);
+
+/// Why the token stage refused a request. Messages name what failed, never the token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    /// No bearer token and `oauth.required = true`.
+    #[error("a bearer token is required")]
+    Missing,
+    /// The `Authorization` header is not `Bearer <token68>` (RFC 6750 §2.1) or is sent twice.
+    #[error("Authorization header is malformed: {0}")]
+    MalformedHeader(&'static str),
+    /// An `access_token` query parameter: MCP forbids tokens in the URI.
+    #[error("access tokens in the query string are not accepted; send Authorization: Bearer")]
+    TokenInQuery,
+    /// The token is not a well-formed JWT (and no introspection endpoint is configured).
+    #[error("token is malformed: {0}")]
+    Malformed(String),
+    /// The JWT header `typ` is not `at+jwt` (RFC 9068 §4).
+    #[error("token type {typ:?} is not at+jwt")]
+    WrongType {
+        /// The `typ` sent (empty when absent).
+        typ: String,
+    },
+    /// `alg` is not RS256, PS256, ES256 or EdDSA (`none` and HMAC are refused here).
+    #[error("token algorithm {alg:?} is not accepted")]
+    UnsupportedAlgorithm {
+        /// The `alg` sent.
+        alg: String,
+    },
+    /// The JWT header has `crit` extensions, which the gateway does not implement (RFC 7515 §4.1.11).
+    #[error("token header has critical extensions")]
+    CriticalHeader,
+    /// No issuer key has the token's `kid`, even after a refetch (or the refetch was rate-limited).
+    #[error("no issuer key with kid {kid:?}")]
+    UnknownKeyId {
+        /// The `kid` sent ("(none)" when absent).
+        kid: String,
+    },
+    /// The key named by `kid` is not of the type (or JWK `alg`) the token's `alg` needs.
+    #[error("issuer key {kid:?} cannot verify {alg}")]
+    KeyMismatch {
+        /// The key id.
+        kid: String,
+        /// The token's algorithm.
+        alg: String,
+    },
+    /// The signature does not verify with the issuer's key.
+    #[error("token signature is invalid")]
+    BadSignature,
+    /// A required claim is absent.
+    #[error("token has no {claim} claim")]
+    MissingClaim {
+        /// The claim name.
+        claim: &'static str,
+    },
+    /// A claim has the wrong JSON type.
+    #[error("token claim {claim} has the wrong type")]
+    InvalidClaim {
+        /// The claim name.
+        claim: &'static str,
+    },
+    /// `iss` is not the configured issuer.
+    #[error("token issuer {iss:?} is not the configured issuer")]
+    WrongIssuer {
+        /// The `iss` sent.
+        iss: String,
+    },
+    /// `aud` does not contain this resource (RFC 8707): the token was minted for another one.
+    #[error("token audience does not include {audience}")]
+    WrongAudience {
+        /// The audience this gateway requires.
+        audience: String,
+    },
+    /// `exp` is past (beyond the clock skew).
+    #[error("token expired at {exp}")]
+    Expired {
+        /// The `exp` claim.
+        exp: u64,
+    },
+    /// `nbf` is in the future (beyond the clock skew).
+    #[error("token not valid before {nbf}")]
+    NotYetValid {
+        /// The `nbf` claim.
+        nbf: u64,
+    },
+    /// `iat` is in the future (beyond the clock skew).
+    #[error("token issued in the future ({iat})")]
+    IssuedInFuture {
+        /// The `iat` claim.
+        iat: u64,
+    },
+    /// Introspection says the token is not active (revoked, expired, unknown).
+    #[error("token is not active")]
+    Inactive,
+    /// The issuer's metadata, JWKS or introspection endpoint could not be used; fail closed.
+    #[error("issuer {issuer} unavailable: {reason}")]
+    IssuerUnavailable {
+        /// The configured issuer.
+        issuer: String,
+        /// What failed (URL, status, error).
+        reason: String,
+    },
+}
+
+/// Shortens client-supplied text quoted in errors (kid, typ, iss) to 64 characters.
+pub(crate) fn short(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
+/// Proof that a bearer token was verified. Cheap to clone (shared).
+#[derive(Debug, Clone)]
+pub struct VerifiedToken(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    iss: String,
+    sub: Option<String>,
+    aud: Vec<String>,
+    scopes: Vec<String>,
+    claims: Map<String, Value>,
+    client_id: Option<String>,
+    exp: u64,
+    nbf: Option<u64>,
+    iat: Option<u64>,
+}
+
+impl VerifiedToken {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        iss: String,
+        sub: Option<String>,
+        aud: Vec<String>,
+        scopes: Vec<String>,
+        claims: Map<String, Value>,
+        client_id: Option<String>,
+        exp: u64,
+        nbf: Option<u64>,
+        iat: Option<u64>,
+    ) -> Self {
+        VerifiedToken(Arc::new(Inner { iss, sub, aud, scopes, claims, client_id, exp, nbf, iat }))
+    }
+
+    /// The issuer (always the configured one).
+    pub fn iss(&self) -> &str {
+        &self.0.iss
+    }
+    /// The subject (the user), when the issuer named one (always for JWTs).
+    pub fn sub(&self) -> Option<&str> {
+        self.0.sub.as_deref()
+    }
+    /// The audiences; one of them is this resource.
+    pub fn aud(&self) -> &[String] {
+        &self.0.aud
+    }
+    /// The granted scopes, from `scope` and/or `scp`.
+    pub fn scopes(&self) -> &[String] {
+        &self.0.scopes
+    }
+    /// Every claim (JWT) or introspection member, for the policy input.
+    pub fn claims(&self) -> &Map<String, Value> {
+        &self.0.claims
+    }
+    /// The OAuth client the token was issued to (`client_id`, or `azp`).
+    pub fn client_id(&self) -> Option<&str> {
+        self.0.client_id.as_deref()
+    }
+    /// Expiry, seconds since the epoch.
+    pub fn exp(&self) -> u64 {
+        self.0.exp
+    }
+
+    /// The time window at `now` with `skew` seconds of tolerance (RFC 7519 §4.1.4–4.1.6).
+    fn check_time(&self, now: UnixTime, skew: u64) -> Result<(), TokenError> {
+        let t = now.secs();
+        if t > self.0.exp.saturating_add(skew) {
+            return Err(TokenError::Expired { exp: self.0.exp });
+        }
+        if let Some(nbf) = self.0.nbf.filter(|nbf| t.saturating_add(skew) < *nbf) {
+            return Err(TokenError::NotYetValid { nbf });
+        }
+        if let Some(iat) = self.0.iat.filter(|iat| t.saturating_add(skew) < *iat) {
+            return Err(TokenError::IssuedInFuture { iat });
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone)]
+struct Cached {
+    token: VerifiedToken,
+    ttl: Duration,
+}
+
+struct CachedExpiry;
+
+impl moka::Expiry<[u8; 32], Cached> for CachedExpiry {
+    fn expire_after_create(&self, _key: &[u8; 32], value: &Cached, _created_at: std::time::Instant) -> Option<Duration> {
+        Some(value.ttl)
+    }
+}
+
+/// The token stage, built from `[oauth]`.
+pub struct TokenVerifier {
+    is_required: bool,
+    rules: token::Rules,
+    jwks: jwks::Jwks,
+    introspection: Option<introspection::Introspector>,
+    cache: Option<moka::sync::Cache<[u8; 32], Cached>>,
+    metrics: TokenMetrics,
+}
+
+impl std::fmt::Debug for TokenVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenVerifier").field("is_required", &self.is_required).field("rules", &self.rules).field("jwks", &self.jwks).finish_non_exhaustive()
+    }
+}
+
+impl TokenVerifier {
+    /// Builds the stage from `[oauth]`; relative paths (`issuer_ca`) resolve against
+    /// `base_dir`. Fails naming every bad field.
+    pub fn new(cfg: &config::OAuth, base_dir: &Path) -> Result<TokenVerifier, Vec<FieldError>> {
+        let raw = &cfg.raw;
+        let mut errs = Vec::new();
+        let issuer = match raw.issuer.as_deref() {
+            None => Err(FieldError::new("oauth.issuer", "required to verify bearer tokens (or set oauth.required = false)")),
+            Some(i) => https_url("oauth.issuer", i).map(|_| i.to_owned()),
+        };
+        let jwks_url = raw.jwks_url.as_deref().map(|u| https_url("oauth.jwks_url", u)).transpose();
+        let introspection_url = raw.introspection.as_ref().map(|i| https_url("oauth.introspection.url", &i.url)).transpose();
+        let client = tls::outbound_client("oauth.issuer_ca", raw.issuer_ca.as_ref().map(|p| base_dir.join(p)).as_deref(), raw.fetch_timeout.0)
+            .map_err(|e| FieldError::new("oauth.issuer_ca", e.to_string()));
+        if raw.fetch_timeout.0.is_zero() {
+            errs.push(FieldError::new("oauth.fetch_timeout", "must be greater than zero"));
+        }
+        if raw.clock_skew.0 > Duration::from_secs(300) {
+            errs.push(FieldError::new("oauth.clock_skew", "must be at most 5m"));
+        }
+        let (issuer, jwks_url, introspection_url, client) = match (issuer, jwks_url, introspection_url, client) {
+            (Ok(i), Ok(j), Ok(iu), Ok(c)) if errs.is_empty() => (i, j, iu, c),
+            (i, j, iu, c) => {
+                errs.extend([i.err(), j.err(), iu.err(), c.err()].into_iter().flatten());
+                return Err(errs);
+            }
+        };
+        let metrics = TokenMetrics::default();
+        let issuer_client = issuer::IssuerClient::new(client, issuer.clone());
+        let introspection = match (&raw.introspection, introspection_url) {
+            (Some(i), Some(url)) => Some(introspection::Introspector::new(issuer_client.clone(), url, i.client_id.clone(), i.client_secret.clone())),
+            _ => None,
+        };
+        let cache = (raw.token_cache_size > 0).then(|| moka::sync::Cache::builder().max_capacity(raw.token_cache_size).expire_after(CachedExpiry).build());
+        Ok(TokenVerifier {
+            is_required: raw.required,
+            rules: token::Rules { issuer, audience: cfg.audience.clone(), skew_secs: raw.clock_skew.0.as_secs() },
+            jwks: jwks::Jwks::new(issuer_client, jwks_url, raw.jwks_refetch_interval.0, metrics.clone()),
+            introspection,
+            cache,
+            metrics,
+        })
+    }
+
+    /// The stage's counters (token cache, JWKS fetches), for the metrics registry.
+    pub fn metrics(&self) -> &TokenMetrics {
+        &self.metrics
+    }
+
+    /// Refuses a request that carries `access_token` in its query (MCP-AUTH §Token
+    /// Requirements: tokens MUST NOT be in the URI; RFC 6750 §2.3 is not supported).
+    pub fn check_query(&self, uri: &Uri) -> Result<(), TokenError> {
+        let query = uri.query().unwrap_or("");
+        if url::form_urlencoded::parse(query.as_bytes()).any(|(k, _)| k == "access_token") {
+            return Err(TokenError::TokenInQuery);
+        }
+        Ok(())
+    }
+
+    /// Verifies the bearer token in `headers` at `now`. `Ok(None)`: no token was sent and
+    /// none is required. A token that is sent is always verified, required or not.
+    pub async fn authenticate(&self, headers: &HeaderMap, now: UnixTime) -> Result<Option<VerifiedToken>, TokenError> {
+        let Some(token) = bearer_token(headers)? else {
+            return if self.is_required { Err(TokenError::Missing) } else { Ok(None) };
+        };
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(cache) = &self.cache {
+            if let Some(hit) = cache.get(&key) {
+                self.metrics.token_cache(true);
+                // The cache evicts on the wall clock; the window is decided by `now`.
+                hit.token.check_time(now, self.rules.skew_secs)?;
+                return Ok(Some(hit.token));
+            }
+            self.metrics.token_cache(false);
+        }
+        let (verified, max_ttl) = if token::looks_like_jwt(token) || self.introspection.is_none() {
+            (self.verify_jwt(token, now).await?, None)
+        } else if let Some(i) = &self.introspection {
+            (i.introspect(token, &self.rules, now).await?, Some(INTROSPECTION_MAX_TTL))
+        } else {
+            return Err(TokenError::Malformed("not a JWT".into()));
+        };
+        if let Some(cache) = &self.cache {
+            let left = Duration::from_secs(verified.exp().saturating_add(self.rules.skew_secs).saturating_sub(now.secs()));
+            let ttl = max_ttl.map_or(left, |m| left.min(m));
+            if !ttl.is_zero() {
+                cache.insert(key, Cached { token: verified.clone(), ttl });
+            }
+        }
+        Ok(Some(verified))
+    }
+
+    async fn verify_jwt(&self, token: &str, now: UnixTime) -> Result<VerifiedToken, TokenError> {
+        // Header rules (typ, alg) first: a `none` or HMAC token never causes a fetch.
+        let jwt = token::decode(token)?;
+        let keys = self.jwks.keys_for(jwt.kid.as_deref(), jwt.alg, now).await?;
+        let mut last = TokenError::BadSignature;
+        for key in &keys {
+            match token::verify_signature(&jwt, key) {
+                Ok(()) => return token::validate_jwt(jwt, &self.rules, now),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+}
+
+/// The token of `Authorization: Bearer <token68>` (RFC 6750 §2.1; scheme case-insensitive,
+/// RFC 9110 §11.1). `Ok(None)` when there is no `Authorization` header.
+pub(crate) fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, TokenError> {
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    let Some(value) = values.next() else { return Ok(None) };
+    if values.next().is_some() {
+        return Err(TokenError::MalformedHeader("sent more than once"));
+    }
+    let value = value.to_str().map_err(|_| TokenError::MalformedHeader("not ASCII"))?;
+    let (scheme, rest) = value.split_once(' ').ok_or(TokenError::MalformedHeader("expected \"Bearer <token>\""))?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(TokenError::MalformedHeader("scheme is not Bearer"));
+    }
+    let token = rest.trim_start_matches(' ');
+    if token.is_empty() {
+        return Err(TokenError::MalformedHeader("empty token"));
+    }
+    // b64token = 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="
+    let body = token.trim_end_matches('=');
+    if body.is_empty() || !body.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~+/".contains(&b)) {
+        return Err(TokenError::MalformedHeader("token is not a token68"));
+    }
+    Ok(Some(token))
+}
+
+fn https_url(field: &str, s: &str) -> Result<Url, FieldError> {
+    let u = Url::parse(s).map_err(|e| FieldError::new(field, format!("{s:?} is not a URL: {e}")))?;
+    if u.scheme() != "https" || u.host_str().is_none() {
+        return Err(FieldError::new(field, format!("{s:?} must be an https URL")));
+    }
+    if u.fragment().is_some() || u.query().is_some() {
+        return Err(FieldError::new(field, format!("{s:?} must not have a query or fragment")));
+    }
+    Ok(u)
+}
+
+#[cfg(test)]
+#[path = "../../tests/common/keys.rs"]
+mod test_keys;
+
+#[cfg(test)]
+#[path = "mod_tests.rs"]
+mod tests;

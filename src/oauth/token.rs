@@ -1,0 +1,231 @@
+//! JWT access tokens (RFC 9068), PRODUCT.md stage 7: the header rules, the signature check
+//! against one issuer key, and the claim checks (`iss`, `aud`, `exp`, `nbf`, `iat`, scopes).
+//!
+//! Pure functions: no I/O, and time is the request's `now` (never the clock). The key comes
+//! from `jwks`; this module trusts only that key and the configured issuer and audience.
+//! Introspection responses (RFC 7662) go through the same claim checks with
+//! [`Profile::Introspection`].
+
+use jsonwebtoken::Algorithm;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::jwks::{KeyKind, PublicKey};
+use super::{short, TokenError, VerifiedToken};
+use crate::pipeline::UnixTime;
+
+/// Longest token accepted; anything longer is refused before decoding.
+pub(crate) const MAX_TOKEN_LEN: usize = 16 * 1024;
+
+/// What a token is checked against, built once from `[oauth]`.
+#[derive(Debug, Clone)]
+pub(crate) struct Rules {
+    /// The configured issuer; `iss` must be identical (RFC 9068 §4).
+    pub(crate) issuer: String,
+    /// The resource; `aud` must contain it (RFC 8707 §2, RFC 9068 §4).
+    pub(crate) audience: String,
+    /// Tolerated clock difference, in seconds.
+    pub(crate) skew_secs: u64,
+}
+
+/// Which claims a source must carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Profile {
+    /// A JWT access token: `iss`, `sub`, `aud`, `exp`, `iat` required (RFC 9068 §2.2).
+    Jwt,
+    /// An RFC 7662 response: `aud` and `exp` required; `iss`, when present, must match.
+    Introspection,
+}
+
+/// The JOSE header members the gateway reads (RFC 7515 §4.1).
+#[derive(Debug, Deserialize)]
+struct RawHeader {
+    alg: String,
+    typ: Option<String>,
+    kid: Option<String>,
+    crit: Option<Value>,
+}
+
+/// A decoded, not yet verified JWT.
+#[derive(Debug)]
+pub(crate) struct Jwt<'a> {
+    /// The accepted signature algorithm.
+    pub(crate) alg: Algorithm,
+    /// The key id, if the header names one.
+    pub(crate) kid: Option<String>,
+    signing_input: &'a str,
+    signature: &'a str,
+    claims: Map<String, Value>,
+}
+
+/// Whether `token` has the JWS compact shape (three parts); otherwise it is treated as opaque.
+pub(crate) fn looks_like_jwt(token: &str) -> bool {
+    token.bytes().filter(|b| *b == b'.').count() == 2
+}
+
+/// Decodes the header and claims and applies the header rules. Nothing here trusts the token:
+/// the signature is checked by [`verify_signature`] before the claims are believed.
+pub(crate) fn decode(token: &str) -> Result<Jwt<'_>, TokenError> {
+    if token.len() > MAX_TOKEN_LEN {
+        return Err(TokenError::Malformed(format!("token longer than {MAX_TOKEN_LEN} bytes")));
+    }
+    let mut parts = token.split('.');
+    let (Some(h), Some(c), Some(sig), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return Err(TokenError::Malformed("not a JWS compact serialization (three dot-separated parts)".into()));
+    };
+    let header: RawHeader = serde_json::from_slice(&b64(h, "header")?).map_err(|e| TokenError::Malformed(format!("header is not a JOSE header: {e}")))?;
+    // RFC 9068 §4: the resource server MUST check `typ`; media types are case-insensitive.
+    let typ = header.typ.as_deref().unwrap_or("");
+    if !typ.eq_ignore_ascii_case("at+jwt") && !typ.eq_ignore_ascii_case("application/at+jwt") {
+        return Err(TokenError::WrongType { typ: short(typ) });
+    }
+    let alg = accepted_algorithm(&header.alg)?;
+    // RFC 7515 §4.1.11: extensions we do not understand must make the token invalid.
+    if header.crit.is_some() {
+        return Err(TokenError::CriticalHeader);
+    }
+    let claims: Map<String, Value> =
+        serde_json::from_slice(&b64(c, "claims")?).map_err(|e| TokenError::Malformed(format!("claims are not a JSON object: {e}")))?;
+    let signing_input = &token[..h.len() + 1 + c.len()];
+    Ok(Jwt { alg, kid: header.kid, signing_input, signature: sig, claims })
+}
+
+/// RS256, PS256, ES256, EdDSA only. `none` (RFC 8725 §3.1) and HMAC (the public key used as a
+/// shared secret, RFC 8725 §2.1) are refused by name.
+fn accepted_algorithm(alg: &str) -> Result<Algorithm, TokenError> {
+    match alg {
+        "RS256" => Ok(Algorithm::RS256),
+        "PS256" => Ok(Algorithm::PS256),
+        "ES256" => Ok(Algorithm::ES256),
+        "EdDSA" => Ok(Algorithm::EdDSA),
+        other => Err(TokenError::UnsupportedAlgorithm { alg: short(other) }),
+    }
+}
+
+/// The key kind an algorithm needs.
+pub(crate) fn key_kind(alg: Algorithm) -> Option<KeyKind> {
+    match alg {
+        Algorithm::RS256 | Algorithm::PS256 => Some(KeyKind::Rsa),
+        Algorithm::ES256 => Some(KeyKind::EcP256),
+        Algorithm::EdDSA => Some(KeyKind::Ed25519),
+        _ => None,
+    }
+}
+
+fn b64(part: &str, what: &str) -> Result<Vec<u8>, TokenError> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part).map_err(|_| TokenError::Malformed(format!("{what} is not base64url")))
+}
+
+/// Checks the signature with `key`, which must be of the kind `jwt.alg` needs (the caller
+/// picked it by `kid` and kind; a JWK `alg`, when present, must name the same algorithm).
+pub(crate) fn verify_signature(jwt: &Jwt<'_>, key: &PublicKey) -> Result<(), TokenError> {
+    if key_kind(jwt.alg) != Some(key.kind) || key.alg.is_some_and(|a| a != jwt.alg) {
+        return Err(TokenError::KeyMismatch { kid: short(key.kid.as_deref().unwrap_or("")), alg: format!("{:?}", jwt.alg) });
+    }
+    match jsonwebtoken::crypto::verify(jwt.signature, jwt.signing_input.as_bytes(), &key.key, jwt.alg) {
+        Ok(true) => Ok(()),
+        Ok(false) | Err(_) => Err(TokenError::BadSignature),
+    }
+}
+
+/// The claim checks, after the signature passed.
+pub(crate) fn validate_jwt(jwt: Jwt<'_>, rules: &Rules, now: UnixTime) -> Result<VerifiedToken, TokenError> {
+    validate_claims(jwt.claims, rules, now, Profile::Jwt)
+}
+
+/// Checks `iss`, `aud`, the time window and reads the identity and scopes.
+pub(crate) fn validate_claims(claims: Map<String, Value>, rules: &Rules, now: UnixTime, profile: Profile) -> Result<VerifiedToken, TokenError> {
+    match (string_claim(&claims, "iss")?, profile) {
+        (Some(iss), _) if iss != rules.issuer => return Err(TokenError::WrongIssuer { iss: short(iss) }),
+        (None, Profile::Jwt) => return Err(TokenError::MissingClaim { claim: "iss" }),
+        _ => {}
+    }
+    let aud = audiences(&claims)?;
+    // RFC 8707 §2 / RFC 9068 §4: a token minted for another resource is refused.
+    if !aud.contains(&rules.audience) {
+        return Err(TokenError::WrongAudience { audience: short(&rules.audience) });
+    }
+    let exp = time_claim(&claims, "exp")?.ok_or(TokenError::MissingClaim { claim: "exp" })?;
+    let nbf = time_claim(&claims, "nbf")?;
+    let iat = time_claim(&claims, "iat")?;
+    if profile == Profile::Jwt && iat.is_none() {
+        return Err(TokenError::MissingClaim { claim: "iat" });
+    }
+    let sub = string_claim(&claims, "sub")?.map(str::to_owned);
+    if profile == Profile::Jwt && sub.is_none() {
+        return Err(TokenError::MissingClaim { claim: "sub" });
+    }
+    // RFC 9068 §2.2 names `client_id`; some issuers still send OIDC's `azp`.
+    let client_id = match string_claim(&claims, "client_id")? {
+        Some(c) => Some(c.to_owned()),
+        None => string_claim(&claims, "azp")?.map(str::to_owned),
+    };
+    let token = VerifiedToken::new(rules.issuer.clone(), sub, aud, scopes(&claims)?, claims, client_id, exp, nbf, iat);
+    token.check_time(now, rules.skew_secs)?;
+    Ok(token)
+}
+
+fn string_claim<'a>(claims: &'a Map<String, Value>, name: &'static str) -> Result<Option<&'a str>, TokenError> {
+    match claims.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(TokenError::InvalidClaim { claim: name }),
+    }
+}
+
+/// `aud` is a string or an array of strings (RFC 7519 §4.1.3).
+fn audiences(claims: &Map<String, Value>) -> Result<Vec<String>, TokenError> {
+    match claims.get("aud") {
+        None | Some(Value::Null) => Err(TokenError::MissingClaim { claim: "aud" }),
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(items)) => items.iter().map(|v| v.as_str().map(str::to_owned).ok_or(TokenError::InvalidClaim { claim: "aud" })).collect(),
+        Some(_) => Err(TokenError::InvalidClaim { claim: "aud" }),
+    }
+}
+
+/// A NumericDate (RFC 7519 §2): seconds, possibly fractional; negative is invalid.
+fn time_claim(claims: &Map<String, Value>, name: &'static str) -> Result<Option<u64>, TokenError> {
+    match claims.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match (n.as_u64(), n.as_f64()) {
+            (Some(u), _) => Ok(Some(u)),
+            (None, Some(f)) if f >= 0.0 && f.is_finite() => Ok(Some(f.floor() as u64)),
+            _ => Err(TokenError::InvalidClaim { claim: name }),
+        },
+        Some(_) => Err(TokenError::InvalidClaim { claim: name }),
+    }
+}
+
+/// Scopes from `scope` (space-separated, RFC 9068 §2.2.3) and/or `scp` (array or string, as
+/// some issuers send), in order, without duplicates.
+fn scopes(claims: &Map<String, Value>) -> Result<Vec<String>, TokenError> {
+    let mut out: Vec<String> = Vec::new();
+    let mut add = |s: &str| {
+        for part in s.split_ascii_whitespace() {
+            if !out.iter().any(|o| o == part) {
+                out.push(part.to_owned());
+            }
+        }
+    };
+    match claims.get("scope") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => add(s),
+        Some(_) => return Err(TokenError::InvalidClaim { claim: "scope" }),
+    }
+    match claims.get("scp") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => add(s),
+        Some(Value::Array(items)) => {
+            for item in items {
+                add(item.as_str().ok_or(TokenError::InvalidClaim { claim: "scp" })?);
+            }
+        }
+        Some(_) => return Err(TokenError::InvalidClaim { claim: "scp" }),
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+#[path = "token_tests.rs"]
+mod tests;

@@ -1,0 +1,108 @@
+//! Issuer signing keys made in the test (RSA 2048, EC P-256, Ed25519 via aws-lc-rs) and JWT
+//! minting with jsonwebtoken's encoder. Shared by the integration tests (`tests/common`) and
+//! the unit tests of `src/oauth` (included there with `#[path]`).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use aws_lc_rs::encoding::AsDer;
+use aws_lc_rs::rand::SystemRandom;
+use aws_lc_rs::signature::{EcdsaKeyPair, Ed25519KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
+use base64::Engine as _;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::Value;
+
+/// A private signing key with its public JWK.
+#[derive(Clone)]
+pub struct SigningKey {
+    pub alg: Algorithm,
+    pub kid: String,
+    pub encoding: EncodingKey,
+    /// The public JWK with `kid`, `alg` and `use`.
+    pub jwk: Value,
+}
+
+impl SigningKey {
+    /// RSA 2048 for RS256 (or PS256 with [`SigningKey::with_alg`]).
+    pub fn rsa(kid: &str) -> SigningKey {
+        let pair = aws_lc_rs::rsa::KeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).unwrap();
+        let der = AsDer::<aws_lc_rs::encoding::Pkcs8V1Der>::as_der(&pair).unwrap();
+        let pem = pem("PRIVATE KEY", der.as_ref());
+        SigningKey::new(Algorithm::RS256, kid, EncodingKey::from_rsa_pem(pem.as_bytes()).unwrap())
+    }
+
+    /// EC P-256 for ES256.
+    pub fn ec(kid: &str) -> SigningKey {
+        let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new()).unwrap();
+        SigningKey::new(Algorithm::ES256, kid, EncodingKey::from_ec_der(doc.as_ref()))
+    }
+
+    /// Ed25519 for EdDSA.
+    pub fn ed(kid: &str) -> SigningKey {
+        let doc = Ed25519KeyPair::generate_pkcs8v1(&SystemRandom::new()).unwrap();
+        SigningKey::new(Algorithm::EdDSA, kid, EncodingKey::from_ed_der(doc.as_ref()))
+    }
+
+    fn new(alg: Algorithm, kid: &str, encoding: EncodingKey) -> SigningKey {
+        let mut jwk = serde_json::to_value(jsonwebtoken::jwk::Jwk::from_encoding_key(&encoding, alg).unwrap()).unwrap();
+        jwk["kid"] = Value::from(kid);
+        jwk["use"] = Value::from("sig");
+        SigningKey { alg, kid: kid.to_owned(), encoding, jwk }
+    }
+
+    /// The same key used with another algorithm of its family (RS256 -> PS256).
+    pub fn with_alg(mut self, alg: Algorithm) -> SigningKey {
+        self.alg = alg;
+        self.jwk["alg"] = serde_json::to_value(alg).unwrap();
+        self
+    }
+
+    /// The same key published under another kid.
+    pub fn with_kid(mut self, kid: &str) -> SigningKey {
+        self.kid = kid.to_owned();
+        self.jwk["kid"] = Value::from(kid);
+        self
+    }
+
+    /// An RFC 9068 token (`typ: at+jwt`, this key's `kid`) with `claims`.
+    pub fn sign(&self, claims: &Value) -> String {
+        let mut h = Header::new(self.alg);
+        h.typ = Some("at+jwt".into());
+        h.kid = Some(self.kid.clone());
+        self.sign_with(&h, claims)
+    }
+
+    /// A token with a header of the caller's choosing.
+    pub fn sign_with(&self, header: &Header, claims: &Value) -> String {
+        jsonwebtoken::encode(header, claims, &self.encoding).unwrap()
+    }
+}
+
+/// A JWK Set document of `keys`.
+pub fn jwks(keys: &[&SigningKey]) -> Value {
+    serde_json::json!({ "keys": keys.iter().map(|k| k.jwk.clone()).collect::<Vec<_>>() })
+}
+
+/// An unsigned token (`alg: none`, empty signature; RFC 7519 §6).
+pub fn unsigned(kid: &str, claims: &Value) -> String {
+    let h = serde_json::json!({"alg": "none", "typ": "at+jwt", "kid": kid});
+    format!("{}.{}.", b64(h.to_string().as_bytes()), b64(claims.to_string().as_bytes()))
+}
+
+/// An HS256 token whose HMAC secret is `secret` (the algorithm-confusion attack uses the
+/// issuer's public key as the secret).
+pub fn hmac(kid: &str, secret: &[u8], claims: &Value) -> String {
+    let mut h = Header::new(Algorithm::HS256);
+    h.typ = Some("at+jwt".into());
+    h.kid = Some(kid.to_owned());
+    jsonwebtoken::encode(&h, claims, &EncodingKey::from_secret(secret).unwrap()).unwrap()
+}
+
+/// base64url without padding.
+pub fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn pem(label: &str, der: &[u8]) -> String {
+    let body = base64::engine::general_purpose::STANDARD.encode(der);
+    let lines: Vec<&str> = body.as_bytes().chunks(64).map(|c| std::str::from_utf8(c).unwrap()).collect();
+    format!("-----BEGIN {label}-----\n{}\n-----END {label}-----\n", lines.join("\n"))
+}
