@@ -35,7 +35,7 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: 
         tokio::spawn(async move {
             let svc = service_fn(move |req| {
                 let shared = shared.clone();
-                async move { Ok::<_, Infallible>(route(&shared, &req)) }
+                async move { Ok::<_, Infallible>(route(&shared, &req).await) }
             });
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder.http1().timer(TokioTimer::new()).header_read_timeout(std::time::Duration::from_secs(10));
@@ -44,7 +44,7 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: 
     }
 }
 
-fn route(shared: &Shared, req: &Request<Incoming>) -> Response<ResponseBody> {
+async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<ResponseBody> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return json_response(StatusCode::METHOD_NOT_ALLOWED, &serde_json::json!({"error": "method_not_allowed"}), Vec::new());
     }
@@ -53,9 +53,16 @@ fn route(shared: &Shared, req: &Request<Incoming>) -> Response<ResponseBody> {
         "/readyz" => {
             let shutting_down = shared.is_shutting_down.load(Ordering::SeqCst);
             let status = if shutting_down { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+            // The shared store is reported, not gating: every replica shares it, so taking them
+            // all out of rotation would turn clear 503 `state_unavailable` refusals into
+            // connection errors.
+            let state = match shared.stages.state_check().await {
+                Ok(()) => "ok".to_owned(),
+                Err(e) => format!("unavailable: {e}"),
+            };
             let body = serde_json::json!({
                 "ready": !shutting_down,
-                "checks": {"listener": if shutting_down { "shutting_down" } else { "ok" }},
+                "checks": {"listener": if shutting_down { "shutting_down" } else { "ok" }, "state": state},
             });
             json_response(status, &body, Vec::new())
         }

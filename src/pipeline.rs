@@ -8,7 +8,6 @@
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -22,7 +21,7 @@ use crate::directory::KeyResolver;
 use crate::oauth::{TokenVerifier, VerifiedToken};
 use crate::replay::ReplayGuard;
 use crate::signature::{SignatureError, SignatureVerifier, VerifiedSignature};
-use crate::state::replay::MemoryReplayStore;
+use crate::state::Stores;
 use crate::telemetry::FetchLabels;
 
 /// One request as the stages see it: the head, the exact raw body bytes, and the time.
@@ -171,6 +170,8 @@ pub struct Stages {
     signature: SignatureVerifier,
     directory: KeyResolver,
     replay: ReplayGuard,
+    /// The replay and quota stores `state.store` chose.
+    stores: Stores,
     /// Stage 7; `None` when `[oauth]` names no issuer and tokens are not required.
     token: Option<TokenVerifier>,
 }
@@ -190,22 +191,19 @@ impl Stages {
         } else {
             None
         };
-        if !errors.is_empty() {
-            return Err(ConfigError::Invalid { origin: config.origin.clone(), errors });
-        }
-        let (Ok(signature), Ok(directory)) = (signature, directory) else {
+        let stores = Stores::from_config(&config.state).map_err(|e| errors.push(e));
+        let (Ok(signature), Ok(directory), Ok(stores), true) = (signature, directory, stores, errors.is_empty()) else {
             return Err(ConfigError::Invalid { origin: config.origin.clone(), errors });
         };
         let digest_required = sig.required && sig.components.iter().any(|c| c == "content-digest");
-        // `state.store` is validated by `Config` ("memory" is the only store in this build).
-        let store = Arc::new(MemoryReplayStore::new(config.state.max_replay_entries));
         Ok(Stages {
             digest: DigestCheck::new(digest_required),
             is_signature_required: sig.required,
             signature,
             directory,
-            replay: ReplayGuard::new(sig, store),
+            replay: ReplayGuard::new(sig, stores.replay.clone()),
             token,
+            stores,
         })
     }
 
@@ -217,6 +215,14 @@ impl Stages {
     /// The identity stages' counters (directory fetches by result, replay hits) to register.
     pub fn identity_counters(&self) -> (Family<FetchLabels, Counter>, Counter) {
         (self.directory.fetch_counter(), self.replay.hit_counter())
+    }
+
+    /// Whether the shared state store answers (`/readyz` detail). `Ok` for the memory store.
+    pub async fn state_check(&self) -> Result<(), crate::state::StoreError> {
+        match &self.stores.redis {
+            Some(r) => r.ping().await,
+            None => Ok(()),
+        }
     }
 
     /// The token stage's counters, to register with the metrics.

@@ -68,7 +68,7 @@ pub enum StartError {
 /// State shared by every connection.
 pub(crate) struct Shared {
     pub(crate) config: Config,
-    stages: Stages,
+    pub(crate) stages: Stages,
     upstream: Upstream,
     pub(crate) metrics: Metrics,
     log: DecisionLog,

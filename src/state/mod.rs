@@ -8,6 +8,47 @@ pub mod quota;
 pub mod redis;
 pub mod replay;
 
+use std::sync::Arc;
+
+use crate::config::{FieldError, RawState};
+use redis::{RedisSettings, RedisStore};
+use replay::{MemoryReplayStore, ReplayStore};
+
+/// The stores chosen by `state.store`, built once at start.
+#[derive(Clone)]
+pub struct Stores {
+    /// Stage 6: signatures accepted once.
+    pub replay: Arc<dyn ReplayStore>,
+    /// The shared Redis, when `state.store` names one (for readiness and metrics).
+    pub redis: Option<Arc<RedisStore>>,
+}
+
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stores").field("redis", &self.redis).finish_non_exhaustive()
+    }
+}
+
+impl Stores {
+    /// `memory`: in-process stores bounded by `state.max_replay_entries`. `redis://…`: one
+    /// shared connection for every store (it connects on first use, so the gateway can start
+    /// before Redis and report itself unready until then).
+    pub fn from_config(cfg: &RawState) -> Result<Stores, FieldError> {
+        if cfg.store == "memory" {
+            return Ok(Stores { replay: Arc::new(MemoryReplayStore::new(cfg.max_replay_entries)), redis: None });
+        }
+        let redis = RedisStore::new(RedisSettings {
+            url: cfg.store.clone(),
+            prefix: cfg.prefix.clone(),
+            connect_timeout: cfg.connect_timeout.0,
+            command_timeout: cfg.command_timeout.0,
+        })
+        .map(Arc::new)
+        .map_err(|e| FieldError::new("state.store", e))?;
+        Ok(Stores { replay: redis.clone(), redis: Some(redis) })
+    }
+}
+
 /// A store operation that could not be completed. The pipeline turns it into
 /// `Denial::StateUnavailable` (503 in enforce mode): a store that cannot answer never lets a
 /// request through as if it had said yes.

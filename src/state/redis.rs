@@ -11,6 +11,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 
+use super::replay::ReplayStore;
 use super::StoreError;
 
 /// Connection settings for [`RedisStore::new`].
@@ -121,6 +122,14 @@ impl RedisStore {
         } else {
             Err(self.unavailable(format!("unexpected PING answer {pong:?}")))
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl ReplayStore for RedisStore {
+    /// `SET prefix:replay:<key> 1 NX PX ttl`: exactly one first use across every instance.
+    async fn first_use(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {
+        self.set_once(&self.key("replay", key), ttl).await
     }
 }
 

@@ -1,0 +1,128 @@
+//! Several instances, one truth: two gateways sharing one real Redis refuse each other's
+//! replays, fail closed with 503 when Redis is down, and recover when it is back.
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::redis::RedisServer;
+use common::{client, Gateway, Upstream};
+use ed25519_dalek::SigningKey;
+use portcullis::config::Config;
+use portcullis::pipeline::UnixTime;
+use portcullis::signature::{ed25519_public_jwk, Signer};
+
+const AGENT: &str = "https://agent.example";
+const BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+
+struct Pair {
+    upstream: Upstream,
+    a: Gateway,
+    b: Gateway,
+    signer: Signer,
+}
+
+fn config(upstream: &str, redis: &str, key: &SigningKey, mode: &str) -> Config {
+    let jwk = ed25519_public_jwk(&key.verifying_key());
+    let text = common::config_toml(upstream, "").replace("mode = \"enforce\"", &format!("mode = \"{mode}\""))
+        + &format!(
+            "\n[signatures]\nrequired = true\n[[signatures.keys]]\nagent = {AGENT:?}\njwk = {{ kty = \"OKP\", crv = \"Ed25519\", x = {:?} }}\n[oauth]\nrequired = false\n[state]\nstore = {redis:?}\ncommand_timeout = \"300ms\"\nconnect_timeout = \"300ms\"\n",
+            jwk["x"].as_str().unwrap()
+        );
+    Config::parse(&text, "shared state test", Path::new(".")).unwrap()
+}
+
+impl Pair {
+    async fn start(redis: &RedisServer, mode: &str) -> Pair {
+        let upstream = Upstream::start().await;
+        let key = SigningKey::from_bytes(&rand::random());
+        let a = Gateway::start(config(&upstream.url(), &redis.url(), &key, mode)).await;
+        let b = Gateway::start(config(&upstream.url(), &redis.url(), &key, mode)).await;
+        Pair { upstream, a, b, signer: Signer::new(key, AGENT).unwrap() }
+    }
+
+    /// A request signed now; the same headers can be sent to either gateway, since both are
+    /// the same `@authority` only when the Host matches: sign for the gateway it goes to.
+    fn signed_for(&self, gw: &Gateway) -> reqwest::RequestBuilder {
+        let mut req = http::Request::builder().method("POST").uri(gw.url("/mcp")).body(BODY.as_bytes().to_vec()).unwrap();
+        self.signer.sign_request(&mut req, UnixTime::now()).unwrap();
+        let (parts, body) = req.into_parts();
+        client().post(gw.url("/mcp")).headers(parts.headers).body(body)
+    }
+}
+
+/// Re-sends the exact headers and body to `gw`, keeping the Host the signature covered.
+fn replay_to(gw: &Gateway, original: &reqwest::Request) -> reqwest::RequestBuilder {
+    let mut headers = original.headers().clone();
+    headers.insert("host", original.url().authority().parse().unwrap());
+    let body = original.body().and_then(|b| b.as_bytes()).unwrap().to_vec();
+    client().post(gw.url("/mcp")).headers(headers).body(body)
+}
+
+#[tokio::test]
+async fn a_signature_accepted_by_one_instance_is_refused_by_the_other() {
+    let redis = RedisServer::start();
+    let p = Pair::start(&redis, "enforce").await;
+    let req = p.signed_for(&p.a).build().unwrap();
+    let copy = replay_to(&p.b, &req);
+    assert_eq!(client().execute(req).await.unwrap().status(), 200);
+    let resp = copy.send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+    assert_eq!(resp.json::<serde_json::Value>().await.unwrap()["error"], "replayed_signature");
+    assert_eq!(p.upstream.seen().len(), 1, "only the first use was forwarded");
+}
+
+#[tokio::test]
+async fn fifty_concurrent_copies_over_two_instances_are_forwarded_exactly_once() {
+    let redis = RedisServer::start();
+    let p = Pair::start(&redis, "enforce").await;
+    let original = p.signed_for(&p.a).build().unwrap();
+    let sends: Vec<_> = (0..50).map(|i| replay_to(if i % 2 == 0 { &p.a } else { &p.b }, &original).send()).collect();
+    let statuses: Vec<u16> = futures_util::future::join_all(sends).await.into_iter().map(|r| r.unwrap().status().as_u16()).collect();
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 1, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 401).count(), 49, "{statuses:?}");
+    assert_eq!(p.upstream.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn redis_down_refuses_with_503_and_service_resumes_when_it_is_back() {
+    let mut redis = RedisServer::start();
+    let p = Pair::start(&redis, "enforce").await;
+    assert_eq!(p.signed_for(&p.a).send().await.unwrap().status(), 200);
+
+    redis.stop();
+    let resp = p.signed_for(&p.b).send().await.unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "state_unavailable");
+    assert!(body["reason"].as_str().unwrap().contains(&format!("127.0.0.1:{}", redis.port)), "{body}");
+    assert_eq!(p.upstream.seen().len(), 1, "nothing forwarded while the replay store is down");
+    let ready: serde_json::Value = client().get(p.b.admin_url("/readyz")).send().await.unwrap().json().await.unwrap();
+    assert!(ready["checks"]["state"].as_str().unwrap().starts_with("unavailable"), "{ready}");
+
+    redis.restart();
+    let mut recovered = false;
+    for _ in 0..50 {
+        if p.signed_for(&p.b).send().await.unwrap().status() == 200 {
+            recovered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(recovered, "service resumes without a restart");
+}
+
+#[tokio::test]
+async fn redis_down_in_monitor_mode_forwards_and_logs_would_deny() {
+    let mut redis = RedisServer::start();
+    let p = Pair::start(&redis, "monitor").await;
+    redis.stop();
+    let resp = p.signed_for(&p.a).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "monitor mode forwards");
+    let seen = p.upstream.seen();
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].headers.get("x-portcullis-agent").is_none(), "no identity without the replay check");
+    let metrics = common::metrics(&p.a).await;
+    assert!(metrics.contains(r#"portcullis_requests_total{outcome="would_deny",status="200",error="state_unavailable"} 1"#), "{metrics}");
+}
