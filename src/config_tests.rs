@@ -62,7 +62,7 @@ fn durations_need_units_and_sizes_accept_units() {
     assert_eq!(parse_duration("300s"), Ok(Duration::from_secs(300)));
     assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
     assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
-    assert!(parse_duration("300").unwrap_err().contains("no unit"));
+    assert!(parse_duration("300").expect_err("a bare number").contains("no unit"));
     assert!(parse_duration("3 fortnights").is_err());
     assert_eq!(parse_size("1MiB"), Ok(1 << 20));
     assert_eq!(parse_size("64KiB"), Ok(64 << 10));

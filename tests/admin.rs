@@ -1,4 +1,5 @@
 //! The admin listener: health, readiness, Prometheus metrics with outcomes and stage latency.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 mod common;
 
 use common::{client, config, Gateway, Upstream};

@@ -1,5 +1,6 @@
 //! One JSON line per request with the PRODUCT.md fields, and never a token, a signature, a
 //! body or tool arguments.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 mod common;
 
 use common::{client, config, decision_lines, temp_path, Gateway, Upstream};

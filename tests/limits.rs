@@ -1,5 +1,6 @@
 //! Bad input gets a precise refusal and the gateway keeps serving: bodies over the limit
 //! (declared or chunked), huge headers, too many headers, slow bodies.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 mod common;
 
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! Forwarding: path and query kept, hop-by-hop and client-set identity headers removed,
 //! X-Forwarded-* set, MCP session headers kept both ways, SSE streamed event by event,
 //! upstream failures answered with 502/504 and a JSON body.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 mod common;
 
 use std::time::Duration;

@@ -1,4 +1,5 @@
 //! TLS termination with rustls: a certificate from a CA made in the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 mod common;
 
 use common::pki::TestCa;
