@@ -48,6 +48,15 @@ impl Histogram {
         self.max = self.max.max(v);
     }
 
+    /// Adds every value recorded in `other`.
+    pub fn merge(&mut self, other: &Histogram) {
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        self.total += other.total;
+        self.max = self.max.max(other.max);
+    }
+
     /// Values recorded.
     pub fn count(&self) -> u64 {
         self.total
@@ -101,6 +110,17 @@ mod tests {
         assert_eq!(h.max(), 1000);
         assert_eq!(h.count(), 1000);
         assert_eq!(Histogram::default().quantile(0.5), 0);
+    }
+
+    #[test]
+    fn merged_histograms_hold_both() {
+        let (mut a, mut b) = (Histogram::default(), Histogram::default());
+        (1..=500).for_each(|v| a.record(v));
+        (501..=1000).for_each(|v| b.record(v));
+        a.merge(&b);
+        assert_eq!(a.count(), 1000);
+        assert_eq!(a.max(), 1000);
+        assert!((470..=500).contains(&a.quantile(0.5)));
     }
 
     proptest::proptest! {
