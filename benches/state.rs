@@ -1,0 +1,36 @@
+//! Per-request cost of the shared-state stores: the memory replay store against the Redis one
+//! (a real redis-server on loopback, one round trip per check). Run with redis-server
+//! installed (scripts/test.sh installs it).
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/common/redis.rs"]
+mod redis_server;
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use portcullis::state::redis::{RedisSettings, RedisStore};
+use portcullis::state::replay::{MemoryReplayStore, ReplayStore};
+
+fn stores(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let server = redis_server::RedisServer::start();
+    let redis = RedisStore::new(RedisSettings { url: server.url(), prefix: "bench:".into(), connect_timeout: Duration::from_secs(1), command_timeout: Duration::from_secs(1) }).unwrap();
+    let memory = MemoryReplayStore::new(10_000_000);
+    let n = AtomicU64::new(0);
+    let mut g = c.benchmark_group("replay_first_use");
+    for (name, store) in [("memory", &memory as &dyn ReplayStore), ("redis", &redis as &dyn ReplayStore)] {
+        g.bench_function(name, |b| {
+            b.to_async(&rt).iter(|| {
+                let key = format!("sig:{}", n.fetch_add(1, Ordering::Relaxed));
+                async move { black_box(store.first_use(&key, Duration::from_secs(5)).await.unwrap()) }
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, stores);
+criterion_main!(benches);
