@@ -407,11 +407,14 @@ pub struct RawPolicy {
     /// The rule whose value is the decision.
     #[serde(default = "d_query")]
     pub query: String,
+    /// Recompile when a file under `paths` changes (SIGHUP always reloads).
+    #[serde(default = "d_true")]
+    pub watch: bool,
 }
 
 impl Default for RawPolicy {
     fn default() -> Self {
-        RawPolicy { paths: Vec::new(), query: d_query() }
+        RawPolicy { paths: Vec::new(), query: d_query(), watch: true }
     }
 }
 
@@ -426,12 +429,19 @@ pub struct RawState {
     /// `memory` or `redis://host:port/db`.
     #[serde(default = "d_store")]
     pub store: String,
+    /// Most quota buckets the memory store holds; beyond it new keys fail closed (503).
+    #[serde(default = "d_max_quota_keys")]
+    pub max_quota_keys: usize,
 }
 
 impl Default for RawState {
     fn default() -> Self {
-        RawState { store: d_store() }
+        RawState { store: d_store(), max_quota_keys: d_max_quota_keys() }
     }
+}
+
+fn d_max_quota_keys() -> usize {
+    100_000
 }
 
 fn d_store() -> String {

@@ -15,6 +15,9 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 
 use crate::config::Mode;
 use crate::digest::DigestError;
+use crate::mcp::McpError;
+use crate::policy::PolicyError;
+use crate::quota::QuotaError;
 
 /// The body type of every response the gateway sends (refusals and streamed upstream bodies).
 pub type ResponseBody = BoxBody<Bytes, hyper::Error>;
@@ -63,6 +66,14 @@ pub enum Denial {
     /// No bearer token where one is required (stage 7).
     #[error("a bearer token is required")]
     OAuthRequired,
+    /// The body is not a JSON-RPC message, or the MCP headers disagree with it (stage 8).
+    /// Answered with a JSON-RPC error object.
+    #[error("{0}")]
+    Mcp(#[from] McpError),
+    /// The policy could not be evaluated or returned a malformed decision (stage 9): a
+    /// refusal, never an allow. The client sees reason `policy_error`; details are logged.
+    #[error("{0}")]
+    Policy(#[from] PolicyError),
     /// The token lacks scopes the policy requires (stage 9).
     #[error("token lacks required scopes: {}", .required.join(" "))]
     InsufficientScope {
@@ -99,6 +110,8 @@ impl Denial {
             Denial::Digest(_) => "invalid_agent_credentials",
             Denial::ReplayedSignature => "replayed_signature",
             Denial::OAuthRequired => "oauth_required",
+            Denial::Mcp(e) => e.code(),
+            Denial::Policy(_) => "agent_access_denied",
             Denial::InsufficientScope { .. } => "insufficient_scope",
             Denial::AccessDenied { .. } => "agent_access_denied",
             Denial::RateLimited { .. } => "rate_limit_exceeded",
@@ -111,9 +124,9 @@ impl Denial {
         match self {
             Denial::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Denial::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            Denial::BodyUnreadable(_) => StatusCode::BAD_REQUEST,
+            Denial::BodyUnreadable(_) | Denial::Mcp(_) => StatusCode::BAD_REQUEST,
             Denial::Digest(_) | Denial::ReplayedSignature | Denial::OAuthRequired => StatusCode::UNAUTHORIZED,
-            Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } => StatusCode::FORBIDDEN,
+            Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } | Denial::Policy(_) => StatusCode::FORBIDDEN,
             Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Denial::StateUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -124,7 +137,18 @@ impl Denial {
     pub fn reason(&self) -> String {
         match self {
             Denial::AccessDenied { reason } => reason.clone(),
+            // The evaluation error is for the operator's log, not the client.
+            Denial::Policy(_) => "policy_error".to_owned(),
             other => other.to_string(),
+        }
+    }
+}
+
+impl From<QuotaError> for Denial {
+    fn from(e: QuotaError) -> Denial {
+        match e {
+            QuotaError::Exhausted { retry_after, .. } => Denial::RateLimited { retry_after },
+            QuotaError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
         }
     }
 }
@@ -224,13 +248,27 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         | Denial::BodyUnreadable(_)
         | Denial::Digest(_)
         | Denial::ReplayedSignature
+        | Denial::Mcp(_)
+        | Denial::Policy(_)
         | Denial::AccessDenied { .. } => {}
     }
-    let body = serde_json::json!({
-        "error": denial.code(),
-        "reason": denial.reason(),
-        "request_id": request_id,
-    });
+    let body = match denial {
+        // A JSON-RPC client expects a JSON-RPC error object (JSON-RPC 2.0 §5.1, MCP -32020).
+        Denial::Mcp(e) => serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": e.id(),
+            "error": {
+                "code": e.jsonrpc_code(),
+                "message": e.jsonrpc_message(),
+                "data": {"error": denial.code(), "reason": denial.reason(), "request_id": request_id},
+            },
+        }),
+        _ => serde_json::json!({
+            "error": denial.code(),
+            "reason": denial.reason(),
+            "request_id": request_id,
+        }),
+    };
     json_response(denial.status(), &body, headers)
 }
 

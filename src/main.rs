@@ -24,6 +24,27 @@ enum Command {
     Check,
     /// Print the embedded default config.
     DefaultConfig,
+    /// Policy tooling: evaluate a decision, run Rego tests.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Evaluate `policy.query` of the config's policy for an input document; print the
+    /// decision and the rules that fired.
+    Eval {
+        /// The input document (JSON, PRODUCT.md "Policy contract").
+        #[arg(long)]
+        input: PathBuf,
+    },
+    /// Run every `test_*` rule under DIR (default: policies) like `opa test`; non-zero exit on
+    /// failure.
+    Test {
+        /// Folder of `.rego` files (and `data.json`).
+        #[arg(default_value = "policies")]
+        dir: PathBuf,
+    },
 }
 
 fn load(path: Option<&PathBuf>) -> Result<Config, portcullis::config::ConfigError> {
@@ -33,12 +54,37 @@ fn load(path: Option<&PathBuf>) -> Result<Config, portcullis::config::ConfigErro
     }
 }
 
+/// Prints a tooling result: text on stdout (exit 1 if it reports failure), errors on stderr (2).
+fn report(result: Result<(String, bool), String>) -> ExitCode {
+    match result {
+        Ok((text, ok)) => {
+            print!("{text}");
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Run) {
         Command::DefaultConfig => {
             print!("{}", portcullis::config::EMBEDDED_DEFAULT);
             ExitCode::SUCCESS
+        }
+        Command::Policy(PolicyCommand::Eval { input }) => match load(cli.config.as_ref()) {
+            Ok(c) => report(portcullis::policy::tooling::eval_file(&c, &input).map(|r| (r.render(), true))),
+            Err(e) => report(Err(e.to_string())),
+        },
+        Command::Policy(PolicyCommand::Test { dir }) => {
+            report(portcullis::policy::tooling::test(&dir).map(|r| portcullis::policy::tooling::render_tests(&r)).map_err(|e| e.to_string()))
         }
         Command::Check => match load(cli.config.as_ref()).map_err(portcullis::server::StartError::from).and_then(|c| portcullis::server::check(&c).map(|()| c))
         {

@@ -12,8 +12,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 use crate::config::{Config, ConfigError, FieldError};
-use crate::decision::{Decision, Permit};
+use crate::decision::{Decision, Denial, Permit};
 use crate::digest::{DigestCheck, VerifiedDigest};
+use crate::mcp::{self, McpRequest};
+use crate::policy::{AgentView, Policy, PolicyInput, RequestView, TokenView};
+use crate::quota::{QuotaError, QuotaSpec, Quotas};
+use crate::state::quota::MemoryQuotaStore;
 
 /// One request as the stages see it: the head, the exact raw body bytes, and the time.
 #[derive(Debug)]
@@ -127,6 +131,21 @@ pub struct Evidence {
     pub timings: StageTimings,
     /// Stage 2 result, when a digest was sent.
     pub digest: Option<VerifiedDigest>,
+    /// Stage 8 result: the parsed JSON-RPC message(s). Tool arguments are never logged.
+    pub mcp: Option<McpRequest>,
+    /// Stage 9: which policy version decided and the rule it named.
+    pub policy: Option<PolicyTrace>,
+    /// Stage 10: the bucket that was exhausted, when one was.
+    pub quota_exhausted: Option<String>,
+}
+
+/// What the decision log says about the policy decision.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyTrace {
+    /// The rule(s) the decision named (`rule`), or `policy_error`.
+    pub rule: Option<String>,
+    /// The policy set's version.
+    pub version: String,
 }
 
 impl Evidence {
@@ -143,6 +162,9 @@ impl Evidence {
 #[derive(Debug)]
 pub struct Stages {
     digest: DigestCheck,
+    /// Stage 9 (public for the admin endpoints: reload health, version).
+    pub policy: Policy,
+    quotas: Quotas,
 }
 
 impl Stages {
@@ -156,16 +178,81 @@ impl Stages {
         if config.oauth.raw.required {
             errors.push(FieldError::new("oauth.required", "bearer-token verification is not available in this build; set it to false"));
         }
-        if !errors.is_empty() {
-            return Err(ConfigError::Invalid { origin: config.origin.clone(), errors });
+        let policy = Policy::new(&config.policy, &config.base_dir).map_err(|e| errors.push(FieldError::new("policy.paths", e.to_string())));
+        if config.state.max_quota_keys == 0 {
+            errors.push(FieldError::new("state.max_quota_keys", "must be at least 1"));
         }
+        let policy = match policy {
+            Ok(p) if errors.is_empty() => p,
+            _ => return Err(ConfigError::Invalid { origin: config.origin.clone(), errors }),
+        };
         let digest_required = sig.required && sig.components.iter().any(|c| c == "content-digest");
-        Ok(Stages { digest: DigestCheck::new(digest_required) })
+        // `state.store` is validated in config (memory only in this build).
+        let quotas = Quotas::new(std::sync::Arc::new(MemoryQuotaStore::new(config.state.max_quota_keys)));
+        Ok(Stages { digest: DigestCheck::new(digest_required), policy, quotas })
     }
 }
 
 /// Runs stages 2–10 of PRODUCT.md in order; the first failure decides.
 pub async fn check(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Decision {
     seen.digest = seen.timed(Stage::Digest, || stages.digest.verify(&req.head.headers, &req.body))?;
+    // Stage 8: JSON only now, after the identity stages passed on the raw bytes.
+    seen.mcp = Some(seen.timed(Stage::Mcp, || mcp::parse(&req.head.method, &req.head.headers, &req.body))?);
+    let quotas = authorize(req, stages, seen)?;
+    let started = Instant::now();
+    let spent = stages.quotas.spend(&quotas, req.now).await;
+    seen.timings.record(Stage::Quota, started.elapsed());
+    if let Err(QuotaError::Exhausted { key, .. }) = &spent {
+        seen.quota_exhausted = Some(key.clone());
+    }
+    spent?;
     Ok(Permit::granted())
+}
+
+/// Stage 9: the policy decision, then the scopes it requires. Returns the quotas to spend.
+fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Result<Vec<QuotaSpec>, Denial> {
+    let started = Instant::now();
+    let empty = McpRequest::default();
+    let (decided, scopes) = {
+        // TODO(lead): pass the verified agent and token from Evidence once stages 3–7 are
+        // merged (#3, #4); until then policy sees `verified: false` for both.
+        let agent: Option<AgentView<'_>> = None;
+        let token: Option<TokenView<'_>> = None;
+        let host = req.head.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).or(req.head.uri.authority().map(|a| a.as_str())).unwrap_or("");
+        let request = RequestView { method: req.head.method.as_str(), path: req.head.uri.path(), host };
+        let input = PolicyInput { request, agent, token, mcp: seen.mcp.as_ref().unwrap_or(&empty), now: req.now };
+        let decided = stages.policy.decide(&input);
+        let scopes = decided.as_ref().map(|d| check_scopes(&d.verdict.required_scopes, token.as_ref())).unwrap_or(Ok(()));
+        (decided, scopes)
+    };
+    seen.timings.record(Stage::Policy, started.elapsed());
+    let decided = match decided {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(error = %e, "Policy evaluation failed; refusing");
+            seen.policy = Some(PolicyTrace { rule: Some("policy_error".to_owned()), version: e.version().to_owned() });
+            return Err(e.into());
+        }
+    };
+    seen.policy = Some(PolicyTrace { rule: decided.verdict.rule.clone(), version: decided.version });
+    if !decided.verdict.allow {
+        return Err(Denial::AccessDenied { reason: decided.verdict.reason });
+    }
+    scopes?;
+    Ok(decided.verdict.quotas)
+}
+
+/// `required_scopes` against the token: no token at all → 401 `oauth_required`; missing
+/// scopes → 403 `insufficient_scope` naming every scope the operation needs (MCP 2026-07-28:
+/// clients union them).
+fn check_scopes(required: &[String], token: Option<&TokenView<'_>>) -> Result<(), Denial> {
+    if required.is_empty() {
+        return Ok(());
+    }
+    let Some(token) = token else { return Err(Denial::OAuthRequired) };
+    if required.iter().all(|r| token.scopes.contains(r)) {
+        Ok(())
+    } else {
+        Err(Denial::InsufficientScope { required: required.to_vec() })
+    }
 }

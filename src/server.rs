@@ -68,7 +68,7 @@ pub enum StartError {
 /// State shared by every connection.
 pub(crate) struct Shared {
     pub(crate) config: Config,
-    stages: Stages,
+    pub(crate) stages: Stages,
     upstream: Upstream,
     pub(crate) metrics: Metrics,
     log: DecisionLog,
@@ -109,6 +109,9 @@ impl Running {
 /// addresses are known (port 0 picks a free port).
 pub async fn start(config: Config) -> Result<Running, StartError> {
     let stages = Stages::build(&config)?;
+    let mut metrics = Metrics::new();
+    metrics.register_policy_health(stages.policy.health().reload_errors.clone(), stages.policy.health().last_reload_ok.clone());
+    let policy_reloader = stages.policy.spawn_reloader();
     let tls = config.listen.tls.as_ref().map(tls::acceptor).transpose()?;
     let log = DecisionLog::open(&config.log.decisions).map_err(|source| StartError::DecisionLog { path: format!("{:?}", config.log.decisions), source })?;
     let listener = TcpListener::bind(config.listen.addr).await.map_err(|source| StartError::Bind { what: "listen.addr", addr: config.listen.addr, source })?;
@@ -124,7 +127,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         challenge: Challenge { resource_metadata: config.resource_metadata_url(), scope: config.oauth.raw.scopes_supported.join(" ") },
         upstream: Upstream::new(&config.upstream, config.oauth.raw.forward_token),
         stages,
-        metrics: Metrics::new(),
+        metrics,
         log,
         prm,
         prm_paths,
@@ -138,6 +141,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     }
     let admin_task = admin_listener.map(|l| tokio::spawn(admin::serve(l, shared.clone(), stop_rx.clone())));
     let task = tokio::spawn(async move {
+        // Reloads stop with the gateway.
+        let _reloader = policy_reloader;
         accept_loop(listener, tls, shared, stop_rx).await;
         if let Some(t) = admin_task {
             let _ = t.await;
@@ -284,8 +289,11 @@ impl Shared {
                 agent: None,
                 keyid: None,
                 sub: None,
-                mcp_method: None,
-                tool: None,
+                mcp_method: seen.mcp.as_ref().and_then(|m| m.first_method()),
+                tool: seen.mcp.as_ref().and_then(|m| m.first_tool()),
+                rule: seen.policy.as_ref().and_then(|p| p.rule.as_deref()),
+                policy: seen.policy.as_ref().map(|p| p.version.as_str()),
+                quota: seen.quota_exhausted.as_deref(),
                 latency_us: Default::default(),
                 total_us: arrived.elapsed().as_micros() as u64,
             }
