@@ -256,3 +256,23 @@ fn check_scopes(required: &[String], token: Option<&TokenView<'_>>) -> Result<()
         Err(Denial::InsufficientScope { required: required.to_vec() })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn required_scopes_without_a_token_ask_for_one_and_missing_scopes_are_listed() {
+        let required = vec!["payments:write".to_owned(), "tools:write".to_owned()];
+        assert!(matches!(check_scopes(&required, None), Err(Denial::OAuthRequired)));
+        let (aud, claims) = (Vec::new(), serde_json::Map::new());
+        let scopes = vec!["tools:write".to_owned()];
+        let token = TokenView { iss: "i", sub: "s", aud: &aud, scopes: &scopes, claims: &claims };
+        let err = check_scopes(&required, Some(&token)).expect_err("payments:write missing");
+        assert!(matches!(err, Denial::InsufficientScope { required: r } if r == required));
+        let scopes = required.clone();
+        let token = TokenView { scopes: &scopes, ..token };
+        assert!(check_scopes(&required, Some(&token)).is_ok());
+        assert!(check_scopes(&[], None).is_ok());
+    }
+}

@@ -119,7 +119,7 @@ fn malformed_decisions_are_policy_errors_never_allows() {
         ("decision := {\"allow\": true, \"required_scopes\": [1]}", "invalid type"),
         ("decision := {\"allow\": true, \"quotas\": [{\"key\": \"k\", \"limit\": 5, \"per\": \"soon\"}]}", "quotas[0].per"),
         ("decision := {\"allow\": true, \"quotas\": [{\"key\": \"k\", \"limit\": 0, \"per\": \"1m\"}]}", "limit"),
-        ("decision := {\"allow\": true, \"quotas\": [{\"key\": \"k\", \"cost\": -1, \"limit\": 5, \"per\": \"1m\"}]}", "cost"),
+        ("decision := {\"allow\": true, \"quotas\": [{\"key\": \"k\", \"cost\": -1, \"limit\": 5, \"per\": \"1m\"}]}", "integer `-1`"),
         ("decision := {\"allow\": true} if input.never", "undefined"),
     ] {
         let (_d, p) = on_disk(&[("p.rego", &format!("package portcullis\nimport rego.v1\n{body}\n"))]);
