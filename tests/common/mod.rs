@@ -2,6 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod pki;
+pub mod policy;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
