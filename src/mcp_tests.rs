@@ -130,3 +130,34 @@ fn protocol_version_header_must_match_params_meta() {
     let e = with_headers(&[(PROTOCOL_VERSION, "2026-07-28"), (METHOD_HEADER, "tools/list")], body).expect_err("mismatch");
     assert!(e.to_string().contains("MCP-Protocol-Version"), "{e}");
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any bytes: a parse either fails with a JSON-RPC error code or yields at least one
+        /// message, and never panics.
+        #[test]
+        fn arbitrary_bytes_are_parsed_or_refused_with_a_json_rpc_code(body in proptest::collection::vec(any::<u8>(), 0..256)) {
+            match parse(&Method::POST, &HeaderMap::new(), &Bytes::from(body)) {
+                Ok(req) => prop_assert!(!req.messages.is_empty()),
+                Err(e) => prop_assert!([-32700, -32600, -32020].contains(&e.jsonrpc_code())),
+            }
+        }
+
+        /// Well-formed tools/call messages round-trip their tool name and id, in a batch or not.
+        #[test]
+        fn tool_calls_keep_name_and_id(tool in "[a-z][a-z0-9._]{0,20}", id in any::<i64>(), n in 1usize..4) {
+            let one = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": {}}});
+            let body = if n == 1 { one.clone() } else { Value::Array(vec![one; n]) };
+            let req = post(body).expect("valid");
+            prop_assert_eq!(req.messages.len(), n);
+            prop_assert_eq!(req.is_batch, n > 1);
+            for m in &req.messages {
+                prop_assert_eq!(m.tool.as_deref(), Some(tool.as_str()));
+                prop_assert_eq!(m.id.clone(), Some(json!(id)));
+            }
+        }
+    }
+}

@@ -134,3 +134,18 @@ async fn embedded_default_config_builds_with_the_bundled_policy() {
     assert_eq!(cfg.mode.as_str(), "monitor");
     portcullis::server::check(&cfg).unwrap();
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn sighup_reloads_the_policy_when_file_watching_is_off() {
+    let upstream = Upstream::start().await;
+    let p = PolicyDir::new(&rego(r#"decision := {"allow": true}"#));
+    let gw = Gateway::start(config(&upstream.url(), &format!("{}watch = false\n", p.toml()))).await;
+    p.write(&rego(r#"decision := {"allow": false, "reason": "reloaded_by_sighup"}"#));
+    assert_eq!(call(&gw, "search").await.status(), 200, "not watching: the file change alone does nothing");
+    let status = std::process::Command::new("kill").args(["-HUP", &std::process::id().to_string()]).status().unwrap();
+    assert!(status.success());
+    assert!(eventually(|| async { call(&gw, "search").await.status() == 403 }).await, "SIGHUP did not reload");
+    assert_eq!(refusal(call(&gw, "search").await).await.2, "reloaded_by_sighup");
+    gw.shutdown().await;
+}
