@@ -1,4 +1,5 @@
 //! Stage 8 through the real gateway: JSON-RPC parsing, MCP headers, batches, GET/DELETE.
+#![allow(clippy::unwrap_used)]
 mod common;
 
 use common::policy::{config_logging, tool_call};

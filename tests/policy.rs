@@ -1,4 +1,5 @@
 //! Stage 9 through the real gateway: allow, deny with reason, scopes, policy errors, hot
+#![allow(clippy::unwrap_used)]
 //! reload (good and bad), monitor mode.
 mod common;
 

@@ -1,4 +1,5 @@
 //! `portcullis policy test` and `portcullis policy eval`, run as the real binary.
+#![allow(clippy::unwrap_used)]
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
