@@ -2,6 +2,7 @@
 //!
 //! - `decide/*`: what the gateway does per request: build the input, clone the prepared
 //!   engine, evaluate `data.portcullis.decision`, parse the decision strictly.
+//!   `decide/rvm/*`: the same with `policy.evaluator = "rvm"` (a fresh VM per request).
 //! - `mcp_parse`: stage 8 on a typical `tools/call` body.
 //! - `alternatives/*`: the same query through regorus's `CompiledPolicy` and the RVM, to
 //!   compare with the engine-clone path.
@@ -51,6 +52,10 @@ fn bench(c: &mut Criterion) {
     g.bench_function("unsigned_read_tool_allow", |b| b.iter(|| black_box(policy.decide(&input(&read, None, None)).unwrap())));
     g.bench_function("unsigned_write_tool_deny", |b| b.iter(|| black_box(policy.decide(&input(&write, None, None)).unwrap())));
     g.bench_function("partner_payment_with_token_allow", |b| b.iter(|| black_box(policy.decide(&input(&pay, Some(partner), Some(token))).unwrap())));
+    let rvm_cfg = RawPolicy { evaluator: portcullis::config::PolicyEvaluator::Rvm, ..RawPolicy::default() };
+    let rvm_policy = Policy::new(&rvm_cfg, Path::new(".")).unwrap();
+    g.bench_function("rvm/unsigned_read_tool_allow", |b| b.iter(|| black_box(rvm_policy.decide(&input(&read, None, None)).unwrap())));
+    g.bench_function("rvm/partner_payment_with_token_allow", |b| b.iter(|| black_box(rvm_policy.decide(&input(&pay, Some(partner), Some(token))).unwrap())));
     g.finish();
 
     c.bench_function("mcp_parse", |b| {

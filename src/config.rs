@@ -410,11 +410,25 @@ pub struct RawPolicy {
     /// Recompile when a file under `paths` changes (SIGHUP always reloads).
     #[serde(default = "d_true")]
     pub watch: bool,
+    /// How decisions are evaluated: `interpreter` (default) or `rvm` (bytecode, faster).
+    #[serde(default)]
+    pub evaluator: PolicyEvaluator,
+}
+
+/// `policy.evaluator`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyEvaluator {
+    /// regorus's tree-walking interpreter, the one `portcullis policy test` uses.
+    #[default]
+    Interpreter,
+    /// regorus's RVM bytecode.
+    Rvm,
 }
 
 impl Default for RawPolicy {
     fn default() -> Self {
-        RawPolicy { paths: Vec::new(), query: d_query(), watch: true }
+        RawPolicy { paths: Vec::new(), query: d_query(), watch: true, evaluator: PolicyEvaluator::Interpreter }
     }
 }
 

@@ -150,3 +150,13 @@ async fn sighup_reloads_the_policy_when_file_watching_is_off() {
     assert_eq!(refusal(call(&gw, "search").await).await.2, "reloaded_by_sighup");
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn rvm_evaluator_allows_and_denies_like_the_interpreter() {
+    let upstream = Upstream::start().await;
+    let gw = Gateway::start(config(&upstream.url(), "[policy]\nevaluator = \"rvm\"\n")).await;
+    assert_eq!(call(&gw, "search").await.status(), 200);
+    assert_eq!(refusal(call(&gw, "files.write").await).await, (403, "agent_access_denied".into(), "tool_not_allowed".into()));
+    assert_eq!(upstream.seen().len(), 1);
+    gw.shutdown().await;
+}

@@ -14,6 +14,7 @@
 pub mod input;
 pub mod load;
 mod reload;
+mod rvm;
 pub mod tooling;
 pub mod verdict;
 
@@ -28,7 +29,7 @@ pub use input::{AgentView, PolicyInput, RequestView, TokenView};
 pub use load::{LoadError, Source};
 pub use verdict::PolicyVerdict;
 
-use crate::config::RawPolicy;
+use crate::config::{PolicyEvaluator, RawPolicy};
 
 /// Why the policy stage refused a request. Both are operator problems: the client sees
 /// 403 `agent_access_denied` with reason `policy_error`; the details go to the log.
@@ -74,6 +75,7 @@ pub struct Decided {
 #[derive(Debug)]
 pub(crate) struct Loaded {
     engine: Engine,
+    rvm: Option<rvm::RvmProgram>,
     version: String,
 }
 
@@ -115,13 +117,14 @@ pub(crate) struct Slot {
     current: Arc<ArcSwap<Loaded>>,
     source: Source,
     query: String,
+    evaluator: PolicyEvaluator,
     health: PolicyHealth,
 }
 
 impl Slot {
     /// Reads, compiles and prepares the set, then swaps it in. On error the old set stays.
     pub(crate) fn reload(&self) -> Result<String, LoadError> {
-        let result = compile(&self.source, &self.query);
+        let result = compile(&self.source, &self.query, self.evaluator);
         self.health.record(result.as_ref().map(|_| ()));
         let loaded = result?;
         let version = loaded.version.clone();
@@ -132,12 +135,16 @@ impl Slot {
 
 /// Reads and compiles `source`, and evaluates `query` once on an empty input so a query that
 /// names no rule fails here, and the engine is prepared before it is shared.
-pub(crate) fn compile(source: &Source, query: &str) -> Result<Loaded, LoadError> {
+pub(crate) fn compile(source: &Source, query: &str, evaluator: PolicyEvaluator) -> Result<Loaded, LoadError> {
     let set = load::SourceSet::read(source, false)?;
     let mut engine = set.compile()?;
     engine.set_input(Value::new_object());
     engine.eval_rule(query.to_owned()).map_err(|e| LoadError::Compile(format!("policy.query {query:?}: {e}")))?;
-    Ok(Loaded { engine, version: set.version() })
+    let rvm = match evaluator {
+        PolicyEvaluator::Interpreter => None,
+        PolicyEvaluator::Rvm => Some(rvm::RvmProgram::compile(&mut engine.clone(), query)?),
+    };
+    Ok(Loaded { engine, rvm, version: set.version() })
 }
 
 /// The policy stage.
@@ -152,10 +159,10 @@ impl Policy {
     /// `paths` = the bundled example policies).
     pub fn new(cfg: &RawPolicy, base_dir: &std::path::Path) -> Result<Policy, LoadError> {
         let source = Source::from_config(cfg, base_dir);
-        let loaded = compile(&source, &cfg.query)?;
+        let loaded = compile(&source, &cfg.query, cfg.evaluator)?;
         let health = PolicyHealth::default();
         health.last_reload_ok.set(1);
-        let slot = Slot { current: Arc::new(ArcSwap::from_pointee(loaded)), source, query: cfg.query.clone(), health };
+        let slot = Slot { current: Arc::new(ArcSwap::from_pointee(loaded)), source, query: cfg.query.clone(), evaluator: cfg.evaluator, health };
         Ok(Policy { slot, watch: cfg.watch })
     }
 
@@ -187,7 +194,7 @@ impl Policy {
         let version = &loaded.version;
         let mut merged: Option<PolicyVerdict> = None;
         for doc in input.documents() {
-            let v = self.evaluate(&loaded.engine, version, doc)?;
+            let v = self.evaluate(&loaded, doc)?;
             if !v.allow {
                 return Ok(Decided { verdict: v, version: version.clone() });
             }
@@ -207,10 +214,18 @@ impl Policy {
         Ok(Decided { verdict, version: version.clone() })
     }
 
-    fn evaluate(&self, prepared: &Engine, version: &str, doc: Value) -> Result<PolicyVerdict, PolicyError> {
-        let mut engine = prepared.clone();
-        engine.set_input(doc);
-        let value = engine.eval_rule(self.slot.query.clone()).map_err(|e| PolicyError::Evaluation { version: version.to_owned(), reason: e.to_string() })?;
+    fn evaluate(&self, loaded: &Loaded, doc: Value) -> Result<PolicyVerdict, PolicyError> {
+        let version = &loaded.version;
+        let value = match &loaded.rvm {
+            Some(program) => program.eval(doc),
+            None => {
+                // Evaluation needs `&mut`; the clone shares the compiled modules.
+                let mut engine = loaded.engine.clone();
+                engine.set_input(doc);
+                engine.eval_rule(self.slot.query.clone()).map_err(|e| e.to_string())
+            }
+        };
+        let value = value.map_err(|reason| PolicyError::Evaluation { version: version.to_owned(), reason })?;
         verdict::parse(&value).map_err(|reason| PolicyError::MalformedDecision { version: version.to_owned(), reason })
     }
 }

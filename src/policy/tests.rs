@@ -200,3 +200,55 @@ fn tooling_eval_names_the_rules_that_fired() {
     assert!(!report.fired.iter().any(|r| r.starts_with("data.catalog")), "data is not a rule");
     assert!(report.render().contains("effect: deny"));
 }
+
+/// The RVM evaluator gives the same decisions as the interpreter on the shipped policies, over
+/// every tier × token × message combination below (differential test).
+#[test]
+fn rvm_evaluator_agrees_with_the_interpreter_on_the_shipped_policies() {
+    let interp = bundled();
+    let rvm = Policy::new(&RawPolicy { evaluator: crate::config::PolicyEvaluator::Rvm, ..RawPolicy::default() }, Path::new(".")).expect("rvm compiles");
+    let claims = serde_json::Map::new();
+    let aud = vec!["https://mcp.example.com/mcp".to_owned()];
+    let (all, read_only) = (vec!["payments:write".to_owned(), "tools:write".to_owned(), "tools:read".to_owned()], vec!["tools:read".to_owned()]);
+    let tokens = [
+        None,
+        Some(TokenView { iss: "i", sub: "user-1", aud: &aud, scopes: &all, claims: &claims }),
+        Some(TokenView { iss: "i", sub: "user-1", aud: &aud, scopes: &read_only, claims: &claims }),
+    ];
+    let agents = [
+        None,
+        Some(AgentView { id: "https://partner.example", keyid: "k", tag: "web-bot-auth" }),
+        Some(AgentView { id: "https://agent.example", keyid: "k", tag: "web-bot-auth" }),
+        Some(AgentView { id: "https://other.example", keyid: "k", tag: "web-bot-auth" }),
+    ];
+    let messages = [
+        call("search", json!({"q": "x"})),
+        call("files.write", json!({"user_id": "user-2"})),
+        call("files.read", json!({"owner_id": "user-1"})),
+        call("payments.send", json!({"amount": 50})),
+        call("payments.send", json!({"amount": 100.5})),
+        call("payments.send", json!({"amount": "50"})),
+        call("shell.exec", json!({})),
+        blank(),
+    ];
+    let mut compared = 0;
+    for agent in agents {
+        for token in tokens {
+            for m in &messages {
+                let mcp = one(m.clone());
+                let a = decide_with(&interp, &mcp, agent, token).expect("interpreter decides");
+                let b = decide_with(&rvm, &mcp, agent, token).expect("rvm decides");
+                assert_eq!(a.verdict, b.verdict, "agent {agent:?}, token {:?}, {m:?}", token.map(|t| t.scopes));
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 96);
+    // A GET (no message) and a malformed decision behave the same too.
+    assert!(decide_with(&rvm, &McpRequest::default(), None, None).expect("decides").verdict.allow);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("p.rego"), "package portcullis\nimport rego.v1\ndecision := {\"allow\": \"yes\"}\n").expect("write");
+    let cfg = RawPolicy { paths: vec![dir.path().to_owned()], evaluator: crate::config::PolicyEvaluator::Rvm, ..RawPolicy::default() };
+    let err = decide_with(&Policy::new(&cfg, Path::new(".")).expect("compiles"), &one(blank()), None, None).expect_err("malformed");
+    assert!(matches!(err, PolicyError::MalformedDecision { .. }));
+}
