@@ -17,12 +17,14 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// The running reload task; dropping it stops watching.
 #[derive(Debug)]
 pub struct ReloadTask {
-    task: tokio::task::JoinHandle<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for ReloadTask {
     fn drop(&mut self) {
-        self.task.abort();
+        for t in &self.tasks {
+            t.abort();
+        }
     }
 }
 
@@ -37,8 +39,9 @@ pub(super) fn spawn(slot: Slot, watch: bool) -> ReloadTask {
         let _watcher = watcher;
         run(slot, rx).await;
     });
-    spawn_sighup(tx);
-    ReloadTask { task }
+    let mut tasks = vec![task];
+    tasks.extend(spawn_sighup(tx));
+    ReloadTask { tasks }
 }
 
 fn start_watcher(paths: &[PathBuf], tx: mpsc::UnboundedSender<()>) -> Option<notify::RecommendedWatcher> {
@@ -66,23 +69,25 @@ fn start_watcher(paths: &[PathBuf], tx: mpsc::UnboundedSender<()>) -> Option<not
 }
 
 #[cfg(unix)]
-fn spawn_sighup(tx: mpsc::UnboundedSender<()>) {
+fn spawn_sighup(tx: mpsc::UnboundedSender<()>) -> Option<tokio::task::JoinHandle<()>> {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         warn!("Cannot listen for SIGHUP; policy reloads only on file change");
-        return;
+        return None;
     };
-    tokio::spawn(async move {
+    Some(tokio::spawn(async move {
         while hup.recv().await.is_some() {
             if tx.send(()).is_err() {
                 return;
             }
         }
-    });
+    }))
 }
 
 #[cfg(not(unix))]
-fn spawn_sighup(_tx: mpsc::UnboundedSender<()>) {}
+fn spawn_sighup(_tx: mpsc::UnboundedSender<()>) -> Option<tokio::task::JoinHandle<()>> {
+    None
+}
 
 async fn run(slot: Slot, mut rx: mpsc::UnboundedReceiver<()>) {
     while rx.recv().await.is_some() {

@@ -1,5 +1,5 @@
 //! Optional evaluation through regorus's RVM (`policy.evaluator = "rvm"`): the policy set is
-//! compiled once more, to bytecode, and each request runs it in a fresh VM. Measured about 5x
+//! compiled once more, to bytecode, and each request runs it in a fresh VM. Measured about 3.5x
 //! faster than cloning the interpreter (benches/policy.rs); the interpreter stays the default
 //! because `portcullis policy test` runs on it, so tests and gateway agree by construction.
 //! The differential test in `tests.rs` checks both give the same decisions on the shipped set.
