@@ -252,3 +252,13 @@ fn rvm_evaluator_agrees_with_the_interpreter_on_the_shipped_policies() {
     let err = decide_with(&Policy::new(&cfg, Path::new(".")).expect("compiles"), &one(blank()), None, None).expect_err("malformed");
     assert!(matches!(err, PolicyError::MalformedDecision { .. }));
 }
+
+#[test]
+fn tooling_errors_name_what_failed() {
+    let err = tooling::eval(&Source::Paths(vec!["/nonexistent/p".into()]), "data.portcullis.decision", json!({})).expect_err("no files");
+    assert!(matches!(err, tooling::ToolingError::Load(LoadError::Unreadable { .. })));
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("p.rego"), "package portcullis\nimport rego.v1\ndecision := {\"allow\": 1 / input.n > 0}\n").expect("write");
+    let err = tooling::eval(&Source::Paths(vec![dir.path().to_owned()]), "data.portcullis.decision", json!({"n": 0})).expect_err("divide by zero");
+    assert!(matches!(err, tooling::ToolingError::Evaluation(_)), "{err:?}");
+}
