@@ -1,4 +1,5 @@
-//! The `portcullis` command line: run the gateway or check a config. No logic lives here.
+//! The `portcullis` command line: run the gateway, check a config, or evaluate and test
+//! policies. No logic lives here.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

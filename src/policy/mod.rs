@@ -138,6 +138,9 @@ impl Slot {
 pub(crate) fn compile(source: &Source, query: &str, evaluator: PolicyEvaluator) -> Result<Loaded, LoadError> {
     let set = load::SourceSet::read(source, false)?;
     let mut engine = set.compile()?;
+    // Tool arguments are attacker-controlled input to the policy: a policy that iterates
+    // over them must not hold a request thread for long. Over the limit → policy_error.
+    engine.set_execution_timer_config(EVALUATION_TIME_LIMIT);
     engine.set_input(Value::new_object());
     engine.eval_rule(query.to_owned()).map_err(|e| LoadError::Compile(format!("policy.query {query:?}: {e}")))?;
     let rvm = match evaluator {
@@ -146,6 +149,15 @@ pub(crate) fn compile(source: &Source, query: &str, evaluator: PolicyEvaluator) 
     };
     Ok(Loaded { engine, rvm, version: set.version() })
 }
+
+/// Wall-clock bound on one evaluation, checked by regorus every 64 work units.
+pub(crate) const EVALUATION_TIME_LIMIT: regorus::utils::limits::ExecutionTimerConfig = regorus::utils::limits::ExecutionTimerConfig {
+    limit: std::time::Duration::from_millis(250),
+    check_interval: match std::num::NonZeroU32::new(64) {
+        Some(n) => n,
+        None => std::num::NonZeroU32::MIN,
+    },
+};
 
 /// The policy stage.
 #[derive(Debug)]

@@ -44,6 +44,7 @@ impl RvmProgram {
     pub(crate) fn eval(&self, input: Value) -> Result<Value, String> {
         let mut vm = RegoVM::new_with_policy(self.compiled.clone());
         vm.set_max_instructions(MAX_INSTRUCTIONS);
+        vm.set_execution_timer_config(Some(super::EVALUATION_TIME_LIMIT));
         vm.load_program(self.program.clone());
         vm.set_data(self.data.clone()).map_err(|e| e.to_string())?;
         vm.set_input(input);

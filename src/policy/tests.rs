@@ -262,3 +262,11 @@ fn tooling_errors_name_what_failed() {
     let err = tooling::eval(&Source::Paths(vec![dir.path().to_owned()]), "data.portcullis.decision", json!({"n": 0})).expect_err("divide by zero");
     assert!(matches!(err, tooling::ToolingError::Evaluation(_)), "{err:?}");
 }
+
+#[test]
+fn runaway_policy_is_stopped_and_refused_as_an_evaluation_error() {
+    let runaway = "package portcullis\nimport rego.v1\ndecision := {\"allow\": n > 0} if {\n  input.mcp.method\n  n := count([1 | some i in numbers.range(1, 5000); some j in numbers.range(1, 5000)])\n}\ndefault decision := {\"allow\": true}\n";
+    let (_d, p) = on_disk(&[("p.rego", runaway)]);
+    let err = decide_with(&p.expect("compiles"), &one(call("t", json!({}))), None, None).expect_err("time limit");
+    assert!(matches!(err, PolicyError::Evaluation { .. }), "{err:?}");
+}
