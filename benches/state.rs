@@ -17,7 +17,13 @@ use portcullis::state::replay::{MemoryReplayStore, ReplayStore};
 fn stores(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let server = redis_server::RedisServer::start();
-    let redis = RedisStore::new(RedisSettings { url: server.url(), prefix: "bench:".into(), connect_timeout: Duration::from_secs(1), command_timeout: Duration::from_secs(1) }).unwrap();
+    let redis = RedisStore::new(RedisSettings {
+        url: server.url(),
+        prefix: "bench:".into(),
+        connect_timeout: Duration::from_secs(1),
+        command_timeout: Duration::from_secs(1),
+    })
+    .unwrap();
     let memory = MemoryReplayStore::new(10_000_000);
     let n = AtomicU64::new(0);
     let mut g = c.benchmark_group("replay_first_use");

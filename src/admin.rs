@@ -60,9 +60,16 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<ResponseBod
                 Ok(()) => "ok".to_owned(),
                 Err(e) => format!("unavailable: {e}"),
             };
+            let health = shared.stages.policy.health();
+            // A failed reload keeps the previous policy serving, so it does not make the
+            // gateway unready; the detail says what failed.
+            let policy = match health.last_error() {
+                None => serde_json::json!({"status": "ok", "version": shared.stages.policy.version()}),
+                Some(e) => serde_json::json!({"status": "reload_failed", "version": shared.stages.policy.version(), "error": e}),
+            };
             let body = serde_json::json!({
                 "ready": !shutting_down,
-                "checks": {"listener": if shutting_down { "shutting_down" } else { "ok" }, "state": state},
+                "checks": {"listener": if shutting_down { "shutting_down" } else { "ok" }, "state": state, "policy": policy},
             });
             json_response(status, &body, Vec::new())
         }

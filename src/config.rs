@@ -500,17 +500,38 @@ fn secret_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<secrecy::Secr
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPolicy {
+    /// Run stages 8–10 (MCP parse, policy, quotas). `false` leaves an identity-only gateway
+    /// (signatures and tokens still checked) that forwards bodies it never parses.
+    #[serde(default = "d_true")]
+    pub enabled: bool,
     /// Files or folders of `.rego` (and `data.json`); empty = the bundled example policy.
     #[serde(default)]
     pub paths: Vec<PathBuf>,
     /// The rule whose value is the decision.
     #[serde(default = "d_query")]
     pub query: String,
+    /// Recompile when a file under `paths` changes (SIGHUP always reloads).
+    #[serde(default = "d_true")]
+    pub watch: bool,
+    /// How decisions are evaluated: `interpreter` (default) or `rvm` (bytecode, faster).
+    #[serde(default)]
+    pub evaluator: PolicyEvaluator,
+}
+
+/// `policy.evaluator`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyEvaluator {
+    /// regorus's tree-walking interpreter, the one `portcullis policy test` uses.
+    #[default]
+    Interpreter,
+    /// regorus's RVM bytecode.
+    Rvm,
 }
 
 impl Default for RawPolicy {
     fn default() -> Self {
-        RawPolicy { paths: Vec::new(), query: d_query() }
+        RawPolicy { enabled: true, paths: Vec::new(), query: d_query(), watch: true, evaluator: PolicyEvaluator::Interpreter }
     }
 }
 
@@ -538,6 +559,9 @@ pub struct RawState {
     /// (fail closed) rather than forgetting live records.
     #[serde(default = "d_max_replay_entries")]
     pub max_replay_entries: usize,
+    /// Most quota buckets the memory store holds; beyond it new keys fail closed (503).
+    #[serde(default = "d_max_quota_keys")]
+    pub max_quota_keys: usize,
 }
 
 impl Default for RawState {
@@ -548,6 +572,7 @@ impl Default for RawState {
             connect_timeout: d_store_connect_timeout(),
             command_timeout: d_store_command_timeout(),
             max_replay_entries: d_max_replay_entries(),
+            max_quota_keys: d_max_quota_keys(),
         }
     }
 }
@@ -560,6 +585,10 @@ fn d_store_connect_timeout() -> HumanDuration {
 }
 fn d_store_command_timeout() -> HumanDuration {
     HumanDuration(Duration::from_millis(250))
+}
+
+fn d_max_quota_keys() -> usize {
+    100_000
 }
 
 fn d_store() -> String {

@@ -16,7 +16,10 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use crate::config::Mode;
 use crate::digest::DigestError;
 use crate::directory::DirectoryError;
+use crate::mcp::McpError;
 use crate::oauth::TokenError;
+use crate::policy::PolicyError;
+use crate::quota::QuotaError;
 use crate::replay::ReplayError;
 use crate::signature::SignatureError;
 
@@ -87,6 +90,14 @@ pub enum Denial {
     /// (stage 7). The reason names the issuer.
     #[error("{0}")]
     IssuerUnavailable(TokenError),
+    /// The body is not a JSON-RPC message, or the MCP headers disagree with it (stage 8).
+    /// Answered with a JSON-RPC error object.
+    #[error("{0}")]
+    Mcp(#[from] McpError),
+    /// The policy could not be evaluated or returned a malformed decision (stage 9): a
+    /// refusal, never an allow. The client sees reason `policy_error`; details are logged.
+    #[error("{0}")]
+    Policy(#[from] PolicyError),
     /// The token lacks scopes the policy requires (stage 9).
     #[error("token lacks required scopes: {}", .required.join(" "))]
     InsufficientScope {
@@ -126,6 +137,8 @@ impl Denial {
             Denial::InvalidToken(_) => "invalid_token",
             Denial::InvalidRequest(_) => "invalid_request",
             Denial::IssuerUnavailable(_) => "issuer_unavailable",
+            Denial::Mcp(e) => e.code(),
+            Denial::Policy(_) => "agent_access_denied",
             Denial::InsufficientScope { .. } => "insufficient_scope",
             Denial::AccessDenied { .. } => "agent_access_denied",
             Denial::RateLimited { .. } => "rate_limit_exceeded",
@@ -138,15 +151,14 @@ impl Denial {
         match self {
             Denial::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Denial::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            Denial::BodyUnreadable(_) => StatusCode::BAD_REQUEST,
+            Denial::BodyUnreadable(_) | Denial::Mcp(_) | Denial::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Denial::Digest(_)
             | Denial::Signature(_)
             | Denial::KeyResolution(_)
             | Denial::ReplayedSignature
             | Denial::OAuthRequired
             | Denial::InvalidToken(_) => StatusCode::UNAUTHORIZED,
-            Denial::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } => StatusCode::FORBIDDEN,
+            Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } | Denial::Policy(_) => StatusCode::FORBIDDEN,
             Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -159,6 +171,8 @@ impl Denial {
             Denial::AccessDenied { reason } => reason.clone(),
             // The I/O detail stays in the diagnostic log: it describes the gateway's insides.
             Denial::BodyUnreadable(_) => "request body could not be read (connection reset or invalid framing)".to_owned(),
+            // The evaluation error is for the operator's log, not the client.
+            Denial::Policy(_) => "policy_error".to_owned(),
             other => other.to_string(),
         }
     }
@@ -196,6 +210,15 @@ impl From<TokenError> for Denial {
             | TokenError::NotYetValid { .. }
             | TokenError::IssuedInFuture { .. }
             | TokenError::Inactive => Denial::InvalidToken(e),
+        }
+    }
+}
+
+impl From<QuotaError> for Denial {
+    fn from(e: QuotaError) -> Denial {
+        match e {
+            QuotaError::Exhausted { retry_after, .. } => Denial::RateLimited { retry_after },
+            QuotaError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
         }
     }
 }
@@ -316,13 +339,27 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         | Denial::Signature(_)
         | Denial::KeyResolution(_)
         | Denial::ReplayedSignature
+        | Denial::Mcp(_)
+        | Denial::Policy(_)
         | Denial::AccessDenied { .. } => {}
     }
-    let body = serde_json::json!({
-        "error": denial.code(),
-        "reason": denial.reason(),
-        "request_id": request_id,
-    });
+    let body = match denial {
+        // A JSON-RPC client expects a JSON-RPC error object (JSON-RPC 2.0 §5.1, MCP -32020).
+        Denial::Mcp(e) => serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": e.id(),
+            "error": {
+                "code": e.jsonrpc_code(),
+                "message": e.jsonrpc_message(),
+                "data": {"error": denial.code(), "reason": denial.reason(), "request_id": request_id},
+            },
+        }),
+        _ => serde_json::json!({
+            "error": denial.code(),
+            "reason": denial.reason(),
+            "request_id": request_id,
+        }),
+    };
     json_response(denial.status(), &body, headers)
 }
 

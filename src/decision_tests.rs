@@ -96,6 +96,10 @@ fn every_denial_has_a_code_and_status() {
         Denial::AccessDenied { reason: "x".into() },
         Denial::RateLimited { retry_after: Duration::ZERO },
         Denial::StateUnavailable { reason: "redis down".into() },
+        Denial::Mcp(McpError::NotJson("eof".into())),
+        Denial::Mcp(McpError::InvalidRequest { id: None, reason: "x".into() }),
+        Denial::Mcp(McpError::HeaderMismatch { id: None, reason: "x".into() }),
+        Denial::Policy(PolicyError::Evaluation { version: "v".into(), reason: "x".into() }),
     ];
     let expected = [
         (413, "body_too_large"),
@@ -113,6 +117,10 @@ fn every_denial_has_a_code_and_status() {
         (403, "agent_access_denied"),
         (429, "rate_limit_exceeded"),
         (503, "state_unavailable"),
+        (400, "parse_error"),
+        (400, "invalid_request"),
+        (400, "header_mismatch"),
+        (403, "agent_access_denied"),
     ];
     for (d, (status, code)) in all.iter().zip(expected) {
         assert_eq!((d.status().as_u16(), d.code()), (status, code), "{d:?}");
@@ -176,4 +184,40 @@ fn token_errors_map_to_the_mcp_refusals() {
     let down = Denial::from(TokenError::IssuerUnavailable { issuer: "https://auth.example.com".into(), reason: "JWKS: HTTP 500".into() });
     assert_eq!(down.status(), 503);
     assert!(down.reason().contains("https://auth.example.com"), "{}", down.reason());
+}
+
+#[tokio::test]
+async fn mcp_refusal_is_a_json_rpc_error_object() {
+    let denial = Denial::Mcp(McpError::HeaderMismatch { id: Some(serde_json::json!(7)), reason: "Mcp-Method header differs".into() });
+    let resp = respond(&denial, "rid-9", &challenge());
+    assert_eq!(resp.status(), 400);
+    assert_eq!(resp.headers()[CACHE_CONTROL], "no-store");
+    let body = body_json(resp).await;
+    assert_eq!(body["jsonrpc"], "2.0");
+    assert_eq!(body["id"], 7);
+    assert_eq!(body["error"]["code"], -32020);
+    assert_eq!(body["error"]["data"]["error"], "header_mismatch");
+    assert_eq!(body["error"]["data"]["request_id"], "rid-9");
+    let body = body_json(respond(&Denial::Mcp(McpError::NotJson("eof".into())), "r", &challenge())).await;
+    assert_eq!(
+        (body["id"].clone(), body["error"]["code"].clone(), body["error"]["message"].clone()),
+        (serde_json::Value::Null, (-32700).into(), "Parse error".into())
+    );
+}
+
+#[tokio::test]
+async fn policy_error_is_an_access_denial_without_internals() {
+    let denial = Denial::Policy(PolicyError::MalformedDecision { version: "abc".into(), reason: "missing field `allow`".into() });
+    let resp = respond(&denial, "r", &challenge());
+    assert_eq!(resp.status(), 403);
+    let body = body_json(resp).await;
+    assert_eq!((body["error"].as_str(), body["reason"].as_str()), (Some("agent_access_denied"), Some("policy_error")));
+}
+
+#[test]
+fn quota_errors_become_rate_limit_or_store_refusals() {
+    let d: Denial = QuotaError::Exhausted { key: "k".into(), retry_after: Duration::from_secs(3) }.into();
+    assert!(matches!(d, Denial::RateLimited { retry_after } if retry_after == Duration::from_secs(3)));
+    let d: Denial = QuotaError::Store(crate::state::StoreError::Unavailable { store: "memory".into(), reason: "full".into() }).into();
+    assert_eq!(d.code(), "state_unavailable");
 }

@@ -1,4 +1,5 @@
-//! The `portcullis` command line: run the gateway or check a config. No logic lives here.
+//! The `portcullis` command line: run the gateway, check a config, or evaluate and test
+//! policies. No logic lives here.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +48,27 @@ enum Command {
         #[arg(long, default_value = "3s", value_parser = portcullis::config::parse_duration)]
         timeout: std::time::Duration,
     },
+    /// Policy tooling: evaluate a decision, run Rego tests.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Evaluate `policy.query` of the config's policy for an input document; print the
+    /// decision and the rules that fired.
+    Eval {
+        /// The input document (JSON, PRODUCT.md "Policy contract").
+        #[arg(long)]
+        input: PathBuf,
+    },
+    /// Run every `test_*` rule under DIR (default: policies) like `opa test`; non-zero exit on
+    /// failure.
+    Test {
+        /// Folder of `.rego` files (and `data.json`).
+        #[arg(default_value = "policies")]
+        dir: PathBuf,
+    },
 }
 
 fn load(path: Option<&PathBuf>) -> Result<Config, portcullis::config::ConfigError> {
@@ -56,7 +78,7 @@ fn load(path: Option<&PathBuf>) -> Result<Config, portcullis::config::ConfigErro
     }
 }
 
-fn report(log: &std::path::Path, html: Option<&std::path::Path>) -> Result<String, String> {
+fn summarise_log(log: &std::path::Path, html: Option<&std::path::Path>) -> Result<String, String> {
     use portcullis::report::{render_html, Report};
     let r = if log.as_os_str() == "-" {
         Report::from_reader(std::io::stdin().lock())
@@ -71,6 +93,24 @@ fn report(log: &std::path::Path, html: Option<&std::path::Path>) -> Result<Strin
     Ok(r.render_text())
 }
 
+/// Prints a tooling result: text on stdout (exit 1 if it reports failure), errors on stderr (2).
+fn report(result: Result<(String, bool), String>) -> ExitCode {
+    match result {
+        Ok((text, ok)) => {
+            print!("{text}");
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Run) {
@@ -78,7 +118,7 @@ fn main() -> ExitCode {
             print!("{}", portcullis::config::EMBEDDED_DEFAULT);
             ExitCode::SUCCESS
         }
-        Command::Report { log, html } => match report(&log, html.as_deref()) {
+        Command::Report { log, html } => match summarise_log(&log, html.as_deref()) {
             Ok(text) => {
                 print!("{text}");
                 ExitCode::SUCCESS
@@ -120,6 +160,13 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Policy(PolicyCommand::Eval { input }) => match load(cli.config.as_ref()) {
+            Ok(c) => report(portcullis::policy::tooling::eval_file(&c, &input).map(|r| (r.render(), true))),
+            Err(e) => report(Err(e.to_string())),
+        },
+        Command::Policy(PolicyCommand::Test { dir }) => {
+            report(portcullis::policy::tooling::test(&dir).map(|r| portcullis::policy::tooling::render_tests(&r)).map_err(|e| e.to_string()))
+        }
         Command::Check => match load(cli.config.as_ref()).map_err(portcullis::server::StartError::from).and_then(|c| portcullis::server::check(&c).map(|()| c))
         {
             Ok(c) => {

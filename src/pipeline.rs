@@ -14,11 +14,14 @@ use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, FieldError};
 use crate::decision::{Decision, Denial, Permit};
 use crate::digest::{DigestCheck, VerifiedDigest};
 use crate::directory::KeyResolver;
+use crate::mcp::{self, McpRequest};
 use crate::oauth::{TokenVerifier, VerifiedToken};
+use crate::policy::{AgentView, Policy, PolicyInput, RequestView, TokenView};
+use crate::quota::{QuotaError, QuotaSpec, Quotas};
 use crate::replay::ReplayGuard;
 use crate::signature::{SignatureError, SignatureVerifier, VerifiedSignature};
 use crate::state::Stores;
@@ -142,6 +145,21 @@ pub struct Evidence {
     pub agent: Option<VerifiedSignature>,
     /// Stage 7 result: the verified bearer token (the user), when one was sent.
     pub token: Option<VerifiedToken>,
+    /// Stage 8 result: the parsed JSON-RPC message(s). Tool arguments are never logged.
+    pub mcp: Option<McpRequest>,
+    /// Stage 9: which policy version decided and the rule it named.
+    pub policy: Option<PolicyTrace>,
+    /// Stage 10: the bucket that was exhausted, when one was.
+    pub quota_exhausted: Option<String>,
+}
+
+/// What the decision log says about the policy decision.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyTrace {
+    /// The rule(s) the decision named (`rule`), or `policy_error`.
+    pub rule: Option<String>,
+    /// The policy set's version.
+    pub version: String,
 }
 
 impl Evidence {
@@ -174,6 +192,11 @@ pub struct Stages {
     stores: Stores,
     /// Stage 7; `None` when `[oauth]` names no issuer and tokens are not required.
     token: Option<TokenVerifier>,
+    /// Stage 9 (public for the admin endpoints: reload health, version).
+    pub policy: Policy,
+    /// `policy.enabled`: whether stages 8–10 run.
+    is_policy_enabled: bool,
+    quotas: Quotas,
 }
 
 impl Stages {
@@ -192,7 +215,8 @@ impl Stages {
             None
         };
         let stores = Stores::from_config(&config.state).map_err(|e| errors.push(e));
-        let (Ok(signature), Ok(directory), Ok(stores), true) = (signature, directory, stores, errors.is_empty()) else {
+        let policy = Policy::new(&config.policy, &config.base_dir).map_err(|e| errors.push(FieldError::new("policy.paths", e.to_string())));
+        let (Ok(signature), Ok(directory), Ok(stores), Ok(policy), true) = (signature, directory, stores, policy, errors.is_empty()) else {
             return Err(ConfigError::Invalid { origin: config.origin.clone(), errors });
         };
         let digest_required = sig.required && sig.components.iter().any(|c| c == "content-digest");
@@ -203,6 +227,9 @@ impl Stages {
             directory,
             replay: ReplayGuard::new(sig, stores.replay.clone()),
             token,
+            policy,
+            is_policy_enabled: config.policy.enabled,
+            quotas: Quotas::new(stores.quota.clone()),
             stores,
         })
     }
@@ -248,6 +275,19 @@ pub async fn check(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Decis
             })
             .await?;
     }
+    if !stages.is_policy_enabled {
+        return Ok(Permit::granted());
+    }
+    // Stage 8: JSON only now, after the identity stages passed on the raw bytes.
+    seen.mcp = Some(seen.timed(Stage::Mcp, || mcp::parse(&req.head.method, &req.head.headers, &req.body))?);
+    let quotas = authorize(req, stages, seen)?;
+    let started = Instant::now();
+    let spent = stages.quotas.spend(&quotas, req.now).await;
+    seen.timings.record(Stage::Quota, started.elapsed());
+    if let Err(QuotaError::Exhausted { key, .. }) = &spent {
+        seen.quota_exhausted = Some(key.clone());
+    }
+    spent?;
     Ok(Permit::granted())
 }
 
@@ -265,6 +305,52 @@ async fn verify_signature(req: &Inbound, stages: &Stages) -> Result<Option<Verif
     };
     let key = stages.directory.resolve(pending.agent(), pending.keyid(), req.now).await?;
     Ok(Some(pending.verify(key.key(), key.agent())?))
+}
+
+/// Stage 9: the policy decision, then the scopes it requires. Returns the quotas to spend.
+fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Result<Vec<QuotaSpec>, Denial> {
+    let started = Instant::now();
+    let empty = McpRequest::default();
+    let (decided, scopes) = {
+        let agent = seen.agent.as_ref().map(|a| AgentView { id: a.agent(), keyid: a.keyid(), tag: a.tag() });
+        let token = seen.token.as_ref().map(|t| TokenView { iss: t.iss(), sub: t.sub().unwrap_or(""), aud: t.aud(), scopes: t.scopes(), claims: t.claims() });
+        let host = req.head.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).or(req.head.uri.authority().map(|a| a.as_str())).unwrap_or("");
+        let request = RequestView { method: req.head.method.as_str(), path: req.head.uri.path(), host };
+        let input = PolicyInput { request, agent, token, mcp: seen.mcp.as_ref().unwrap_or(&empty), now: req.now };
+        let decided = stages.policy.decide(&input);
+        let scopes = decided.as_ref().map(|d| check_scopes(&d.verdict.required_scopes, token.as_ref())).unwrap_or(Ok(()));
+        (decided, scopes)
+    };
+    seen.timings.record(Stage::Policy, started.elapsed());
+    let decided = match decided {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(error = %e, "Policy evaluation failed; refusing");
+            seen.policy = Some(PolicyTrace { rule: Some("policy_error".to_owned()), version: e.version().to_owned() });
+            return Err(e.into());
+        }
+    };
+    seen.policy = Some(PolicyTrace { rule: decided.verdict.rule.clone(), version: decided.version });
+    if !decided.verdict.allow {
+        return Err(Denial::AccessDenied { reason: decided.verdict.reason });
+    }
+    scopes?;
+    Ok(decided.verdict.quotas)
+}
+
+/// `required_scopes` against the token: no token at all → 401 `oauth_required`; missing
+/// scopes → 403 `insufficient_scope` naming every scope the operation needs (MCP 2026-07-28:
+/// clients union them).
+fn check_scopes(required: &[String], token: Option<&TokenView<'_>>) -> Result<(), Denial> {
+    if required.is_empty() {
+        return Ok(());
+    }
+    let Some(token) = token else { return Err(Denial::OAuthRequired) };
+    if required.iter().all(|r| token.scopes.contains(r)) {
+        Ok(())
+    } else {
+        Err(Denial::InsufficientScope { required: required.to_vec() })
+    }
 }
 
 #[cfg(test)]
@@ -285,5 +371,20 @@ mod tests {
         config.signatures.trusted_agents = vec!["http://agent.example".into()];
         let err = Stages::build(&config).expect_err("plain http directory").to_string();
         assert!(err.contains("signatures.trusted_agents[0]"), "{err}");
+    }
+
+    #[test]
+    fn required_scopes_without_a_token_ask_for_one_and_missing_scopes_are_listed() {
+        let required = vec!["payments:write".to_owned(), "tools:write".to_owned()];
+        assert!(matches!(check_scopes(&required, None), Err(Denial::OAuthRequired)));
+        let (aud, claims) = (Vec::new(), serde_json::Map::new());
+        let scopes = vec!["tools:write".to_owned()];
+        let token = TokenView { iss: "i", sub: "s", aud: &aud, scopes: &scopes, claims: &claims };
+        let err = check_scopes(&required, Some(&token)).expect_err("payments:write missing");
+        assert!(matches!(err, Denial::InsufficientScope { required: r } if r == required));
+        let scopes = required.clone();
+        let token = TokenView { scopes: &scopes, ..token };
+        assert!(check_scopes(&required, Some(&token)).is_ok());
+        assert!(check_scopes(&[], None).is_ok());
     }
 }

@@ -109,6 +109,9 @@ impl Running {
 /// addresses are known (port 0 picks a free port).
 pub async fn start(config: Config) -> Result<Running, StartError> {
     let stages = Stages::build(&config)?;
+    let mut metrics = Metrics::new();
+    metrics.register_policy_health(stages.policy.health().reload_errors.clone(), stages.policy.health().last_reload_ok.clone());
+    let policy_reloader = stages.policy.spawn_reloader();
     let tls = config.listen.tls.as_ref().map(tls::acceptor).transpose()?;
     let log = DecisionLog::open(&config.log.decisions).map_err(|source| StartError::DecisionLog { path: format!("{:?}", config.log.decisions), source })?;
     let listener = TcpListener::bind(config.listen.addr).await.map_err(|source| StartError::Bind { what: "listen.addr", addr: config.listen.addr, source })?;
@@ -120,7 +123,6 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
 
     let (prm, prm_paths) = protected_resource_metadata(&config);
-    let mut metrics = Metrics::new();
     let (directory_fetches, replay_hits) = stages.identity_counters();
     metrics.register_identity(directory_fetches, replay_hits);
     if let Some(m) = stages.token_metrics() {
@@ -150,6 +152,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     }
     let admin_task = admin_listener.map(|l| tokio::spawn(admin::serve(l, shared.clone(), admin_stop_rx)));
     let task = tokio::spawn(async move {
+        // Reloads stop with the gateway.
+        let _reloader = policy_reloader;
         accept_loop(listener, tls, shared, stop_rx).await;
         let _ = admin_stop.send(true);
         if let Some(t) = admin_task {
@@ -328,8 +332,11 @@ impl Shared {
                 agent: seen.agent.as_ref().map(|a| a.agent()),
                 keyid: seen.agent.as_ref().map(|a| a.keyid()),
                 sub: seen.token.as_ref().and_then(|t| t.sub()),
-                mcp_method: None,
-                tool: None,
+                mcp_method: seen.mcp.as_ref().and_then(|m| m.first_method()),
+                tool: seen.mcp.as_ref().and_then(|m| m.first_tool()),
+                rule: seen.policy.as_ref().and_then(|p| p.rule.as_deref()),
+                policy: seen.policy.as_ref().map(|p| p.version.as_str()),
+                quota: seen.quota_exhausted.as_deref(),
                 latency_us: Default::default(),
                 total_us: arrived.elapsed().as_micros() as u64,
             }

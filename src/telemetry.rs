@@ -111,6 +111,13 @@ impl Metrics {
         self.registry.register("replay_hits", "Signatures refused because they were already used", replay_hits);
     }
 
+    /// Registers the policy reload health: `portcullis_policy_reload_errors_total` and
+    /// `portcullis_policy_last_reload_ok`.
+    pub fn register_policy_health(&mut self, reload_errors: Counter, last_reload_ok: Gauge) {
+        self.registry.register("policy_reload_errors", "Policy reloads that failed (the previous policy stayed in use)", reload_errors);
+        self.registry.register("policy_last_reload_ok", "1 if the last policy (re)load succeeded, else 0", last_reload_ok);
+    }
+
     /// Counts a failed forward.
     pub fn upstream_error(&self, code: &'static str) {
         self.upstream_errors.get_or_create(&ErrorLabels { error: code }).inc();
@@ -209,6 +216,12 @@ pub struct DecisionRecord<'a> {
     pub mcp_method: Option<&'a str>,
     /// The tool name of a `tools/call`.
     pub tool: Option<&'a str>,
+    /// The rule(s) the policy decision named (or `policy_error`).
+    pub rule: Option<&'a str>,
+    /// The version of the policy set that decided (a short hash of its sources).
+    pub policy: Option<&'a str>,
+    /// The quota bucket that was exhausted, when one was.
+    pub quota: Option<&'a str>,
     /// Microseconds per stage, in pipeline order.
     pub latency_us: serde_json::Map<String, serde_json::Value>,
     /// Microseconds from arrival to response headers.

@@ -2,12 +2,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 mod common;
 
-use common::{client, config, Gateway, Upstream};
+use common::{client, config_without_policy, Gateway, Upstream};
 
 #[tokio::test]
 async fn health_readiness_and_metrics_are_served() {
     let upstream = Upstream::start().await;
-    let gw = Gateway::start(config(&upstream.url(), "[limits]\nmax_body = \"16B\"\n")).await;
+    let gw = Gateway::start(config_without_policy(&upstream.url(), "[limits]\nmax_body = \"16B\"\n")).await;
     let health = client().get(gw.admin_url("/healthz")).send().await.unwrap();
     assert_eq!(health.status(), 200);
     let ready = client().get(gw.admin_url("/readyz")).send().await.unwrap();

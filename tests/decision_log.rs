@@ -3,13 +3,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 mod common;
 
-use common::{client, config, decision_lines, temp_path, Gateway, Upstream};
+use common::{client, config_without_policy, decision_lines, temp_path, Gateway, Upstream};
 
 #[tokio::test]
 async fn log_lines_have_the_contract_fields_and_no_secrets() {
     let upstream = Upstream::start().await;
     let (_dir, log) = temp_path("decisions.log");
-    let mut cfg = config(&upstream.url(), "");
+    let mut cfg = config_without_policy(&upstream.url(), "");
     cfg.log.decisions = portcullis::config::DecisionSink::File(log.clone());
     let gw = Gateway::start(cfg).await;
 

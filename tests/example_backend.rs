@@ -5,7 +5,7 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::{client, config, Gateway};
+use common::{client, config_without_policy, Gateway};
 use portcullis::demo::backend::Backend;
 use serde_json::{json, Value};
 
@@ -24,7 +24,7 @@ async fn rpc(gw: &Gateway, body: Value) -> reqwest::Response {
 #[tokio::test]
 async fn mcp_session_through_the_gateway() {
     let backend = Backend::start("127.0.0.1:0".parse::<SocketAddr>().unwrap()).await.unwrap();
-    let gw = Gateway::start(config(&format!("http://{}", backend.addr), "")).await;
+    let gw = Gateway::start(config_without_policy(&format!("http://{}", backend.addr), "")).await;
 
     let init = rpc(&gw, json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}})).await;
     assert_eq!(init.status(), 200);

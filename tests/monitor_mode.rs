@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 mod common;
 
-use common::{client, config, decision_lines, temp_path, Gateway, Upstream};
+use common::{client, config_without_policy, decision_lines, temp_path, Gateway, Upstream};
 
 const BAD_DIGEST: &str = "sha-256=:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:"; // digest of the empty body
 
@@ -15,7 +15,7 @@ async fn send_tampered(gw: &Gateway) -> reqwest::Response {
 async fn digest_mismatch_is_401_in_enforce_mode_and_not_forwarded() {
     let upstream = Upstream::start().await;
     let (_dir, log) = temp_path("decisions.log");
-    let mut cfg = config(&upstream.url(), "");
+    let mut cfg = config_without_policy(&upstream.url(), "");
     cfg.log.decisions = portcullis::config::DecisionSink::File(log.clone());
     let gw = Gateway::start(cfg).await;
     let resp = send_tampered(&gw).await;
@@ -37,7 +37,7 @@ async fn digest_mismatch_is_401_in_enforce_mode_and_not_forwarded() {
 async fn digest_mismatch_is_forwarded_and_logged_would_deny_in_monitor_mode() {
     let upstream = Upstream::start().await;
     let (_dir, log) = temp_path("decisions.log");
-    let mut cfg = config(&upstream.url(), "");
+    let mut cfg = config_without_policy(&upstream.url(), "");
     cfg.mode = portcullis::config::Mode::Monitor;
     cfg.log.decisions = portcullis::config::DecisionSink::File(log.clone());
     let gw = Gateway::start(cfg).await;

@@ -6,12 +6,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, config, Gateway, Upstream};
+use common::{client, config_without_policy, Gateway, Upstream};
 
 #[tokio::test]
 async fn post_is_forwarded_with_path_query_and_clean_headers() {
     let upstream = Upstream::start().await;
-    let gw = Gateway::start(config(&upstream.url(), "")).await;
+    let gw = Gateway::start(config_without_policy(&upstream.url(), "")).await;
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
     let resp = client()
         .post(gw.url("/mcp?tenant=a%20b&x=1"))
@@ -60,7 +60,7 @@ async fn post_is_forwarded_with_path_query_and_clean_headers() {
 #[tokio::test]
 async fn upstream_base_path_is_prefixed() {
     let upstream = Upstream::start().await;
-    let gw = Gateway::start(config(&format!("{}/backend/", upstream.url()), "")).await;
+    let gw = Gateway::start(config_without_policy(&format!("{}/backend/", upstream.url()), "")).await;
     let resp = client().get(gw.url("/mcp?a=1")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(upstream.seen()[0].path_and_query, "/backend/mcp?a=1");
@@ -70,7 +70,7 @@ async fn upstream_base_path_is_prefixed() {
 #[tokio::test]
 async fn get_stream_and_delete_session_pass_through() {
     let upstream = Upstream::start().await;
-    let gw = Gateway::start(config(&upstream.url(), "")).await;
+    let gw = Gateway::start(config_without_policy(&upstream.url(), "")).await;
     let get = client().get(gw.url("/mcp")).header("accept", "text/event-stream").header("last-event-id", "7").send().await.unwrap();
     assert_eq!(get.status(), 200);
     let del = client().delete(gw.url("/mcp")).header("mcp-session-id", "session-1").send().await.unwrap();
@@ -85,7 +85,7 @@ async fn get_stream_and_delete_session_pass_through() {
 #[tokio::test]
 async fn sse_reaches_the_client_event_by_event() {
     let upstream = Upstream::start().await;
-    let gw = Gateway::start(config(&upstream.url(), "")).await;
+    let gw = Gateway::start(config_without_policy(&upstream.url(), "")).await;
     let mut resp = client().get(gw.url("/sse")).header("accept", "text/event-stream").send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
@@ -103,7 +103,7 @@ async fn sse_reaches_the_client_event_by_event() {
 #[tokio::test]
 async fn unreachable_upstream_is_502_with_a_json_reason() {
     let closed = common::closed_port().await;
-    let gw = Gateway::start(config(&format!("http://{closed}"), "")).await;
+    let gw = Gateway::start(config_without_policy(&format!("http://{closed}"), "")).await;
     let resp = client().post(gw.url("/mcp")).body("{}").send().await.unwrap();
     assert_eq!(resp.status(), 502);
     assert_eq!(resp.headers()["cache-control"], "no-store");
@@ -119,7 +119,7 @@ async fn unreachable_upstream_is_502_with_a_json_reason() {
 #[tokio::test]
 async fn slow_upstream_is_504_after_the_response_timeout() {
     let upstream = Upstream::start().await;
-    let gw = Gateway::start(config(&upstream.url(), "")).await; // response_timeout = 1s
+    let gw = Gateway::start(config_without_policy(&upstream.url(), "")).await; // response_timeout = 1s
     let started = std::time::Instant::now();
     let resp = client().get(gw.url("/slow")).send().await.unwrap();
     assert_eq!(resp.status(), 504);
@@ -132,7 +132,7 @@ async fn slow_upstream_is_504_after_the_response_timeout() {
 #[tokio::test]
 async fn http2_prior_knowledge_clients_are_forwarded_to_an_http1_upstream() {
     let upstream = Upstream::start().await;
-    let gw = Gateway::start(config(&upstream.url(), "")).await;
+    let gw = Gateway::start(config_without_policy(&upstream.url(), "")).await;
     let h2 = reqwest::Client::builder().http2_prior_knowledge().no_proxy().build().unwrap();
     let resp = h2.post(gw.url("/mcp")).header("cookie", "a=1").header("mcp-session-id", "s").body("{}").send().await.unwrap();
     assert_eq!(resp.version(), reqwest::Version::HTTP_2);
@@ -148,7 +148,7 @@ async fn http2_prior_knowledge_clients_are_forwarded_to_an_http1_upstream() {
 #[tokio::test]
 async fn head_keeps_the_upstream_length_and_sends_no_body() {
     let upstream = Upstream::start().await;
-    let gw = Gateway::start(config(&upstream.url(), "")).await;
+    let gw = Gateway::start(config_without_policy(&upstream.url(), "")).await;
     let resp = client().head(gw.url("/mcp")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert!(resp.headers().get("content-length").is_some());

@@ -127,3 +127,22 @@ async fn redis_down_in_monitor_mode_forwards_and_logs_would_deny() {
     let metrics = common::metrics(&p.a).await;
     assert!(metrics.contains(r#"portcullis_requests_total{outcome="would_deny",status="200",error="state_unavailable"} 1"#), "{metrics}");
 }
+
+#[tokio::test]
+async fn a_quota_spent_on_one_instance_is_spent_on_the_other() {
+    use common::policy::{rego, tool_call, PolicyDir};
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let p = PolicyDir::new(&rego(r#"decision := {"allow": true, "quotas": [{"key": "shared-calls", "limit": 3, "per": "1h"}]}"#));
+    let extra = format!("{}\n[state]\nstore = {:?}\n", p.toml(), redis.url());
+    let a = Gateway::start(common::config(&upstream.url(), &extra)).await;
+    let b = Gateway::start(common::config(&upstream.url(), &extra)).await;
+    let call = |gw: &Gateway| client().post(gw.url("/mcp")).body(tool_call(1, "search", serde_json::json!({}))).send();
+    for gw in [&a, &b, &a] {
+        assert_eq!(call(gw).await.unwrap().status(), 200);
+    }
+    let refused = call(&b).await.unwrap();
+    assert_eq!(refused.status(), 429, "the fourth call is over the shared limit, whichever instance gets it");
+    assert_eq!(refused.headers()["retry-after"], "1200");
+    assert_eq!(upstream.seen().len(), 3);
+}

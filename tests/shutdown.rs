@@ -5,12 +5,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, config, Gateway, Upstream};
+use common::{client, config_without_policy, Gateway, Upstream};
 
 #[tokio::test]
 async fn readiness_fails_during_drain_and_open_streams_are_cut_after_the_grace_period() {
     let upstream = Upstream::start().await;
-    let mut gw = Gateway::start(config(&upstream.url(), "[limits]\nshutdown_grace = \"1s\"\n")).await;
+    let mut gw = Gateway::start(config_without_policy(&upstream.url(), "[limits]\nshutdown_grace = \"1s\"\n")).await;
     let mut sse = client().get(gw.url("/sse")).send().await.unwrap();
     assert_eq!(&sse.chunk().await.unwrap().unwrap()[..], b"id: 1\ndata: event 1\n\n");
 

@@ -17,7 +17,7 @@ async fn gateway_terminates_tls_with_the_configured_certificate() {
     let cfg = portcullis::config::Config::parse(&text, "tls test", std::path::Path::new(".")).unwrap();
     let gw = Gateway::start(cfg).await;
 
-    let resp = ca.client().post(format!("https://127.0.0.1:{}/mcp", gw.addr.port())).body("{}").send().await.unwrap();
+    let resp = ca.client().post(format!("https://127.0.0.1:{}/mcp", gw.addr.port())).body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     let seen = upstream.seen();
     assert_eq!(seen.len(), 1);

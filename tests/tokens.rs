@@ -13,6 +13,8 @@ use jsonwebtoken::Algorithm;
 use portcullis::config::Config;
 use serde_json::{json, Value};
 
+const PING: &str = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+
 const AUD: &str = "https://mcp.example.com/mcp";
 const PRM: &str = "https://mcp.example.com/.well-known/oauth-protected-resource";
 
@@ -145,7 +147,7 @@ async fn spoofed_identity_headers_are_stripped_and_replaced() {
         .bearer_auth(&token)
         .header("x-portcullis-subject", "admin")
         .header("x-portcullis-scopes", "everything")
-        .body("{}")
+        .body(PING)
         .send()
         .await
         .unwrap();
@@ -158,7 +160,7 @@ async fn spoofed_identity_headers_are_stripped_and_replaced() {
 #[tokio::test]
 async fn spoofed_identity_headers_without_a_token_never_reach_the_upstream() {
     let s = Setup::start("required = false").await;
-    let resp = common::client().post(s.gw.url("/mcp")).header("x-portcullis-subject", "admin").body("{}").send().await.unwrap();
+    let resp = common::client().post(s.gw.url("/mcp")).header("x-portcullis-subject", "admin").body(PING).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     let seen = s.upstream.seen();
     assert!(seen[0].headers.get("x-portcullis-subject").is_none());
@@ -270,7 +272,7 @@ async fn missing_token_is_401_with_the_exact_mcp_challenge() {
 async fn token_in_the_query_string_is_never_used() {
     let s = Setup::start("").await;
     let token = s.issuer.ed.sign(&s.issuer.claims(AUD));
-    let resp = common::client().post(s.gw.url(&format!("/mcp?access_token={token}"))).body("{}").send().await.unwrap();
+    let resp = common::client().post(s.gw.url(&format!("/mcp?access_token={token}"))).body(PING).send().await.unwrap();
     assert_eq!(resp.status(), 400);
     let challenge = resp.headers()["www-authenticate"].to_str().unwrap().to_owned();
     assert!(challenge.starts_with("Bearer error=\"invalid_request\", error_description=\""), "{challenge}");
@@ -282,7 +284,7 @@ async fn token_in_the_query_string_is_never_used() {
 async fn malformed_authorization_header_is_400_invalid_request() {
     let s = Setup::start("").await;
     for value in ["Basic dXNlcjpwYXNz", "Bearer", "Bearer a b"] {
-        let resp = common::client().post(s.gw.url("/mcp")).header("authorization", value).body("{}").send().await.unwrap();
+        let resp = common::client().post(s.gw.url("/mcp")).header("authorization", value).body(PING).send().await.unwrap();
         assert_eq!(resp.status(), 400, "{value}");
         assert_eq!(error_code(resp).await, "invalid_request");
     }

@@ -11,6 +11,7 @@ pub mod replay;
 use std::sync::Arc;
 
 use crate::config::{FieldError, RawState};
+use quota::{MemoryQuotaStore, QuotaStore};
 use redis::{RedisSettings, RedisStore};
 use replay::{MemoryReplayStore, ReplayStore};
 
@@ -19,6 +20,8 @@ use replay::{MemoryReplayStore, ReplayStore};
 pub struct Stores {
     /// Stage 6: signatures accepted once.
     pub replay: Arc<dyn ReplayStore>,
+    /// Stage 10: quota buckets.
+    pub quota: Arc<dyn QuotaStore>,
     /// The shared Redis, when `state.store` names one (for readiness and metrics).
     pub redis: Option<Arc<RedisStore>>,
 }
@@ -30,12 +33,20 @@ impl std::fmt::Debug for Stores {
 }
 
 impl Stores {
-    /// `memory`: in-process stores bounded by `state.max_replay_entries`. `redis://…`: one
+    /// `memory`: in-process stores bounded by `state.max_replay_entries` and
+    /// `state.max_quota_keys`. `redis://…`: one
     /// shared connection for every store (it connects on first use, so the gateway can start
     /// before Redis and report itself unready until then).
     pub fn from_config(cfg: &RawState) -> Result<Stores, FieldError> {
         if cfg.store == "memory" {
-            return Ok(Stores { replay: Arc::new(MemoryReplayStore::new(cfg.max_replay_entries)), redis: None });
+            if cfg.max_quota_keys == 0 {
+                return Err(FieldError::new("state.max_quota_keys", "must be at least 1"));
+            }
+            return Ok(Stores {
+                replay: Arc::new(MemoryReplayStore::new(cfg.max_replay_entries)),
+                quota: Arc::new(MemoryQuotaStore::new(cfg.max_quota_keys)),
+                redis: None,
+            });
         }
         let redis = RedisStore::new(RedisSettings {
             url: cfg.store.clone(),
@@ -45,7 +56,7 @@ impl Stores {
         })
         .map(Arc::new)
         .map_err(|e| FieldError::new("state.store", e))?;
-        Ok(Stores { replay: redis.clone(), redis: Some(redis) })
+        Ok(Stores { replay: redis.clone(), quota: redis.clone(), redis: Some(redis) })
     }
 }
 

@@ -5,6 +5,7 @@ pub mod directory;
 pub mod issuer;
 pub mod keys;
 pub mod pki;
+pub mod policy;
 pub mod redis;
 
 use std::convert::Infallible;
@@ -187,7 +188,14 @@ pub fn config(upstream_url: &str, extra: &str) -> Config {
     if !extra.contains("[oauth]") {
         text.push_str("\n[oauth]\nrequired = false\n");
     }
+
     Config::parse(&text, "test config", std::path::Path::new(".")).unwrap()
+}
+
+/// Like [`config`], with stages 8–10 (MCP parse, policy, quotas) off: for tests of the proxy
+/// itself, whose bodies need not be JSON-RPC.
+pub fn config_without_policy(upstream_url: &str, extra: &str) -> Config {
+    config(upstream_url, &format!("{extra}\n[policy]\nenabled = false\n"))
 }
 
 /// A running gateway started through the library entry point.

@@ -1,0 +1,62 @@
+# Payments (`payments.send`, partner tier only, see tiers.rego):
+#   - the paying user is the verified token's subject: no token, no payment
+#   - the amount must be a positive number of USD
+#   - amounts over data.catalog.payments.approval_threshold_usd (100) need a human:
+#     refused with reason "human_approval_required"
+#   - at most 5 calls per hour per user, and at most 500 USD per day per user (quotas; the
+#     day budget is spent by the amount, rounded up to whole dollars)
+#   - the token needs `payments:write`
+package portcullis
+
+import rego.v1
+
+is_payment if {
+	is_tool_call
+	input.mcp.tool == "payments.send"
+}
+
+amount := input.mcp.arguments.amount
+
+denials contains {"rule": "payments_user", "reason": "user_token_required"} if {
+	is_payment
+	not input.token.verified
+}
+
+denials contains {"rule": "payments_amount", "reason": "invalid_amount"} if {
+	is_payment
+	not valid_amount
+}
+
+valid_amount if {
+	is_number(amount)
+	amount > 0
+}
+
+denials contains {"rule": "payments_approval", "reason": "human_approval_required"} if {
+	is_payment
+	valid_amount
+	amount > data.catalog.payments.approval_threshold_usd
+}
+
+required_scopes contains "payments:write" if is_payment
+
+quotas contains {
+	"key": sprintf("payments.send:calls:%s", [input.token.sub]),
+	"cost": 1,
+	"limit": data.catalog.payments.max_calls,
+	"per": data.catalog.payments.calls_per,
+} if {
+	is_payment
+	input.token.verified
+}
+
+quotas contains {
+	"key": sprintf("payments.send:usd:%s", [input.token.sub]),
+	"cost": ceil(amount),
+	"limit": data.catalog.payments.daily_budget_usd,
+	"per": "24h",
+} if {
+	is_payment
+	input.token.verified
+	valid_amount
+}

@@ -1,0 +1,44 @@
+# Portcullis example policy: the decision the gateway asks for (`policy.query`,
+# default `data.portcullis.decision`).
+#
+# The other files of this package each add to three sets:
+#   denials          {"rule": <name>, "reason": <text>}  any member refuses the request
+#   required_scopes  scope strings the user's token must hold (403 insufficient_scope)
+#   quotas           {"key", "cost", "limit", "per"}      buckets the gateway spends (429)
+# This file turns them into the decision. The refusal names the rule that produced it
+# (`rule`), which the decision log and `portcullis policy eval` show.
+#
+# Input (PRODUCT.md "Policy contract"): input.request, input.agent, input.token,
+# input.mcp (one JSON-RPC message; absent fields are omitted), input.time.
+package portcullis
+
+import rego.v1
+
+# Rule names of every denial, sorted so the reported rule is stable.
+denied_rules := sort([d.rule | some d in denials])
+
+# The first denial (by rule name) is the one the client is told about.
+first_denial := d if {
+	some d in denials
+	d.rule == denied_rules[0]
+}
+
+default decision := {"allow": false, "reason": "policy_incomplete", "rule": "default"}
+
+decision := {
+	"allow": true,
+	"reason": "allowed",
+	"rule": concat(":", ["allow", tier]),
+	"required_scopes": sort([s | some s in required_scopes]),
+	"quotas": [q | some q in quotas],
+} if {
+	count(denials) == 0
+}
+
+decision := {
+	"allow": false,
+	"reason": first_denial.reason,
+	"rule": concat(",", denied_rules),
+} if {
+	count(denials) > 0
+}

@@ -1,0 +1,67 @@
+# Trust tiers and the tool allow-list.
+#
+#   unknown   the agent's signature was not verified (or none was sent): read-only tools
+#   verified  a verified agent: read and write tools, plus any tools listed for it by id
+#             in data.catalog.agent_tools
+#   partner   a verified agent listed in data.catalog.partner_agents: also partner tools
+#             (payments)
+#
+# Only `tools/call` is restricted; listing tools, reading resources, prompts, notifications,
+# responses and GET/DELETE streams are allowed at every tier.
+package portcullis
+
+import rego.v1
+
+default tier := "unknown"
+
+tier := "partner" if {
+	input.agent.verified
+	input.agent.id in data.catalog.partner_agents
+}
+
+tier := "verified" if {
+	input.agent.verified
+	not input.agent.id in data.catalog.partner_agents
+}
+
+# Tools each tier may call.
+tier_tools contains t if some t in data.catalog.read_tools
+
+tier_tools contains t if {
+	tier in {"verified", "partner"}
+	some t in data.catalog.write_tools
+}
+
+tier_tools contains t if {
+	tier == "partner"
+	some t in data.catalog.partner_tools
+}
+
+# Per-agent additions, keyed by the verified agent id (never by anything the client claims).
+tier_tools contains t if {
+	input.agent.verified
+	some t in object.get(data.catalog.agent_tools, input.agent.id, [])
+}
+
+is_tool_call if input.mcp.method == "tools/call"
+
+denials contains {"rule": "tool_allow_list", "reason": "tool_not_allowed"} if {
+	is_tool_call
+	not input.mcp.tool in tier_tools
+}
+
+# Every tool call counts against a per-agent, per-tool rate limit. Unverified agents share
+# one bucket per tool ("anonymous"): they cannot be told apart.
+agent_key := input.agent.id if {
+	input.agent.verified
+} else := "anonymous"
+
+quotas contains {
+	"key": sprintf("tool:%s:%s", [agent_key, input.mcp.tool]),
+	"cost": 1,
+	"limit": data.catalog.tool_rate_limit.limit,
+	"per": data.catalog.tool_rate_limit.per,
+} if {
+	is_tool_call
+	is_string(input.mcp.tool)
+}

@@ -1,0 +1,162 @@
+//! The policy input document (PRODUCT.md "Policy contract"), built directly as a regorus
+//! [`Value`] from the parts the earlier stages verified: no JSON text round trip.
+//!
+//! The agent and the token come from stages that verified them; a missing one is
+//! `{"verified": false}`. Absent MCP fields are omitted rather than `null`, so `not
+//! input.mcp.tool` reads naturally in Rego.
+
+use std::collections::BTreeMap;
+
+use regorus::Value;
+
+use crate::mcp::{McpMessage, McpRequest};
+use crate::pipeline::UnixTime;
+
+/// The verified agent (stages 3–6), as policy sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentView<'a> {
+    /// The agent's identity (its directory origin).
+    pub id: &'a str,
+    /// The verified key's id (JWK thumbprint).
+    pub keyid: &'a str,
+    /// The signature's `tag`.
+    pub tag: &'a str,
+}
+
+/// The verified user token (stage 7), as policy sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct TokenView<'a> {
+    /// `iss`.
+    pub iss: &'a str,
+    /// `sub`.
+    pub sub: &'a str,
+    /// `aud`, as a list.
+    pub aud: &'a [String],
+    /// Granted scopes.
+    pub scopes: &'a [String],
+    /// Every claim (policy may read custom ones).
+    pub claims: &'a serde_json::Map<String, serde_json::Value>,
+}
+
+/// The HTTP request facts policy sees.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestView<'a> {
+    /// HTTP method.
+    pub method: &'a str,
+    /// Path (no query).
+    pub path: &'a str,
+    /// Host (or `:authority`).
+    pub host: &'a str,
+}
+
+/// Everything policy decides on, for one HTTP request.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyInput<'a> {
+    /// The HTTP request.
+    pub request: RequestView<'a>,
+    /// The verified agent, if any.
+    pub agent: Option<AgentView<'a>>,
+    /// The verified token, if any.
+    pub token: Option<TokenView<'a>>,
+    /// The parsed MCP view.
+    pub mcp: &'a McpRequest,
+    /// The request's time.
+    pub now: UnixTime,
+}
+
+fn s(v: &str) -> Value {
+    Value::from(v)
+}
+
+fn obj(entries: Vec<(&str, Value)>) -> Value {
+    let map: BTreeMap<Value, Value> = entries.into_iter().map(|(k, v)| (s(k), v)).collect();
+    Value::from(map)
+}
+
+fn strings(list: &[String]) -> Value {
+    Value::from(list.iter().map(|x| s(x)).collect::<Vec<_>>())
+}
+
+impl PolicyInput<'_> {
+    /// The input documents to evaluate: one per JSON-RPC message (a batch is decided element
+    /// by element), or one with `mcp.kind = "none"` for a request without a body.
+    pub fn documents(&self) -> Vec<Value> {
+        let base = self.base();
+        if self.mcp.messages.is_empty() {
+            return vec![with_mcp(&base, self.mcp_none())];
+        }
+        self.mcp.messages.iter().map(|m| with_mcp(&base, self.mcp_message(m))).collect()
+    }
+
+    /// Everything but `mcp`.
+    fn base(&self) -> Vec<(&'static str, Value)> {
+        let r = self.request;
+        let request = obj(vec![("method", s(r.method)), ("path", s(r.path)), ("host", s(r.host))]);
+        let agent = match self.agent {
+            Some(a) => obj(vec![("verified", Value::from(true)), ("id", s(a.id)), ("keyid", s(a.keyid)), ("tag", s(a.tag))]),
+            None => obj(vec![("verified", Value::from(false))]),
+        };
+        let token = match self.token {
+            Some(t) => obj(vec![
+                ("verified", Value::from(true)),
+                ("iss", s(t.iss)),
+                ("sub", s(t.sub)),
+                ("aud", strings(t.aud)),
+                ("scopes", strings(t.scopes)),
+                ("claims", Value::from(serde_json::Value::Object(t.claims.clone()))),
+            ]),
+            None => obj(vec![("verified", Value::from(false))]),
+        };
+        let time = obj(vec![("unix", Value::from(self.now.secs()))]);
+        vec![("request", request), ("agent", agent), ("token", token), ("time", time)]
+    }
+
+    fn transport(&self, entries: &mut Vec<(&'static str, Value)>) {
+        entries.push(("batch", Value::from(self.mcp.is_batch)));
+        if let Some(v) = &self.mcp.session {
+            entries.push(("session", s(v)));
+        }
+        if let Some(v) = &self.mcp.protocol_version {
+            entries.push(("protocol_version", s(v)));
+        }
+    }
+
+    fn mcp_none(&self) -> Value {
+        let mut e = vec![("kind", s("none"))];
+        self.transport(&mut e);
+        obj(e)
+    }
+
+    fn mcp_message(&self, m: &McpMessage) -> Value {
+        let mut e = vec![("kind", s(m.kind.as_str()))];
+        if let Some(v) = &m.method {
+            e.push(("method", s(v)));
+        }
+        if let Some(v) = &m.id {
+            e.push(("id", Value::from(v.clone())));
+        }
+        if let Some(v) = &m.tool {
+            e.push(("tool", s(v)));
+        }
+        if let Some(v) = &m.arguments {
+            e.push(("arguments", Value::from(serde_json::Value::Object(v.clone()))));
+        }
+        if let Some(v) = &m.uri {
+            e.push(("uri", s(v)));
+        }
+        if let Some(v) = &m.prompt {
+            e.push(("prompt", s(v)));
+        }
+        if let Some(v) = m.name() {
+            e.push(("name", s(v)));
+        }
+        self.transport(&mut e);
+        obj(e)
+    }
+}
+
+fn with_mcp(base: &[(&'static str, Value)], mcp: Value) -> Value {
+    let mut entries: Vec<(&str, Value)> = base.iter().map(|(k, v)| (*k, v.clone())).collect();
+    entries.push(("mcp", mcp));
+    obj(entries)
+}

@@ -1,0 +1,247 @@
+//! Rego policy (PRODUCT.md stage 9): decides whether the action may happen, which scopes the
+//! user's token must hold and which quotas to spend, by evaluating `policy.query` with regorus.
+//!
+//! The policy set is compiled once at start (a compile error names file and line and the
+//! gateway does not start) and swapped atomically on reload (file change or SIGHUP): a request
+//! evaluates either the old set or the new one, never a half-loaded one; a reload that fails
+//! keeps the old set and is reported in the log, `/metrics` and `/readyz`. Each evaluation
+//! clones the prepared engine (evaluation needs `&mut`; the clone shares the compiled modules).
+//!
+//! It trusts its input: the agent and token views come from stages that verified them, the
+//! MCP view from the parser. It trusts nothing in the policy's answer: the decision is parsed
+//! strictly, and an evaluation error or malformed decision is a refusal (`policy_error`).
+
+pub mod input;
+pub mod load;
+mod reload;
+mod rvm;
+pub mod tooling;
+pub mod verdict;
+
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use regorus::{Engine, Value};
+
+pub use input::{AgentView, PolicyInput, RequestView, TokenView};
+pub use load::{LoadError, Source};
+pub use verdict::PolicyVerdict;
+
+use crate::config::{PolicyEvaluator, RawPolicy};
+
+/// Why the policy stage refused a request. Both are operator problems: the client sees
+/// 403 `agent_access_denied` with reason `policy_error`; the details go to the log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// Evaluating `policy.query` raised an error (a failing builtin, conflicting rule values).
+    #[error("policy {version}: evaluation failed: {reason}")]
+    Evaluation {
+        /// The policy set's version.
+        version: String,
+        /// regorus's message.
+        reason: String,
+    },
+    /// The decision is undefined or does not follow the decision contract.
+    #[error("policy {version}: {reason}")]
+    MalformedDecision {
+        /// The policy set's version.
+        version: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl PolicyError {
+    /// The policy set that failed.
+    pub fn version(&self) -> &str {
+        match self {
+            PolicyError::Evaluation { version, .. } | PolicyError::MalformedDecision { version, .. } => version,
+        }
+    }
+}
+
+/// The decision for one request, with the policy version that made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    /// The merged verdict (a batch is refused if any element is).
+    pub verdict: PolicyVerdict,
+    /// The policy set's version (a short hash of its sources).
+    pub version: String,
+}
+
+/// A compiled, prepared policy set.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    engine: Engine,
+    rvm: Option<rvm::RvmProgram>,
+    version: String,
+}
+
+/// Reload health for `/metrics` and `/readyz`.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyHealth {
+    /// `portcullis_policy_reload_errors_total`.
+    pub reload_errors: Counter,
+    /// `portcullis_policy_last_reload_ok`: 1 when the last (re)load succeeded.
+    pub last_reload_ok: Gauge,
+    last_error: Arc<Mutex<Option<String>>>,
+}
+
+impl PolicyHealth {
+    /// The last reload's error, if the last reload failed.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().ok().and_then(|e| e.clone())
+    }
+
+    fn record(&self, result: Result<(), &LoadError>) {
+        if let Ok(mut slot) = self.last_error.lock() {
+            *slot = result.err().map(ToString::to_string);
+        }
+        match result {
+            Ok(()) => {
+                self.last_reload_ok.set(1);
+            }
+            Err(_) => {
+                self.reload_errors.inc();
+                self.last_reload_ok.set(0);
+            }
+        }
+    }
+}
+
+/// The shared, swappable state: what a reload replaces.
+#[derive(Debug, Clone)]
+pub(crate) struct Slot {
+    current: Arc<ArcSwap<Loaded>>,
+    source: Source,
+    query: String,
+    evaluator: PolicyEvaluator,
+    health: PolicyHealth,
+}
+
+impl Slot {
+    /// Reads, compiles and prepares the set, then swaps it in. On error the old set stays.
+    pub(crate) fn reload(&self) -> Result<String, LoadError> {
+        let result = compile(&self.source, &self.query, self.evaluator);
+        self.health.record(result.as_ref().map(|_| ()));
+        let loaded = result?;
+        let version = loaded.version.clone();
+        self.current.store(Arc::new(loaded));
+        Ok(version)
+    }
+}
+
+/// Reads and compiles `source`, and evaluates `query` once on an empty input so a query that
+/// names no rule fails here, and the engine is prepared before it is shared.
+pub(crate) fn compile(source: &Source, query: &str, evaluator: PolicyEvaluator) -> Result<Loaded, LoadError> {
+    let set = load::SourceSet::read(source, false)?;
+    let mut engine = set.compile()?;
+    // Tool arguments are attacker-controlled input to the policy: a policy that iterates
+    // over them must not hold a request thread for long. Over the limit → policy_error.
+    engine.set_execution_timer_config(EVALUATION_TIME_LIMIT);
+    engine.set_input(Value::new_object());
+    engine.eval_rule(query.to_owned()).map_err(|e| LoadError::Compile(format!("policy.query {query:?}: {e}")))?;
+    let rvm = match evaluator {
+        PolicyEvaluator::Interpreter => None,
+        PolicyEvaluator::Rvm => Some(rvm::RvmProgram::compile(&mut engine.clone(), query)?),
+    };
+    Ok(Loaded { engine, rvm, version: set.version() })
+}
+
+/// Wall-clock bound on one evaluation, checked by regorus every 64 work units.
+pub(crate) const EVALUATION_TIME_LIMIT: regorus::utils::limits::ExecutionTimerConfig = regorus::utils::limits::ExecutionTimerConfig {
+    limit: std::time::Duration::from_millis(250),
+    check_interval: match std::num::NonZeroU32::new(64) {
+        Some(n) => n,
+        None => std::num::NonZeroU32::MIN,
+    },
+};
+
+/// The policy stage.
+#[derive(Debug)]
+pub struct Policy {
+    slot: Slot,
+    watch: bool,
+}
+
+impl Policy {
+    /// Compiles the policy named by `[policy]` (`base_dir` resolves relative paths; empty
+    /// `paths` = the bundled example policies).
+    pub fn new(cfg: &RawPolicy, base_dir: &std::path::Path) -> Result<Policy, LoadError> {
+        let source = Source::from_config(cfg, base_dir);
+        let loaded = compile(&source, &cfg.query, cfg.evaluator)?;
+        let health = PolicyHealth::default();
+        health.last_reload_ok.set(1);
+        let slot = Slot { current: Arc::new(ArcSwap::from_pointee(loaded)), source, query: cfg.query.clone(), evaluator: cfg.evaluator, health };
+        Ok(Policy { slot, watch: cfg.watch })
+    }
+
+    /// Reload health, for metrics and readiness.
+    pub fn health(&self) -> &PolicyHealth {
+        &self.slot.health
+    }
+
+    /// The version of the set now in use.
+    pub fn version(&self) -> String {
+        self.slot.current.load().version.clone()
+    }
+
+    /// Recompiles now (what SIGHUP does). On error the old set stays in use.
+    pub fn reload(&self) -> Result<String, LoadError> {
+        self.slot.reload()
+    }
+
+    /// Starts the reload task (file watching when `policy.watch` and the set is on disk, and
+    /// SIGHUP). Must run inside a tokio runtime; the task ends when the handle is dropped.
+    pub fn spawn_reloader(&self) -> reload::ReloadTask {
+        reload::spawn(self.slot.clone(), self.watch)
+    }
+
+    /// Evaluates the policy for `input`: one evaluation per JSON-RPC message; the request is
+    /// refused if any message is, else required scopes and quotas are the union of all.
+    pub fn decide(&self, input: &PolicyInput<'_>) -> Result<Decided, PolicyError> {
+        let loaded = self.slot.current.load();
+        let version = &loaded.version;
+        let mut merged: Option<PolicyVerdict> = None;
+        for doc in input.documents() {
+            let v = self.evaluate(&loaded, doc)?;
+            if !v.allow {
+                return Ok(Decided { verdict: v, version: version.clone() });
+            }
+            match &mut merged {
+                None => merged = Some(v),
+                Some(m) => {
+                    for s in v.required_scopes {
+                        if !m.required_scopes.contains(&s) {
+                            m.required_scopes.push(s);
+                        }
+                    }
+                    m.quotas.extend(v.quotas);
+                }
+            }
+        }
+        let verdict = merged.ok_or_else(|| PolicyError::MalformedDecision { version: version.clone(), reason: "no input to decide on".to_owned() })?;
+        Ok(Decided { verdict, version: version.clone() })
+    }
+
+    fn evaluate(&self, loaded: &Loaded, doc: Value) -> Result<PolicyVerdict, PolicyError> {
+        let version = &loaded.version;
+        let value = match &loaded.rvm {
+            Some(program) => program.eval(doc),
+            None => {
+                // Evaluation needs `&mut`; the clone shares the compiled modules.
+                let mut engine = loaded.engine.clone();
+                engine.set_input(doc);
+                engine.eval_rule(self.slot.query.clone()).map_err(|e| e.to_string())
+            }
+        };
+        let value = value.map_err(|reason| PolicyError::Evaluation { version: version.to_owned(), reason })?;
+        verdict::parse(&value).map_err(|reason| PolicyError::MalformedDecision { version: version.to_owned(), reason })
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

@@ -1,0 +1,272 @@
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::*;
+use crate::mcp::{McpMessage, McpRequest, MessageKind};
+use crate::pipeline::UnixTime;
+
+fn bundled() -> Policy {
+    Policy::new(&RawPolicy::default(), Path::new(".")).expect("bundled policy compiles")
+}
+
+fn on_disk(files: &[(&str, &str)]) -> (tempfile::TempDir, Result<Policy, LoadError>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).expect("write");
+    }
+    let cfg = RawPolicy { paths: vec![dir.path().to_owned()], ..RawPolicy::default() };
+    let p = Policy::new(&cfg, Path::new("."));
+    (dir, p)
+}
+
+fn call(tool: &str, args: serde_json::Value) -> McpMessage {
+    let arguments = args.as_object().cloned();
+    McpMessage {
+        kind: MessageKind::Request,
+        method: Some("tools/call".into()),
+        id: Some(json!(1)),
+        tool: Some(tool.into()),
+        arguments,
+        uri: None,
+        prompt: None,
+        meta_version: None,
+    }
+}
+
+fn blank() -> McpMessage {
+    crate::mcp::parse(&http::Method::POST, &http::HeaderMap::new(), &bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","method":"ping"}"#))
+        .expect("ping")
+        .messages
+        .remove(0)
+}
+
+fn decide_with(p: &Policy, mcp: &McpRequest, agent: Option<AgentView<'_>>, token: Option<TokenView<'_>>) -> Result<Decided, PolicyError> {
+    let input = PolicyInput {
+        request: RequestView { method: "POST", path: "/mcp", host: "mcp.example.com" },
+        agent,
+        token,
+        mcp,
+        now: UnixTime(Duration::from_secs(1_784_980_800)),
+    };
+    p.decide(&input)
+}
+
+fn one(msg: McpMessage) -> McpRequest {
+    McpRequest { messages: vec![msg], ..McpRequest::default() }
+}
+
+const ALLOW_ALL: &str = "package portcullis\nimport rego.v1\ndecision := {\"allow\": true}\n";
+
+#[test]
+fn bundled_policy_allows_a_read_tool_for_an_unknown_agent_with_a_rate_limit() {
+    let d = decide_with(&bundled(), &one(call("search", json!({"q": "x"}))), None, None).expect("decided");
+    assert!(d.verdict.allow, "{d:?}");
+    assert_eq!(d.verdict.rule.as_deref(), Some("allow:unknown"));
+    assert_eq!(d.verdict.quotas, vec![crate::quota::QuotaSpec { key: "tool:anonymous:search".into(), cost: 1, limit: 120, per: Duration::from_secs(60) }]);
+    assert_eq!(d.version.len(), 12);
+}
+
+#[test]
+fn bundled_policy_denies_with_the_rule_that_fired() {
+    let d = decide_with(&bundled(), &one(call("files.write", json!({}))), None, None).expect("decided");
+    assert!(!d.verdict.allow);
+    assert_eq!((d.verdict.reason.as_str(), d.verdict.rule.as_deref()), ("tool_not_allowed", Some("tool_allow_list")));
+}
+
+#[test]
+fn verified_views_reach_the_policy() {
+    let claims = serde_json::Map::new();
+    let scopes = vec!["payments:write".to_owned(), "tools:write".to_owned()];
+    let aud = vec!["https://mcp.example.com/mcp".to_owned()];
+    let token = TokenView { iss: "https://auth.example.com", sub: "user-1842", aud: &aud, scopes: &scopes, claims: &claims };
+    let agent = AgentView { id: "https://partner.example", keyid: "k", tag: "web-bot-auth" };
+    let d = decide_with(&bundled(), &one(call("payments.send", json!({"amount": 250}))), Some(agent), Some(token)).expect("decided");
+    assert_eq!(d.verdict.reason, "human_approval_required");
+    let d = decide_with(&bundled(), &one(call("payments.send", json!({"amount": 20}))), Some(agent), Some(token)).expect("decided");
+    assert!(d.verdict.allow, "{d:?}");
+    assert_eq!(d.verdict.required_scopes, vec!["payments:write", "tools:write"]);
+    assert!(d.verdict.quotas.iter().any(|q| q.key == "payments.send:usd:user-1842" && q.cost == 20 && q.limit == 500));
+}
+
+#[test]
+fn a_batch_is_refused_if_any_element_is_and_otherwise_merges_quotas() {
+    let p = bundled();
+    let batch = McpRequest { messages: vec![call("search", json!({})), call("files.write", json!({}))], is_batch: true, ..McpRequest::default() };
+    let d = decide_with(&p, &batch, None, None).expect("decided");
+    assert_eq!(d.verdict.reason, "tool_not_allowed");
+    let batch = McpRequest { messages: vec![call("search", json!({})), call("docs.read", json!({}))], is_batch: true, ..McpRequest::default() };
+    let d = decide_with(&p, &batch, None, None).expect("decided");
+    assert!(d.verdict.allow);
+    assert_eq!(d.verdict.quotas.len(), 2);
+}
+
+#[test]
+fn evaluation_error_is_a_policy_error() {
+    let (_d, p) = on_disk(&[("p.rego", "package portcullis\nimport rego.v1\ndecision := {\"allow\": 1 / input.mcp.arguments.n > 0}\n")]);
+    let p = p.expect("compiles");
+    let err = decide_with(&p, &one(call("t", json!({"n": 0}))), None, None).expect_err("divide by zero");
+    assert!(matches!(err, PolicyError::Evaluation { .. }), "{err:?}");
+}
+
+#[test]
+fn malformed_decisions_are_policy_errors_never_allows() {
+    for (body, what) in [
+        ("decision := {\"allow\": \"yes\"}", "invalid type"),
+        ("decision := {\"allow\": true, \"quota\": []}", "unknown field"),
+        ("decision := {\"reason\": \"x\"}", "missing field `allow`"),
+        ("decision := {\"allow\": true, \"required_scopes\": [1]}", "invalid type"),
+        ("decision := {\"allow\": true, \"quotas\": [{\"key\": \"k\", \"limit\": 5, \"per\": \"soon\"}]}", "quotas[0].per"),
+        ("decision := {\"allow\": true, \"quotas\": [{\"key\": \"k\", \"limit\": 0, \"per\": \"1m\"}]}", "limit"),
+        ("decision := {\"allow\": true, \"quotas\": [{\"key\": \"k\", \"cost\": -1, \"limit\": 5, \"per\": \"1m\"}]}", "integer `-1`"),
+        ("decision := {\"allow\": true} if input.never", "undefined"),
+    ] {
+        let (_d, p) = on_disk(&[("p.rego", &format!("package portcullis\nimport rego.v1\n{body}\n"))]);
+        let err = decide_with(&p.expect("compiles"), &one(call("t", json!({}))), None, None).expect_err(body);
+        assert!(matches!(err, PolicyError::MalformedDecision { .. }), "{body}: {err:?}");
+        assert!(err.to_string().contains(what), "{body}: {err}");
+    }
+}
+
+#[test]
+fn compile_error_names_file_and_line() {
+    let (_d, p) = on_disk(&[("ok.rego", ALLOW_ALL), ("broken.rego", "package portcullis\nimport rego.v1\nx := {\n  1 +\n}\n")]);
+    let err = p.expect_err("does not compile");
+    assert!(matches!(err, LoadError::Compile(_)));
+    assert!(err.to_string().contains("broken.rego:5"), "{err}");
+}
+
+#[test]
+fn query_naming_no_rule_fails_at_load() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("p.rego"), ALLOW_ALL).expect("write");
+    let cfg = RawPolicy { paths: vec![dir.path().to_owned()], query: "data.portcullis.nope".into(), ..RawPolicy::default() };
+    let err = Policy::new(&cfg, Path::new(".")).expect_err("no such rule");
+    assert!(err.to_string().contains("data.portcullis.nope"), "{err}");
+}
+
+#[test]
+fn unreadable_empty_and_bad_data_are_load_errors() {
+    let cfg = RawPolicy { paths: vec!["/nonexistent/policies".into()], ..RawPolicy::default() };
+    assert!(matches!(Policy::new(&cfg, Path::new(".")), Err(LoadError::Unreadable { .. })));
+    let (_d, p) = on_disk(&[("notes.txt", "x")]);
+    assert!(matches!(p, Err(LoadError::Empty(_))));
+    let (_d, p) = on_disk(&[("p.rego", ALLOW_ALL), ("data.json", "[1]")]);
+    assert!(matches!(p, Err(LoadError::Data { .. })));
+}
+
+#[test]
+fn reload_swaps_good_sets_and_keeps_the_old_one_on_failure() {
+    let (dir, p) = on_disk(&[("p.rego", ALLOW_ALL)]);
+    let p = p.expect("compiles");
+    let v1 = p.version();
+    std::fs::write(dir.path().join("p.rego"), "package portcullis\nimport rego.v1\ndecision := {\"allow\": false, \"reason\": \"v2\"}\n").expect("write");
+    let v2 = p.reload().expect("reloads");
+    assert_ne!(v1, v2);
+    assert_eq!(decide_with(&p, &one(blank()), None, None).expect("decided").verdict.reason, "v2");
+    std::fs::write(dir.path().join("p.rego"), "package portcullis\ndecision := {").expect("write");
+    assert!(p.reload().is_err());
+    assert_eq!(p.version(), v2, "old set still in use");
+    assert_eq!(decide_with(&p, &one(blank()), None, None).expect("decided").verdict.reason, "v2");
+    assert_eq!((p.health().reload_errors.get(), p.health().last_reload_ok.get()), (1, 0));
+    assert!(p.health().last_error().is_some_and(|e| e.contains("p.rego")));
+    std::fs::write(dir.path().join("p.rego"), ALLOW_ALL).expect("write");
+    p.reload().expect("reloads");
+    assert_eq!((p.health().last_reload_ok.get(), p.health().last_error()), (1, None));
+}
+
+#[test]
+fn tooling_runs_the_shipped_tests_and_reports_failures() {
+    let results = tooling::test(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/policies"))).expect("loads");
+    let (text, ok) = tooling::render_tests(&results);
+    assert!(ok, "{text}");
+    assert!(results.len() >= 20);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("x_test.rego"), "package t\nimport rego.v1\ntest_a if true\ntest_b if false\n").expect("write");
+    let results = tooling::test(dir.path()).expect("loads");
+    let (text, ok) = tooling::render_tests(&results);
+    assert!(!ok);
+    assert!(text.contains("data.t.test_b: FAIL") && text.contains("data.t.test_a: PASS"), "{text}");
+}
+
+#[test]
+fn tooling_eval_names_the_rules_that_fired() {
+    let input = json!({"request": {"method": "POST", "path": "/mcp", "host": "h"}, "agent": {"verified": false}, "token": {"verified": false},
+        "mcp": {"kind": "request", "method": "tools/call", "id": 1, "tool": "files.write", "arguments": {}, "batch": false}, "time": {"unix": 1}});
+    let report = tooling::eval(&Source::Bundled, "data.portcullis.decision", input).expect("evaluates");
+    assert_eq!(report.verdict.as_ref().map(|v| v.rule.clone()), Ok(Some("tool_allow_list".to_owned())));
+    assert!(report.fired.iter().any(|r| r == "data.portcullis.denials"), "{:?}", report.fired);
+    assert!(!report.fired.iter().any(|r| r.starts_with("data.catalog")), "data is not a rule");
+    assert!(report.render().contains("effect: deny"));
+}
+
+/// The RVM evaluator gives the same decisions as the interpreter on the shipped policies, over
+/// every tier × token × message combination below (differential test).
+#[test]
+fn rvm_evaluator_agrees_with_the_interpreter_on_the_shipped_policies() {
+    let interp = bundled();
+    let rvm = Policy::new(&RawPolicy { evaluator: crate::config::PolicyEvaluator::Rvm, ..RawPolicy::default() }, Path::new(".")).expect("rvm compiles");
+    let claims = serde_json::Map::new();
+    let aud = vec!["https://mcp.example.com/mcp".to_owned()];
+    let (all, read_only) = (vec!["payments:write".to_owned(), "tools:write".to_owned(), "tools:read".to_owned()], vec!["tools:read".to_owned()]);
+    let tokens = [
+        None,
+        Some(TokenView { iss: "i", sub: "user-1", aud: &aud, scopes: &all, claims: &claims }),
+        Some(TokenView { iss: "i", sub: "user-1", aud: &aud, scopes: &read_only, claims: &claims }),
+    ];
+    let agents = [
+        None,
+        Some(AgentView { id: "https://partner.example", keyid: "k", tag: "web-bot-auth" }),
+        Some(AgentView { id: "https://agent.example", keyid: "k", tag: "web-bot-auth" }),
+        Some(AgentView { id: "https://other.example", keyid: "k", tag: "web-bot-auth" }),
+    ];
+    let messages = [
+        call("search", json!({"q": "x"})),
+        call("files.write", json!({"user_id": "user-2"})),
+        call("files.read", json!({"owner_id": "user-1"})),
+        call("payments.send", json!({"amount": 50})),
+        call("payments.send", json!({"amount": 100.5})),
+        call("payments.send", json!({"amount": "50"})),
+        call("shell.exec", json!({})),
+        blank(),
+    ];
+    let mut compared = 0;
+    for agent in agents {
+        for token in tokens {
+            for m in &messages {
+                let mcp = one(m.clone());
+                let a = decide_with(&interp, &mcp, agent, token).expect("interpreter decides");
+                let b = decide_with(&rvm, &mcp, agent, token).expect("rvm decides");
+                assert_eq!(a.verdict, b.verdict, "agent {agent:?}, token {:?}, {m:?}", token.map(|t| t.scopes));
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 96);
+    // A GET (no message) and a malformed decision behave the same too.
+    assert!(decide_with(&rvm, &McpRequest::default(), None, None).expect("decides").verdict.allow);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("p.rego"), "package portcullis\nimport rego.v1\ndecision := {\"allow\": \"yes\"}\n").expect("write");
+    let cfg = RawPolicy { paths: vec![dir.path().to_owned()], evaluator: crate::config::PolicyEvaluator::Rvm, ..RawPolicy::default() };
+    let err = decide_with(&Policy::new(&cfg, Path::new(".")).expect("compiles"), &one(blank()), None, None).expect_err("malformed");
+    assert!(matches!(err, PolicyError::MalformedDecision { .. }));
+}
+
+#[test]
+fn tooling_errors_name_what_failed() {
+    let err = tooling::eval(&Source::Paths(vec!["/nonexistent/p".into()]), "data.portcullis.decision", json!({})).expect_err("no files");
+    assert!(matches!(err, tooling::ToolingError::Load(LoadError::Unreadable { .. })));
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("p.rego"), "package portcullis\nimport rego.v1\ndecision := {\"allow\": 1 / input.n > 0}\n").expect("write");
+    let err = tooling::eval(&Source::Paths(vec![dir.path().to_owned()]), "data.portcullis.decision", json!({"n": 0})).expect_err("divide by zero");
+    assert!(matches!(err, tooling::ToolingError::Evaluation(_)), "{err:?}");
+}
+
+#[test]
+fn runaway_policy_is_stopped_and_refused_as_an_evaluation_error() {
+    let runaway = "package portcullis\nimport rego.v1\ndecision := {\"allow\": n > 0} if {\n  input.mcp.method\n  n := count([1 | some i in numbers.range(1, 5000); some j in numbers.range(1, 5000)])\n}\ndefault decision := {\"allow\": true}\n";
+    let (_d, p) = on_disk(&[("p.rego", runaway)]);
+    let err = decide_with(&p.expect("compiles"), &one(call("t", json!({}))), None, None).expect_err("time limit");
+    assert!(matches!(err, PolicyError::Evaluation { .. }), "{err:?}");
+}

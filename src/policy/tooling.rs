@@ -1,0 +1,199 @@
+//! Policy tooling behind `portcullis policy eval` and `portcullis policy test`: the same
+//! loading and decision parsing the gateway uses, with explanations for people.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+use regorus::Value;
+
+use super::load::{LoadError, SourceSet};
+use super::{verdict, Source};
+
+/// What `policy eval` found for one input document.
+#[derive(Debug)]
+pub struct EvalReport {
+    /// The raw value of the query, as JSON.
+    pub decision: serde_json::Value,
+    /// The parsed verdict, or why the decision is malformed (the gateway would refuse with
+    /// `policy_error`).
+    pub verdict: Result<verdict::PolicyVerdict, String>,
+    /// Rules with a defined, non-false, non-empty value for this input: what fired.
+    pub fired: Vec<String>,
+}
+
+impl EvalReport {
+    /// Human-readable text: the decision, its rule, then the rules that fired.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let pretty = serde_json::to_string_pretty(&self.decision).unwrap_or_default();
+        let _ = writeln!(out, "decision: {pretty}");
+        match &self.verdict {
+            Ok(v) => {
+                let effect = if v.allow { "allow" } else { "deny" };
+                let _ = writeln!(out, "effect: {effect} (reason: {}, rule: {})", v.reason, v.rule.as_deref().unwrap_or("-"));
+            }
+            Err(e) => {
+                let _ = writeln!(out, "effect: deny (policy_error: {e})");
+            }
+        }
+        let _ = writeln!(out, "rules fired:");
+        for r in &self.fired {
+            let _ = writeln!(out, "  {r}");
+        }
+        out
+    }
+}
+
+/// Why the tooling could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolingError {
+    /// The policy set did not load.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// Evaluation failed.
+    #[error("evaluation failed: {0}")]
+    Evaluation(String),
+}
+
+/// `policy eval --config FILE --input FILE`: the config's policy over the input file.
+pub fn eval_file(config: &crate::config::Config, input: &Path) -> Result<EvalReport, String> {
+    let text = std::fs::read_to_string(input).map_err(|e| format!("cannot read {}: {e}", input.display()))?;
+    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", input.display()))?;
+    eval(&Source::from_config(&config.policy, &config.base_dir), &config.policy.query, doc).map_err(|e| e.to_string())
+}
+
+/// Evaluates `query` over `source` with `input` (a JSON input document).
+pub fn eval(source: &Source, query: &str, input: serde_json::Value) -> Result<EvalReport, ToolingError> {
+    let set = SourceSet::read(source, false)?;
+    let mut engine = set.compile()?;
+    engine.set_input(Value::from(input));
+    let value = engine.eval_rule(query.to_owned()).map_err(|e| ToolingError::Evaluation(e.to_string()))?;
+    let decision = serde_json::to_value(&value).unwrap_or(serde_json::Value::Null);
+    let verdict = verdict::parse(&value);
+    let all = engine.eval_modules(false).map_err(|e| ToolingError::Evaluation(e.to_string()))?;
+    let mut fired = Vec::new();
+    collect_fired(&all, "data", &mut fired);
+    // Only rules: data documents loaded from data.json are not something that fired.
+    let packages: Vec<String> = set.modules.iter().filter_map(|f| package_of(&f.text)).map(|p| format!("data.{p}.")).collect();
+    fired.retain(|r| packages.iter().any(|p| r.starts_with(p.as_str())));
+    Ok(EvalReport { decision, verdict, fired })
+}
+
+/// Walks the evaluated data document; leaves that are defined and not false or empty fired.
+/// Plain data (from `data.json`) is skipped: it is not a rule.
+fn collect_fired(v: &Value, path: &str, out: &mut Vec<String>) {
+    let Ok(obj) = v.as_object() else {
+        if is_truthy(v) {
+            out.push(path.to_owned());
+        }
+        return;
+    };
+    for (k, child) in obj.iter() {
+        let Ok(name) = k.as_string() else { continue };
+        let child_path = format!("{path}.{name}");
+        // Objects are packages, except rule values that are objects (like the decision):
+        // a package's members are named like rules, a value's members are its keys.
+        if child.as_object().is_ok() && !is_rule_object(child) {
+            collect_fired(child, &child_path, out);
+        } else if is_truthy(child) {
+            out.push(child_path);
+        }
+    }
+}
+
+fn is_rule_object(v: &Value) -> bool {
+    v.as_object().is_ok_and(|o| o.keys().any(|k| matches!(k.as_string().map(|s| s.as_ref()), Ok("allow" | "reason" | "key"))))
+}
+
+fn is_truthy(v: &Value) -> bool {
+    match v {
+        Value::Undefined | Value::Null | Value::Bool(false) => false,
+        Value::Set(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        _ => true,
+    }
+}
+
+/// One test rule's result.
+#[derive(Debug)]
+pub struct TestResult {
+    /// `data.<package>.test_<name>`.
+    pub name: String,
+    /// The file it is defined in.
+    pub file: String,
+    /// Pass, fail (false or undefined) or error (message).
+    pub outcome: Result<bool, String>,
+    /// Evaluation time.
+    pub micros: u128,
+}
+
+/// Runs every `test_*` rule of every `.rego` file under `dir` (with its `data.json`), like
+/// `opa test`. Test rules are found by name at the start of a line, after the file's
+/// `package` line.
+pub fn test(dir: &Path) -> Result<Vec<TestResult>, ToolingError> {
+    let set = SourceSet::read(&Source::Paths(vec![dir.to_owned()]), true)?;
+    let engine = set.compile()?;
+    let mut results = Vec::new();
+    for f in &set.modules {
+        let Some(package) = package_of(&f.text) else { continue };
+        let mut seen = std::collections::BTreeSet::new();
+        for name in f.text.lines().filter_map(test_rule_name) {
+            if !seen.insert(name) {
+                continue;
+            }
+            let full = format!("data.{package}.{name}");
+            let started = Instant::now();
+            let mut e = engine.clone();
+            let outcome = match e.eval_rule(full.clone()) {
+                Ok(v) => Ok(v == Value::from(true)),
+                Err(err) => Err(err.to_string()),
+            };
+            results.push(TestResult { name: full, file: f.name.clone(), outcome, micros: started.elapsed().as_micros() });
+        }
+    }
+    Ok(results)
+}
+
+fn package_of(text: &str) -> Option<&str> {
+    text.lines().find_map(|l| l.trim().strip_prefix("package ")).map(str::trim)
+}
+
+fn test_rule_name(line: &str) -> Option<&str> {
+    if !line.starts_with("test_") {
+        return None;
+    }
+    let end = line.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(line.len());
+    Some(&line[..end])
+}
+
+/// The `opa test`-style report; the bool says whether every test passed.
+pub fn render_tests(results: &[TestResult]) -> (String, bool) {
+    let mut out = String::new();
+    let mut current = "";
+    let (mut passed, mut failed) = (0, 0);
+    for r in results {
+        if r.file != current {
+            current = &r.file;
+            let _ = writeln!(out, "{current}:");
+        }
+        let (label, detail) = match &r.outcome {
+            Ok(true) => ("PASS", String::new()),
+            Ok(false) => ("FAIL", String::new()),
+            Err(e) => ("ERROR", format!("\n  {e}")),
+        };
+        if matches!(r.outcome, Ok(true)) {
+            passed += 1;
+        } else {
+            failed += 1;
+        }
+        let _ = writeln!(out, "{}: {label} ({}µs){detail}", r.name, r.micros);
+    }
+    let _ = writeln!(out, "{}", "-".repeat(80));
+    if failed == 0 {
+        let _ = writeln!(out, "PASS: {passed}/{}", results.len());
+    } else {
+        let _ = writeln!(out, "PASS: {passed}/{}\nFAIL: {failed}/{}", results.len(), results.len());
+    }
+    (out, failed == 0 && !results.is_empty())
+}

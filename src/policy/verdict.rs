@@ -1,0 +1,77 @@
+//! The decision contract (PRODUCT.md "Policy contract"), parsed strictly: a decision that is
+//! undefined, has a wrong type, an unknown field or a bad quota is an error, never an allow.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config::parse_duration;
+use crate::quota::QuotaSpec;
+
+/// What the policy decided for one message (or, merged, for one request).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyVerdict {
+    /// Whether the action may happen (before scopes and quotas).
+    pub allow: bool,
+    /// The policy's reason (the refusal's `reason`).
+    pub reason: String,
+    /// The rule(s) that produced the decision, as the policy names them.
+    pub rule: Option<String>,
+    /// Scopes the user's token must hold.
+    pub required_scopes: Vec<String>,
+    /// Buckets to spend.
+    pub quotas: Vec<QuotaSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDecision {
+    allow: bool,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    rule: Option<String>,
+    #[serde(default)]
+    required_scopes: Vec<String>,
+    #[serde(default)]
+    quotas: Vec<RawQuota>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQuota {
+    key: String,
+    #[serde(default = "one")]
+    cost: u64,
+    limit: u64,
+    per: String,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// Parses the value of `policy.query`. `Err` says what is malformed (for the operator's log).
+pub fn parse(value: &regorus::Value) -> Result<PolicyVerdict, String> {
+    if *value == regorus::Value::Undefined {
+        return Err("the decision is undefined for this input (no rule and no default produced it)".to_owned());
+    }
+    let json = serde_json::to_value(value).map_err(|e| format!("the decision cannot be read: {e}"))?;
+    let raw: RawDecision = serde_json::from_value(json).map_err(|e| format!("malformed decision: {e}"))?;
+    let mut quotas = Vec::with_capacity(raw.quotas.len());
+    for (i, q) in raw.quotas.into_iter().enumerate() {
+        if q.key.is_empty() {
+            return Err(format!("quotas[{i}].key is empty"));
+        }
+        if q.limit == 0 {
+            return Err(format!("quotas[{i}].limit must be at least 1"));
+        }
+        let per = parse_duration(&q.per).map_err(|e| format!("quotas[{i}].per: {e}"))?;
+        if per == Duration::ZERO {
+            return Err(format!("quotas[{i}].per must be greater than zero"));
+        }
+        quotas.push(QuotaSpec { key: q.key, cost: q.cost, limit: q.limit, per });
+    }
+    let reason = raw.reason.unwrap_or_else(|| if raw.allow { "allowed".to_owned() } else { "denied_by_policy".to_owned() });
+    Ok(PolicyVerdict { allow: raw.allow, reason, rule: raw.rule, required_scopes: raw.required_scopes, quotas })
+}

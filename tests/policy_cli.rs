@@ -1,0 +1,44 @@
+//! `portcullis policy test` and `portcullis policy eval`, run as the real binary.
+#![allow(clippy::unwrap_used)]
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+#[test]
+fn policy_test_passes_for_the_shipped_policies() {
+    let out = Command::new(BIN).args(["policy", "test", "policies/"]).current_dir(ROOT).output().expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("data.portcullis.test_over_100_usd_needs_human_approval: PASS"), "{stdout}");
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+}
+
+#[test]
+fn policy_test_exits_non_zero_when_a_test_fails() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("t_test.rego"), "package t\nimport rego.v1\ntest_ok if true\ntest_broken if 1 == 2\n").expect("write");
+    let out = Command::new(BIN).args(["policy", "test"]).arg(dir.path()).output().expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("data.t.test_broken: FAIL") && stdout.contains("FAIL: 1/2"), "{stdout}");
+}
+
+#[test]
+fn policy_eval_prints_the_decision_and_the_rules_that_fired() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = serde_json::json!({
+        "request": {"method": "POST", "path": "/mcp", "host": "mcp.example.com"},
+        "agent": {"verified": true, "id": "https://partner.example", "keyid": "k", "tag": "web-bot-auth"},
+        "token": {"verified": true, "iss": "https://auth.example.com", "sub": "user-1842", "aud": [], "scopes": ["payments:write"], "claims": {}},
+        "mcp": {"kind": "request", "method": "tools/call", "id": 42, "tool": "payments.send", "arguments": {"amount": 500}, "batch": false},
+        "time": {"unix": 1784980800}
+    });
+    std::fs::write(dir.path().join("input.json"), input.to_string()).expect("write");
+    // No --config: the embedded default config, whose policy is the bundled one.
+    let out = Command::new(BIN).args(["policy", "eval", "--input"]).arg(dir.path().join("input.json")).output().expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("effect: deny (reason: human_approval_required, rule: payments_approval)"), "{stdout}");
+    assert!(stdout.contains("data.portcullis.denials"), "{stdout}");
+}
