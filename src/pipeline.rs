@@ -244,6 +244,11 @@ impl Stages {
         (self.directory.fetch_counter(), self.replay.hit_counter())
     }
 
+    /// The shared store's error counter, when `state.store` is Redis.
+    pub fn state_errors(&self) -> Option<Counter> {
+        self.stores.redis.as_ref().map(|r| r.error_counter())
+    }
+
     /// Whether the shared state store answers (`/readyz` detail). `Ok` for the memory store.
     pub async fn state_check(&self) -> Result<(), crate::state::StoreError> {
         match &self.stores.redis {

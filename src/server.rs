@@ -128,6 +128,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     if let Some(m) = stages.token_metrics() {
         metrics.register_token(m);
     }
+    if let Some(errors) = stages.state_errors() {
+        metrics.register_state(errors);
+    }
     let shared = Arc::new(Shared {
         challenge: Challenge {
             resource_metadata: config.resource_metadata_url(),

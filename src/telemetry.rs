@@ -111,6 +111,11 @@ impl Metrics {
         self.registry.register("replay_hits", "Signatures refused because they were already used", replay_hits);
     }
 
+    /// Registers the shared state store's error counter (`portcullis_state_store_errors_total`).
+    pub fn register_state(&mut self, errors: Counter) {
+        self.registry.register("state_store_errors", "Shared state store commands that failed or timed out (requests were refused)", errors);
+    }
+
     /// Registers the policy reload health: `portcullis_policy_reload_errors_total` and
     /// `portcullis_policy_last_reload_ok`.
     pub fn register_policy_health(&mut self, reload_errors: Counter, last_reload_ok: Gauge) {

@@ -99,6 +99,7 @@ async fn redis_down_refuses_with_503_and_service_resumes_when_it_is_back() {
     assert_eq!(body["error"], "state_unavailable");
     assert!(body["reason"].as_str().unwrap().contains(&format!("127.0.0.1:{}", redis.port)), "{body}");
     assert_eq!(p.upstream.seen().len(), 1, "nothing forwarded while the replay store is down");
+    assert!(common::metrics(&p.b).await.contains("portcullis_state_store_errors_total 1"), "store errors are counted");
     let ready: serde_json::Value = client().get(p.b.admin_url("/readyz")).send().await.unwrap().json().await.unwrap();
     assert!(ready["checks"]["state"].as_str().unwrap().starts_with("unavailable"), "{ready}");
 

@@ -31,6 +31,8 @@ pub struct RedisSettings {
 
 /// A shared Redis connection with the gateway's key namespace.
 pub struct RedisStore {
+    /// Failed or timed-out commands, exported as `portcullis_state_store_errors_total`.
+    errors: prometheus_client::metrics::counter::Counter,
     client: redis::Client,
     conn: OnceCell<ConnectionManager>,
     settings: RedisSettings,
@@ -50,7 +52,7 @@ impl RedisStore {
     pub fn new(settings: RedisSettings) -> Result<RedisStore, String> {
         let client = redis::Client::open(settings.url.as_str()).map_err(|e| format!("invalid Redis URL: {e}"))?;
         let label = redacted(&settings.url);
-        Ok(RedisStore { client, conn: OnceCell::new(), settings, label })
+        Ok(RedisStore { errors: Default::default(), client, conn: OnceCell::new(), settings, label })
     }
 
     /// The store's URL without credentials.
@@ -68,7 +70,14 @@ impl RedisStore {
         k
     }
 
+    /// The error counter, to register with the metrics.
+    pub fn error_counter(&self) -> prometheus_client::metrics::counter::Counter {
+        self.errors.clone()
+    }
+
     fn unavailable(&self, reason: impl std::fmt::Display) -> StoreError {
+        self.errors.inc();
+        tracing::warn!(store = %self.label, error = %reason, "State store unavailable");
         StoreError::Unavailable { store: self.label.clone(), reason: reason.to_string() }
     }
 
