@@ -128,6 +128,8 @@ fn clock_ticks() -> f64 {
 }
 
 struct Env {
+    /// The shipped policies with the per-tool rate limit raised out of the way of the load.
+    policies: tempfile::TempDir,
     _ca: TestCa,
     issuer: Issuer,
     jwt_key: JwtKey,
@@ -151,8 +153,8 @@ fn config_for(env: &Env, scenario: Scenario) -> String {
         _ => format!("[oauth]\nrequired = true\nissuer = {:?}\nissuer_ca = {:?}\n", env.issuer.url(), env._ca.ca_path()),
     };
     let policy = match scenario {
-        Scenario::Bare => "[policy]\nenabled = false\n",
-        _ => "",
+        Scenario::Bare => "[policy]\nenabled = false\n".to_owned(),
+        _ => format!("[policy]\npaths = [{:?}]\nwatch = false\n", env.policies.path()),
     };
     format!(
         "mode = \"enforce\"\n[listen]\naddr = \"127.0.0.1:0\"\npublic_url = {RESOURCE:?}\n[upstream]\nurl = \"http://{}\"\n[limits]\nmax_body = \"1MiB\"\n[admin]\n[log]\ndecisions = \"off\"\nlevel = \"warn,portcullis=info\"\n{signatures}{oauth}{policy}",
@@ -256,6 +258,24 @@ async fn measure(authority: &str, pid: u32, requests: Vec<HeaderMap>, body: Byte
     Sample { rps: done as f64 / elapsed, p50_us: all.quantile(0.5), p99_us: all.quantile(0.99), cpu_us_per_req: cpu * 1e6 / done.max(1) as f64, errors }
 }
 
+/// A copy of `policies/` (tests left out) whose per-tool rate limit no load run reaches: the
+/// quota stage still counts every request.
+fn bench_policies() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        if name.ends_with(".rego") && !name.ends_with("_test.rego") {
+            std::fs::copy(&path, dir.path().join(&name)).unwrap();
+        }
+    }
+    let mut data: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(src.join("data.json")).unwrap()).unwrap();
+    data["catalog"]["tool_rate_limit"] = serde_json::json!({"limit": 1_000_000_000u64, "per": "1m"});
+    std::fs::write(dir.path().join("data.json"), data.to_string()).unwrap();
+    dir
+}
+
 fn median(v: &mut [f64]) -> (f64, f64, f64) {
     v.sort_by(|a, b| a.total_cmp(b));
     (v[0], v[v.len() / 2], v[v.len() - 1])
@@ -271,6 +291,7 @@ fn main() {
         issuer.publish(&[&jwt_key]);
         let (backend_proc, backend) = spawn(&["example-backend", "--addr", "127.0.0.1:0"], "listening on http://");
         let env = Env {
+            policies: bench_policies(),
             _ca: ca,
             issuer,
             jwt_key,
@@ -279,7 +300,7 @@ fn main() {
             backend,
             _backend_proc: backend_proc,
         };
-        let token = env.jwt_key.sign(&env.issuer.claims(RESOURCE));
+        let token = env.jwt_key.sign(&env.issuer.claims_with(RESOURCE, serde_json::json!({"scope": "tools:read"})));
         let scenarios = [Scenario::Bare, Scenario::Full, Scenario::TokenPolicy];
         println!(
             "load: {}s per run, {} rounds, gateway and backend in separate processes, {} cores",
