@@ -555,6 +555,8 @@ pub struct RawState {
     /// Time allowed for one Redis command; slower answers count as unavailable.
     #[serde(default = "d_store_command_timeout")]
     pub command_timeout: HumanDuration,
+    /// PEM trust root for a `rediss://` store (default: the system's roots).
+    pub ca: Option<PathBuf>,
     /// Most live replay records the memory store holds; when full, new signatures are refused
     /// (fail closed) rather than forgetting live records.
     #[serde(default = "d_max_replay_entries")]
@@ -571,6 +573,7 @@ impl Default for RawState {
             prefix: d_prefix(),
             connect_timeout: d_store_connect_timeout(),
             command_timeout: d_store_command_timeout(),
+            ca: None,
             max_replay_entries: d_max_replay_entries(),
             max_quota_keys: d_max_quota_keys(),
         }
@@ -909,7 +912,7 @@ impl Config {
                 signatures: raw.signatures,
                 oauth: OAuth { raw: raw.oauth, audience },
                 policy: raw.policy,
-                state: raw.state,
+                state: RawState { ca: raw.state.ca.as_ref().map(|c| base_dir.join(c)), ..raw.state },
                 admin,
                 log: Log { decisions, level: raw.log.level },
                 origin: origin.to_owned(),

@@ -147,3 +147,24 @@ async fn a_quota_spent_on_one_instance_is_spent_on_the_other() {
     assert_eq!(refused.headers()["retry-after"], "1200");
     assert_eq!(upstream.seen().len(), 3);
 }
+
+#[tokio::test]
+async fn rediss_store_with_a_private_ca_shares_replays() {
+    let ca = common::pki::TestCa::new();
+    let (cert, key) = ca.write_leaf();
+    let redis = RedisServer::start_tls(&cert, &key);
+    let upstream = Upstream::start().await;
+    let key = SigningKey::from_bytes(&rand::random());
+    let with_ca = |c: Config| {
+        let mut c = c;
+        c.state.ca = Some(ca.ca_path());
+        c
+    };
+    let a = Gateway::start(with_ca(config(&upstream.url(), &redis.url(), &key, "enforce"))).await;
+    let b = Gateway::start(with_ca(config(&upstream.url(), &redis.url(), &key, "enforce"))).await;
+    let p = Pair { upstream, a, b, signer: Signer::new(key, AGENT).unwrap() };
+    let req = p.signed_for(&p.a).build().unwrap();
+    let copy = replay_to(&p.b, &req);
+    assert_eq!(client().execute(req).await.unwrap().status(), 200);
+    assert_eq!(copy.send().await.unwrap().status(), 401, "the replay record went through TLS to the shared Redis");
+}

@@ -10,8 +10,14 @@ use portcullis::state::redis::{RedisSettings, RedisStore};
 use portcullis::state::StoreError;
 
 fn store(url: String) -> RedisStore {
-    RedisStore::new(RedisSettings { url, prefix: "test:".into(), connect_timeout: Duration::from_millis(500), command_timeout: Duration::from_millis(500) })
-        .unwrap()
+    RedisStore::new(RedisSettings {
+        url,
+        prefix: "test:".into(),
+        connect_timeout: Duration::from_millis(500),
+        command_timeout: Duration::from_millis(500),
+        ca_pem: None,
+    })
+    .unwrap()
 }
 
 #[tokio::test]

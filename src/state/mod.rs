@@ -48,11 +48,16 @@ impl Stores {
                 redis: None,
             });
         }
+        let ca_pem = match &cfg.ca {
+            Some(path) => Some(std::fs::read(path).map_err(|e| FieldError::new("state.ca", format!("cannot read {}: {e}", path.display())))?),
+            None => None,
+        };
         let redis = RedisStore::new(RedisSettings {
             url: cfg.store.clone(),
             prefix: cfg.prefix.clone(),
             connect_timeout: cfg.connect_timeout.0,
             command_timeout: cfg.command_timeout.0,
+            ca_pem,
         })
         .map(Arc::new)
         .map_err(|e| FieldError::new("state.store", e))?;

@@ -27,6 +27,8 @@ pub struct RedisSettings {
     pub connect_timeout: Duration,
     /// Time allowed for one command round trip.
     pub command_timeout: Duration,
+    /// PEM trust root for `rediss://` (default: the system's roots).
+    pub ca_pem: Option<Vec<u8>>,
 }
 
 /// A shared Redis connection with the gateway's key namespace.
@@ -50,7 +52,16 @@ impl RedisStore {
     /// Checks the URL; does not connect (the first command does, so the gateway can start
     /// while Redis is still coming up and report itself unready meanwhile).
     pub fn new(settings: RedisSettings) -> Result<RedisStore, String> {
-        let client = redis::Client::open(settings.url.as_str()).map_err(|e| format!("invalid Redis URL: {e}"))?;
+        let client = if settings.url.starts_with("rediss://") {
+            // redis' rustls setup asks for the process-wide provider; both aws-lc-rs (ours) and
+            // ring (reqwest's) are linked, so name one. Installing twice is harmless.
+            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+            let certs = redis::TlsCertificates { client_tls: None, root_cert: settings.ca_pem.clone() };
+            redis::Client::build_with_tls(settings.url.as_str(), certs)
+        } else {
+            redis::Client::open(settings.url.as_str())
+        }
+        .map_err(|e| format!("invalid Redis URL: {e}"))?;
         let label = redacted(&settings.url);
         Ok(RedisStore { errors: Default::default(), client, conn: OnceCell::new(), settings, label })
     }
@@ -296,6 +307,7 @@ mod tests {
             prefix: "pc:".into(),
             connect_timeout: Duration::from_millis(100),
             command_timeout: Duration::from_millis(100),
+            ca_pem: None,
         })
         .expect("valid url");
         assert_eq!(s.key("replay", "abc"), "pc:replay:abc");

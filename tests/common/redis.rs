@@ -10,6 +10,8 @@ pub struct RedisServer {
     child: Option<Child>,
     pub port: u16,
     dir: tempfile::TempDir,
+    /// PEM certificate and key when the server speaks TLS only.
+    tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl RedisServer {
@@ -17,14 +19,32 @@ impl RedisServer {
     pub fn start() -> RedisServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let dir = tempfile::tempdir().unwrap();
-        let mut s = RedisServer { child: None, port, dir };
+        let mut s = RedisServer { child: None, port, dir, tls: None };
+        s.spawn();
+        s
+    }
+
+    /// A TLS-only server (`rediss://`) presenting `cert`/`key` (PEM).
+    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> RedisServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = RedisServer { child: None, port, dir, tls: Some((cert.to_owned(), key.to_owned())) };
         s.spawn();
         s
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "yes"])
+        let mut cmd = Command::new("redis-server");
+        match &self.tls {
+            None => cmd.args(["--port", &self.port.to_string()]),
+            Some((cert, key)) => cmd
+                .args(["--port", "0", "--tls-port", &self.port.to_string(), "--tls-auth-clients", "no", "--tls-cert-file"])
+                .arg(cert)
+                .arg("--tls-key-file")
+                .arg(key),
+        };
+        let child = cmd
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "yes"])
             .arg("--dir")
             .arg(self.dir.path())
             .stdout(Stdio::null())
@@ -40,7 +60,8 @@ impl RedisServer {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}/0", self.port)
     }
 
     /// Kills the server (connections drop at once).
