@@ -22,6 +22,7 @@ fn stores(c: &mut Criterion) {
         prefix: "bench:".into(),
         connect_timeout: Duration::from_secs(1),
         command_timeout: Duration::from_secs(1),
+        ca_pem: None,
     })
     .unwrap();
     let memory = MemoryReplayStore::new(10_000_000);

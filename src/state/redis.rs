@@ -250,8 +250,14 @@ mod contract_tests {
     fn store(server: &redis_server::RedisServer) -> Arc<RedisStore> {
         let prefix = format!("contract-{}:", uuid::Uuid::new_v4());
         Arc::new(
-            RedisStore::new(RedisSettings { url: server.url(), prefix, connect_timeout: Duration::from_secs(2), command_timeout: Duration::from_secs(2) })
-                .expect("valid url"),
+            RedisStore::new(RedisSettings {
+                url: server.url(),
+                prefix,
+                connect_timeout: Duration::from_secs(2),
+                command_timeout: Duration::from_secs(2),
+                ca_pem: None,
+            })
+            .expect("valid url"),
         )
     }
 
@@ -315,8 +321,13 @@ mod tests {
 
     #[test]
     fn invalid_urls_are_refused() {
-        let err =
-            RedisStore::new(RedisSettings { url: "http://x".into(), prefix: String::new(), connect_timeout: Duration::ZERO, command_timeout: Duration::ZERO });
+        let err = RedisStore::new(RedisSettings {
+            url: "http://x".into(),
+            prefix: String::new(),
+            connect_timeout: Duration::ZERO,
+            command_timeout: Duration::ZERO,
+            ca_pem: None,
+        });
         assert!(err.is_err());
     }
 }
