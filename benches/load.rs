@@ -15,7 +15,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver: a panic is a failed run
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod common;
 
 use std::io::{BufRead, BufReader};

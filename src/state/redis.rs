@@ -236,7 +236,6 @@ fn redacted(url: &str) -> String {
 /// A real redis-server for the tests below (the same harness the integration tests use).
 #[cfg(test)]
 #[path = "../../tests/common/redis.rs"]
-#[allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 mod redis_server;
 
 /// The replay and quota contract suites, run against a real redis-server on loopback.
