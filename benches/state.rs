@@ -1,4 +1,4 @@
-//! Per-request cost of the shared-state stores: the memory replay store against the Redis one
+//! Per-request cost of the shared-state stores: the memory replay and quota stores against Redis
 //! (a real redis-server on loopback, one round trip per check). Run with redis-server
 //! installed (scripts/test.sh installs it).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use portcullis::pipeline::UnixTime;
+use portcullis::state::quota::{MemoryQuotaStore, QuotaStore};
 use portcullis::state::redis::{RedisSettings, RedisStore};
 use portcullis::state::replay::{MemoryReplayStore, ReplayStore};
 
@@ -33,6 +35,18 @@ fn stores(c: &mut Criterion) {
             b.to_async(&rt).iter(|| {
                 let key = format!("sig:{}", n.fetch_add(1, Ordering::Relaxed));
                 async move { black_box(store.first_use(&key, Duration::from_secs(5)).await.unwrap()) }
+            })
+        });
+    }
+    g.finish();
+
+    let memory_quota = MemoryQuotaStore::new(1_000_000);
+    let mut g = c.benchmark_group("quota_spend");
+    for (name, store) in [("memory", &memory_quota as &dyn QuotaStore), ("redis", &redis as &dyn QuotaStore)] {
+        g.bench_function(name, |b| {
+            b.to_async(&rt).iter(|| {
+                let key = format!("q:{}", n.fetch_add(1, Ordering::Relaxed) % 1000);
+                async move { black_box(store.spend(&key, 1, u64::MAX / 2, Duration::from_secs(60), UnixTime::now()).await.unwrap()) }
             })
         });
     }
