@@ -72,7 +72,10 @@ impl DigestCheck {
     /// Verifies the `Content-Digest` field(s) against `body`. `Ok(None)`: no digest was sent
     /// and none was required.
     pub fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<Option<VerifiedDigest>, DigestError> {
-        let Some(field) = combined_field(headers, CONTENT_DIGEST)? else {
+        // Lines are combined as for every structured field (one implementation, in signature::parse).
+        let field =
+            crate::signature::parse::combined_field(headers, CONTENT_DIGEST).map_err(|_| DigestError::Malformed(format!("{CONTENT_DIGEST} is not ASCII")))?;
+        let Some(field) = field else {
             return if self.is_required_for_body && !body.is_empty() { Err(DigestError::Missing) } else { Ok(None) };
         };
         let dict: Dictionary = Parser::new(&field).parse().map_err(|e| DigestError::Malformed(e.to_string()))?;
@@ -104,23 +107,6 @@ impl DigestCheck {
         }
         Ok(Some(VerifiedDigest { algorithms: checked }))
     }
-}
-
-/// All lines of a field joined with `", "` (RFC 9651 §4.2 combines lines before parsing).
-/// Non-ASCII bytes make the field malformed: structured fields are ASCII.
-pub(crate) fn combined_field(headers: &HeaderMap, name: &str) -> Result<Option<String>, DigestError> {
-    let mut out: Option<String> = None;
-    for v in headers.get_all(name) {
-        let s = v.to_str().map_err(|_| DigestError::Malformed(format!("{name} is not ASCII")))?;
-        match &mut out {
-            None => out = Some(s.to_owned()),
-            Some(acc) => {
-                acc.push_str(", ");
-                acc.push_str(s);
-            }
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -118,8 +118,8 @@ impl Upstream {
 
         let resp = match tokio::time::timeout(self.response_timeout, self.client.request(out)).await {
             Err(_) => return Err(UpstreamError::Timeout(self.response_timeout)),
-            Ok(Err(e)) if e.is_connect() => return Err(UpstreamError::Unreachable(error_chain(&e))),
-            Ok(Err(e)) => return Err(UpstreamError::Failed(error_chain(&e))),
+            Ok(Err(e)) if e.is_connect() => return Err(UpstreamError::Unreachable(crate::telemetry::error_chain(&e))),
+            Ok(Err(e)) => return Err(UpstreamError::Failed(crate::telemetry::error_chain(&e))),
             Ok(Ok(resp)) => resp,
         };
         let (mut parts, body) = resp.into_parts();
@@ -167,19 +167,6 @@ fn join_cookies(headers: &mut HeaderMap) {
     if let Ok(v) = HeaderValue::from_bytes(&joined) {
         headers.insert(COOKIE, v);
     }
-}
-
-/// The error and its sources in one line, e.g. "client error (Connect): tcp connect error:
-/// Connection refused (os error 111)".
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(src) = cur {
-        s.push_str(": ");
-        s.push_str(&src.to_string());
-        cur = src.source();
-    }
-    s
 }
 
 #[cfg(test)]

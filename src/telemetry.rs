@@ -247,6 +247,19 @@ fn stage_key(stage: Stage) -> String {
     stage.as_str().to_owned()
 }
 
+/// An error and its sources in one line, e.g. "client error (Connect): tcp connect error:
+/// Connection refused (os error 111)": for logs and operator-facing reasons, never for bodies.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(src) = cur {
+        s.push_str(": ");
+        s.push_str(&src.to_string());
+        cur = src.source();
+    }
+    s
+}
+
 /// RFC 3339 with milliseconds, UTC.
 pub fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()

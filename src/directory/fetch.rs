@@ -68,7 +68,7 @@ impl HttpFetch {
     }
 
     async fn get(&self, url: &str, kind: AgentKind) -> Result<Fetched, DirectoryError> {
-        let unreachable = |e: reqwest::Error| DirectoryError::Unreachable { url: url.to_owned(), reason: error_chain(&e) };
+        let unreachable = |e: reqwest::Error| DirectoryError::Unreachable { url: url.to_owned(), reason: crate::telemetry::error_chain(&e) };
         let mut resp = self.client.get(url).header(ACCEPT, DIRECTORY_MEDIA_TYPE).send().await.map_err(unreachable)?;
         // WBA -02: exactly 200; a redirect is a discovery failure, never followed.
         if resp.status().as_u16() != 200 {
@@ -175,15 +175,4 @@ pub(crate) fn parse_max_age(value: &str) -> Option<Duration> {
         }
     }
     out
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(src) = cur {
-        s.push_str(": ");
-        s.push_str(&src.to_string());
-        cur = src.source();
-    }
-    s
 }

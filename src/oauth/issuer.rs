@@ -110,7 +110,7 @@ impl IssuerClient {
 }
 
 async fn read(req: reqwest::RequestBuilder, url: &Url) -> Result<Fetched, FetchError> {
-    let mut resp = req.send().await.map_err(|e| FetchError::Unreachable(error_chain(&e)))?;
+    let mut resp = req.send().await.map_err(|e| FetchError::Unreachable(crate::telemetry::error_chain(&e)))?;
     if resp.status() != reqwest::StatusCode::OK {
         return Err(FetchError::Refused(format!("HTTP {}", resp.status().as_u16())));
     }
@@ -119,7 +119,7 @@ async fn read(req: reqwest::RequestBuilder, url: &Url) -> Result<Fetched, FetchE
     }
     let cache_control = resp.headers().get(http::header::CACHE_CONTROL).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let mut body = BytesMut::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| FetchError::Unreachable(error_chain(&e)))? {
+    while let Some(chunk) = resp.chunk().await.map_err(|e| FetchError::Unreachable(crate::telemetry::error_chain(&e)))? {
         if body.len() + chunk.len() > MAX_DOCUMENT {
             return Err(FetchError::Refused(format!("{url} is larger than {MAX_DOCUMENT} bytes")));
         }
@@ -139,18 +139,6 @@ pub(crate) fn metadata_urls(issuer: &Url) -> Vec<Url> {
         out.push(format!("{origin}{path}/.well-known/openid-configuration"));
     }
     out.iter().filter_map(|u| Url::parse(u).ok()).collect()
-}
-
-/// The error and its sources in one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(src) = cur {
-        s.push_str(": ");
-        s.push_str(&src.to_string());
-        cur = src.source();
-    }
-    s
 }
 
 #[cfg(test)]
