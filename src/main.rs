@@ -52,6 +52,9 @@ enum Command {
     Keygen(portcullis::client::cli::KeygenArgs),
     /// Send a freshly signed request (curl-like): prints status, headers and body.
     Request(Box<portcullis::client::cli::RequestArgs>),
+    /// Start a backend, key directory, token issuer and gateways on 127.0.0.1, run a scripted
+    /// tour and print what happened; then serve until ctrl-c.
+    Demo(portcullis::demo::cli::DemoArgs),
     /// Policy tooling: evaluate a decision, run Rego tests.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -141,6 +144,25 @@ fn request(args: &portcullis::client::cli::RequestArgs) -> ExitCode {
     }
 }
 
+/// Runs `portcullis demo`: exit 0 when every tour step got its expected status.
+fn demo(args: &portcullis::demo::cli::DemoArgs) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(portcullis::demo::cli::run(args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Run) {
@@ -194,6 +216,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Request(args) => request(&args),
+        Command::Demo(args) => demo(&args),
         Command::Healthcheck { url, timeout } => match portcullis::admin::probe(&url, timeout) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
