@@ -42,12 +42,14 @@ struct World {
     directory: HttpsServer,
     keys: tempfile::TempDir,
     keyid: String,
-    _ca: TestCa,
+    tls: bool,
+    ca: TestCa,
 }
 
 impl World {
-    /// keygen → directory → gateway (enforce, signatures required, bundled policy) → backend.
-    async fn start() -> World {
+    /// keygen → directory → gateway (enforce, signatures required, bundled policy) → backend;
+    /// with `tls`, the gateway terminates TLS with a certificate from the same test CA.
+    async fn start_with(tls: bool) -> World {
         let keys = tempfile::tempdir().unwrap();
         let out = run(&["keygen", "--out", keys.path().to_str().unwrap()]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -56,14 +58,35 @@ impl World {
         let ca = TestCa::new();
         let directory = serve_dir(&ca, keys.path().to_owned()).await;
         let backend = Backend::start("127.0.0.1:0".parse::<SocketAddr>().unwrap()).await.unwrap();
-        let text = common::config_toml(&format!("http://{}", backend.addr), "")
+        let mut text = common::config_toml(&format!("http://{}", backend.addr), "");
+        if tls {
+            let (cert, key) = ca.write_leaf();
+            text = text.replace(
+                "public_url = \"https://mcp.example.com/mcp\"",
+                &format!("public_url = \"https://mcp.example.com/mcp\"\ntls_cert = {cert:?}\ntls_key = {key:?}"),
+            );
+        }
+        let text = text
             + &format!(
                 "\n[signatures]\nrequired = true\ntrusted_agents = [{origin:?}]\ndirectory_ca = {ca_path:?}\n[oauth]\nrequired = false\n",
                 origin = directory.origin(),
                 ca_path = ca.ca_path(),
             );
         let gateway = Gateway::start(Config::parse(&text, "client test", Path::new(".")).unwrap()).await;
-        World { gateway, backend, directory, keys, keyid, _ca: ca }
+        World { gateway, backend, directory, keys, keyid, tls, ca }
+    }
+
+    async fn start() -> World {
+        World::start_with(false).await
+    }
+
+    /// The gateway's MCP endpoint (https when it terminates TLS).
+    fn mcp_url(&self) -> String {
+        if self.tls {
+            format!("https://127.0.0.1:{}/mcp", self.gateway.addr.port())
+        } else {
+            self.gateway.url("/mcp")
+        }
     }
 
     fn key_path(&self) -> PathBuf {
@@ -74,7 +97,10 @@ impl World {
     async fn request(&self, extra: &[&str]) -> Output {
         let mut args = vec!["request".to_owned(), "--key".to_owned(), self.key_path().display().to_string(), "--agent".to_owned(), self.directory.origin()];
         args.extend(extra.iter().map(|s| s.to_string()));
-        args.push(self.gateway.url("/mcp"));
+        if self.tls {
+            args.extend(["--ca".to_owned(), self.ca.ca_path().display().to_string()]);
+        }
+        args.push(self.mcp_url());
         tokio::process::Command::new(BIN).args(&args).output().await.unwrap()
     }
 }
@@ -169,4 +195,21 @@ fn request_cli_names_a_missing_key_file() {
     let out = run(&["request", "--key", "/nonexistent/agent.jwk", "--agent", "https://agent.example", "http://127.0.0.1:1/mcp"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent/agent.jwk"));
+}
+
+#[tokio::test]
+async fn request_cli_reaches_a_tls_gateway_trusting_the_given_ca() {
+    let w = World::start_with(true).await;
+    let out = w.request(&["-v", "--mcp", "tools/call", "--tool", "weather.get", "--args", r#"{"city":"Lima"}"#]).await;
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.lines().next().unwrap().ends_with(" 200 OK") && stdout.contains("Lima"), "{stdout}");
+    assert!(stderr.contains(&format!("\"@authority\": 127.0.0.1:{}", w.gateway.addr.port())), "{stderr}");
+
+    // A Host header that differs from the URL would not match the signed @authority: refused up front.
+    let host = w.request(&["-H", "Host: mcp.example.com", "--mcp", "tools/list"]).await;
+    assert_eq!(host.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&host.stderr).contains("@authority is signed from the URL"), "{}", String::from_utf8_lossy(&host.stderr));
+    w.gateway.shutdown().await;
+    w.backend.stop();
 }

@@ -168,6 +168,9 @@ pub async fn request(args: &RequestArgs) -> Result<RequestOutput, RequestError> 
     }
     for line in &args.headers {
         let (name, value) = parse_header(line)?;
+        if name == http::header::HOST {
+            return Err(RequestError::BadOption("no Host header: @authority is signed from the URL, put the authority there".to_owned()));
+        }
         headers.insert(name, value);
     }
     let method = match (&args.method, &body) {

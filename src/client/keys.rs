@@ -127,3 +127,7 @@ pub fn load_private_jwk(path: &Path) -> Result<SigningKey, KeyError> {
     }
     Ok(key)
 }
+
+#[cfg(test)]
+#[path = "keys_tests.rs"]
+mod tests;
