@@ -47,7 +47,7 @@ async fn tour_gets_the_expected_statuses_in_enforce_and_monitor_mode() {
         assert_eq!(std::fs::metadata(dir.path().join(secret)).unwrap().permissions().mode() & 0o777, 0o600, "{secret}");
     }
     let token = std::fs::read_to_string(dir.path().join("token")).unwrap();
-    assert!(!demo.try_it().contains(&token), "the token is never printed");
+    assert!(!demo.try_it("portcullis").contains(&token), "the token is never printed");
     demo.shutdown().await;
 }
 
@@ -80,7 +80,8 @@ fn long_running_demo_serves_the_printed_command_and_stops_on_ctrl_c() {
         }
     };
     // Run the printed command as a user would paste it (single-quoted JSON argument).
-    let out = Command::new("sh").arg("-c").arg(command.replacen("portcullis", BIN, 1)).output().unwrap();
+    assert!(command.starts_with(&format!("{BIN} request ")), "the commands name the running executable: {command}");
+    let out = Command::new("sh").arg("-c").arg(&command).output().unwrap();
     let printed = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && printed.starts_with("HTTP/1.1 200 OK") && printed.contains("Sunny in Paris"), "{printed}");
 

@@ -45,7 +45,8 @@ pub async fn run(args: &DemoArgs) -> Result<bool, DemoError> {
         demo.shutdown().await;
         return Ok(ok);
     }
-    println!("\n{}", demo.try_it());
+    let bin = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "portcullis".to_owned());
+    println!("\n{}", demo.try_it(&bin));
     crate::server::shutdown_signal().await;
     println!("stopping");
     demo.shutdown().await;

@@ -204,10 +204,11 @@ impl Demo {
         &self.directory.origin
     }
 
-    /// Copy-pasteable commands to try the running stack by hand.
-    pub fn try_it(&self) -> String {
+    /// Copy-pasteable commands to try the running stack by hand; `bin` is how to invoke
+    /// `portcullis` (the running executable's path, so they work without an install).
+    pub fn try_it(&self, bin: &str) -> String {
         let d = self.dir.display();
-        let (bin, url, agent) = ("portcullis", &self.enforce.url, self.agent_url());
+        let (url, agent) = (&self.enforce.url, self.agent_url());
         format!(
             "Try it (the stack runs until ctrl-c; files in {d}):\n\n  \
              {bin} request --key {d}/agent.jwk --agent {agent} --token-file {d}/token --mcp tools/call --tool weather.get --args '{{\"city\":\"Paris\"}}' {url}\n  \
