@@ -13,6 +13,7 @@
 //! ```
 
 pub mod admin;
+pub mod client;
 pub mod config;
 pub mod decision;
 pub mod demo;

@@ -1,5 +1,5 @@
-//! The `portcullis` command line: run the gateway, check a config, or evaluate and test
-//! policies. No logic lives here.
+//! The `portcullis` command line: run the gateway, check a config, evaluate and test
+//! policies, make agent keys and signed requests. No logic lives here.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,6 +48,13 @@ enum Command {
         #[arg(long, default_value = "3s", value_parser = portcullis::config::parse_duration)]
         timeout: std::time::Duration,
     },
+    /// Generate an agent's Ed25519 key pair: a private JWK and the key directory to publish.
+    Keygen(portcullis::client::cli::KeygenArgs),
+    /// Send a freshly signed request (curl-like): prints status, headers and body.
+    Request(Box<portcullis::client::cli::RequestArgs>),
+    /// Start a backend, key directory, token issuer and gateways on 127.0.0.1, run a scripted
+    /// tour and print what happened; then serve until ctrl-c.
+    Demo(portcullis::demo::cli::DemoArgs),
     /// Policy tooling: evaluate a decision, run Rego tests.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -111,6 +118,51 @@ fn report(result: Result<(String, bool), String>) -> ExitCode {
     }
 }
 
+/// Runs `portcullis request`: exit 0 for a 2xx answer, 1 for another status, 2 when no answer.
+fn request(args: &portcullis::client::cli::RequestArgs) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(portcullis::client::cli::request(args)) {
+        Ok(out) => {
+            eprint!("{}", out.trace);
+            print!("{}", out.response);
+            if (200..300).contains(&out.status) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Runs `portcullis demo`: exit 0 when every tour step got its expected status.
+fn demo(args: &portcullis::demo::cli::DemoArgs) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(portcullis::demo::cli::run(args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Run) {
@@ -153,6 +205,18 @@ fn main() -> ExitCode {
                 }
             })
         }
+        Command::Keygen(args) => match portcullis::client::cli::keygen(&args) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Request(args) => request(&args),
+        Command::Demo(args) => demo(&args),
         Command::Healthcheck { url, timeout } => match portcullis::admin::probe(&url, timeout) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -1,4 +1,244 @@
-//! Demo parts: an example MCP backend to put behind the gateway (compose file, demos, load
-//! tests). The one-command demo tour builds on these.
+//! `portcullis demo`: the whole stack on 127.0.0.1 in one command, then a scripted tour.
+//!
+//! [`Demo::start`] starts the example MCP backend ([`backend`]), a CA made at run time
+//! ([`pki`]), the agent's HTTPS key directory and an HTTPS OAuth issuer ([`services`]), and two
+//! gateways in front of the backend with the shipped policies: one in enforce mode, one in
+//! monitor mode. [`tour`] then sends the scripted requests and renders the table. Everything a
+//! user needs to try more by hand (key, token file, CA, configs, decision logs) is written to
+//! the demo folder.
 
 pub mod backend;
+pub mod cli;
+pub mod pki;
+pub mod services;
+pub mod tour;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use ed25519_dalek::SigningKey;
+
+use crate::client::keys::{self, KeyError};
+use crate::config::{Config, ConfigError};
+use crate::policy::load::{BUNDLED, BUNDLED_DATA};
+use crate::server::{Running, StartError};
+use backend::Backend;
+use pki::{DemoCa, PkiError};
+use services::{Issuer, Service, ServiceError};
+
+pub use tour::{render_table, TourRow};
+
+/// The protected resource both demo gateways stand for: the audience of the demo's tokens.
+pub const DEMO_RESOURCE: &str = "https://mcp.demo.example/mcp";
+
+/// How long the demo's user token is valid.
+const TOKEN_LIFETIME_SECS: u64 = 3600;
+
+/// Why the demo could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// A demo file could not be written.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The agent key could not be made or read.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// The CA could not be made.
+    #[error(transparent)]
+    Pki(#[from] PkiError),
+    /// The backend could not listen.
+    #[error("cannot start the example backend: {0}")]
+    Backend(std::io::Error),
+    /// The key directory or the issuer could not start.
+    #[error(transparent)]
+    Service(#[from] ServiceError),
+    /// The generated gateway config was refused.
+    #[error("the demo gateway config is invalid: {0}")]
+    Config(#[from] ConfigError),
+    /// A gateway could not start.
+    #[error("cannot start the {mode} gateway: {source}")]
+    Gateway {
+        /// `enforce` or `monitor`.
+        mode: &'static str,
+        /// Why.
+        source: StartError,
+    },
+    /// A tour request could not be built or got no answer.
+    #[error("tour step {step:?} failed: {detail}")]
+    Tour {
+        /// The step.
+        step: String,
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+/// A running gateway of the demo.
+#[derive(Debug)]
+pub struct DemoGateway {
+    /// `enforce` or `monitor`.
+    pub mode: &'static str,
+    /// `http://127.0.0.1:<port>/mcp`.
+    pub url: String,
+    /// Its decision log file.
+    pub log: PathBuf,
+    running: Running,
+}
+
+/// The running demo stack.
+#[derive(Debug)]
+pub struct Demo {
+    /// Where the key, token, CA, configs and decision logs are.
+    pub dir: PathBuf,
+    /// The agent's private key (also `dir/agent.jwk`).
+    pub agent_key: SigningKey,
+    /// The key directory; its origin is the agent URL.
+    pub directory: Service,
+    /// The OAuth issuer.
+    pub issuer: Issuer,
+    /// The example MCP backend.
+    pub backend: Backend,
+    /// The enforce-mode gateway.
+    pub enforce: DemoGateway,
+    /// The monitor-mode gateway.
+    pub monitor: DemoGateway,
+    /// The CA the HTTPS services' certificates chain to.
+    pub ca: DemoCa,
+}
+
+fn write(path: &Path, text: &str) -> Result<(), DemoError> {
+    std::fs::write(path, text).map_err(|source| DemoError::Write { path: path.to_owned(), source })
+}
+
+/// The shipped policies, with the demo agent added to `partner_agents` so it may call
+/// `payments.send` (its origin has a port chosen at run time).
+fn write_policies(dir: &Path, agent: &str) -> Result<PathBuf, DemoError> {
+    let pdir = dir.join("policies");
+    std::fs::create_dir_all(&pdir).map_err(|source| DemoError::Write { path: pdir.clone(), source })?;
+    for (name, text) in BUNDLED {
+        let file = Path::new(name).file_name().map(PathBuf::from).unwrap_or_else(|| PathBuf::from(name));
+        write(&pdir.join(file), text)?;
+    }
+    let mut data: serde_json::Value =
+        serde_json::from_str(BUNDLED_DATA.1).map_err(|e| DemoError::Write { path: pdir.join("data.json"), source: std::io::Error::other(e) })?;
+    if let Some(partners) = data["catalog"]["partner_agents"].as_array_mut() {
+        partners.push(serde_json::Value::from(agent));
+    }
+    write(&pdir.join("data.json"), &format!("{data:#}\n"))?;
+    Ok(pdir)
+}
+
+/// The gateway config the demo runs (also written to `dir/gateway-<mode>.toml`).
+fn gateway_toml(mode: &str, backend: SocketAddr, agent: &str, issuer: &str, log: &Path) -> String {
+    format!(
+        r#"# portcullis demo: the {mode}-mode gateway
+mode = "{mode}"
+[listen]
+addr = "127.0.0.1:0"
+public_url = "{DEMO_RESOURCE}"
+[upstream]
+url = "http://{backend}"
+[signatures]
+required = true
+trusted_agents = ["{agent}"]
+directory_ca = "ca.pem"
+[oauth]
+required = true
+issuer = "{issuer}"
+issuer_ca = "ca.pem"
+scopes_supported = ["tools:read", "tools:write", "payments:write"]
+[policy]
+paths = ["policies"]
+watch = false
+[state]
+store = "memory"
+[admin]
+[log]
+decisions = {log:?}
+level = "warn"
+"#
+    )
+}
+
+impl Demo {
+    /// Starts the stack, writing its files under `dir` (created if missing; an existing
+    /// `agent.jwk` there is reused).
+    pub async fn start(dir: &Path) -> Result<Demo, DemoError> {
+        std::fs::create_dir_all(dir).map_err(|source| DemoError::Write { path: dir.to_owned(), source })?;
+        let dir = std::fs::canonicalize(dir).map_err(|source| DemoError::Write { path: dir.to_owned(), source })?;
+        let key_path = dir.join(keys::PRIVATE_KEY_FILE);
+        if !key_path.exists() {
+            keys::keygen(&dir)?;
+        }
+        let agent_key = keys::load_private_jwk(&key_path)?;
+        let ca = DemoCa::new()?;
+        write(&dir.join("ca.pem"), &ca.ca_pem)?;
+        let backend = Backend::start(SocketAddr::from(([127, 0, 0, 1], 0))).await.map_err(DemoError::Backend)?;
+        let directory = services::start_directory(&ca, &agent_key).await?;
+        let issuer = Issuer::start(&ca).await?;
+        write_policies(&dir, &directory.origin)?;
+        let enforce = Self::gateway(&dir, "enforce", backend.addr, &directory.origin, issuer.url()).await?;
+        let monitor = Self::gateway(&dir, "monitor", backend.addr, &directory.origin, issuer.url()).await?;
+        let token = issuer.mint(DEMO_RESOURCE, TOKEN_LIFETIME_SECS)?;
+        write_secret(&dir.join("token"), &token)?;
+        Ok(Demo { dir, agent_key, directory, issuer, backend, enforce, monitor, ca })
+    }
+
+    async fn gateway(dir: &Path, mode: &'static str, backend: SocketAddr, agent: &str, issuer: &str) -> Result<DemoGateway, DemoError> {
+        let log = dir.join(format!("decisions-{mode}.jsonl"));
+        let text = gateway_toml(mode, backend, agent, issuer, &log);
+        let path = dir.join(format!("gateway-{mode}.toml"));
+        write(&path, &text)?;
+        let config = Config::load(&path)?;
+        let running = crate::server::start(config).await.map_err(|source| DemoError::Gateway { mode, source })?;
+        Ok(DemoGateway { mode, url: format!("http://{}/mcp", running.addr), log, running })
+    }
+
+    /// The agent URL (`Signature-Agent`): the key directory's origin.
+    pub fn agent_url(&self) -> &str {
+        &self.directory.origin
+    }
+
+    /// Copy-pasteable commands to try the running stack by hand; `bin` is how to invoke
+    /// `portcullis` (the running executable's path, so they work without an install).
+    pub fn try_it(&self, bin: &str) -> String {
+        let d = self.dir.display();
+        let (url, agent) = (&self.enforce.url, self.agent_url());
+        format!(
+            "Try it (the stack runs until ctrl-c; files in {d}):\n\n  \
+             {bin} request --key {d}/agent.jwk --agent {agent} --token-file {d}/token --mcp tools/call --tool weather.get --args '{{\"city\":\"Paris\"}}' {url}\n  \
+             {bin} request --key {d}/agent.jwk --agent {agent} --token-file {d}/token --mcp tools/call --tool payments.send --args '{{\"to\":\"bob\",\"amount\":20}}' {url}\n  \
+             {bin} request --key {d}/agent.jwk --agent {agent} --token-file {d}/token --mcp tools/list -v {url}\n  \
+             curl -si -X POST -H 'content-type: application/json' -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}}' {url}\n  \
+             {bin} report {d}/decisions-enforce.jsonl\n\n\
+             Monitor mode (decides and logs, blocks nothing): {}\n",
+            self.monitor.url
+        )
+    }
+
+    /// Stops both gateways (draining in-flight requests) and the services.
+    pub async fn shutdown(self) {
+        self.enforce.running.shutdown().await;
+        self.monitor.running.shutdown().await;
+        self.backend.stop();
+    }
+}
+
+fn write_secret(path: &Path, text: &str) -> Result<(), DemoError> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let err = |source| DemoError::Write { path: path.to_owned(), source };
+    let mut f = options.open(path).map_err(err)?;
+    f.write_all(text.as_bytes()).map_err(err)
+}

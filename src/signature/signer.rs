@@ -130,6 +130,12 @@ impl Signer {
     /// `Signature` on `parts`, replacing earlier values. The URI must carry the authority or
     /// the headers a `Host`; `@scheme` is the URI's scheme, `https` when it has none.
     pub fn sign_parts(&self, parts: &mut http::request::Parts, body: &[u8], now: UnixTime) -> Result<(), SignError> {
+        self.sign_parts_with_base(parts, body, now).map(|_| ())
+    }
+
+    /// Like [`Signer::sign_parts`], and returns the signature base that was signed (what
+    /// `portcullis request -v` prints; it holds no secret).
+    pub fn sign_parts_with_base(&self, parts: &mut http::request::Parts, body: &[u8], now: UnixTime) -> Result<String, SignError> {
         if !body.is_empty() {
             let digest = format!("sha-256=:{}:", STANDARD.encode(Sha256::digest(body)));
             set(parts, CONTENT_DIGEST, &digest)?;
@@ -145,7 +151,8 @@ impl Signer {
         let signature = self.key.sign(&base).to_bytes().to_vec();
         let (input, sig) = serialize_signatures(&[SignatureMember { label: LABEL.to_owned(), covered, signature }]);
         set(parts, SIGNATURE_INPUT, &input)?;
-        set(parts, SIGNATURE, &sig)
+        set(parts, SIGNATURE, &sig)?;
+        Ok(String::from_utf8_lossy(&base).into_owned())
     }
 
     /// The Signature-Input member: components, then `created expires keyid alg nonce tag`.

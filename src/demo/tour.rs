@@ -1,0 +1,170 @@
+//! The scripted tour: the same requests against the enforce and the monitor gateway, each
+//! with the status the shipped policies give it, and a plain-text table of what happened
+//! (status, outcome, error and reason from the gateway's own decision log).
+
+use serde_json::{json, Value};
+
+use super::{Demo, DemoError, DemoGateway};
+use crate::client::{tool_call, Agent, SignedRequest};
+
+/// The subject of the tour's tokens (the token file is for another user, so the quota the
+/// tour spends does not lock the user out of `payments.send`).
+const TOUR_USER: &str = "tour-user";
+/// An audience no demo gateway accepts.
+const OTHER_AUDIENCE: &str = "https://other.example/mcp";
+/// `payments.send` calls allowed per hour by the shipped `data.json`.
+const PAYMENTS_PER_HOUR: usize = 5;
+
+/// One line of the tour table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TourRow {
+    /// `enforce` or `monitor`.
+    pub mode: &'static str,
+    /// What was sent.
+    pub request: String,
+    /// The status the client got.
+    pub status: u16,
+    /// The status this step should get in this mode.
+    pub expected: u16,
+    /// `allow`, `deny` or `would_deny` (decision log).
+    pub outcome: String,
+    /// The error code (decision log), or empty.
+    pub error: String,
+    /// The reason (decision log), or empty.
+    pub reason: String,
+}
+
+/// Runs the tour on the enforce gateway, then on the monitor gateway.
+pub async fn run(demo: &Demo) -> Result<Vec<TourRow>, DemoError> {
+    let mut rows = run_on(demo, &demo.enforce).await?;
+    rows.extend(run_on(demo, &demo.monitor).await?);
+    Ok(rows)
+}
+
+struct Step<'a> {
+    gw: &'a DemoGateway,
+    http: reqwest::Client,
+    rows: Vec<TourRow>,
+}
+
+impl Step<'_> {
+    /// Sends `signed` (or a copy of it), records the row.
+    async fn send(&mut self, label: &str, enforce_status: u16, signed: &SignedRequest) -> Result<u16, DemoError> {
+        let (method, uri, headers, body) =
+            (signed.request.method().clone(), signed.request.uri().to_string(), signed.request.headers().clone(), signed.request.body().clone());
+        let resp = self.http.request(method, uri).headers(headers).body(body).send().await;
+        self.record(label, enforce_status, resp).await
+    }
+
+    async fn record(&mut self, label: &str, enforce_status: u16, resp: Result<reqwest::Response, reqwest::Error>) -> Result<u16, DemoError> {
+        let resp = resp.map_err(|e| DemoError::Tour { step: label.to_owned(), detail: e.to_string() })?;
+        let status = resp.status().as_u16();
+        let rid = resp.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        let _ = resp.bytes().await;
+        let line = decision_line(&self.gw.log, &rid);
+        let field = |k: &str| line.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let expected = if self.gw.mode == "monitor" { 200 } else { enforce_status };
+        self.rows.push(TourRow {
+            mode: self.gw.mode,
+            request: label.to_owned(),
+            status,
+            expected,
+            outcome: field("outcome"),
+            error: field("error"),
+            reason: field("reason"),
+        });
+        Ok(status)
+    }
+}
+
+/// The decision-log line of request `rid` (written before the response is sent).
+fn decision_line(log: &std::path::Path, rid: &str) -> Value {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines().rev().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|v| v["request_id"] == rid).unwrap_or(Value::Null)
+}
+
+fn tour_err(step: &str) -> impl Fn(crate::client::ClientError) -> DemoError + '_ {
+    move |e| DemoError::Tour { step: step.to_owned(), detail: e.to_string() }
+}
+
+async fn run_on(demo: &Demo, gw: &DemoGateway) -> Result<Vec<TourRow>, DemoError> {
+    let token = demo.issuer.mint_for(super::DEMO_RESOURCE, TOUR_USER, 300)?;
+    let wrong = demo.issuer.mint_for(OTHER_AUDIENCE, TOUR_USER, 300)?;
+    let agent = Agent::new(demo.agent_key.clone(), demo.agent_url()).map_err(tour_err("agent"))?;
+    let (with_token, wrong_aud) = (agent.clone().with_token(token.clone()), agent.with_token(wrong));
+    let http = reqwest::Client::builder().no_proxy().build().map_err(|e| DemoError::Tour { step: "client".to_owned(), detail: e.to_string() })?;
+    let mut step = Step { gw, http: http.clone(), rows: Vec::new() };
+    let url = gw.url.as_str();
+    let json_headers = {
+        let mut h = http::HeaderMap::new();
+        h.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+        h
+    };
+    let sign =
+        |agent: &Agent, label: &str, body: Value| agent.sign(http::Method::POST, url, &json_headers, body.to_string().into_bytes()).map_err(tour_err(label));
+    let weather = tool_call(1, "weather.get", json!({"city": "Paris"}));
+
+    let first = sign(&with_token, "allowed", weather.clone())?;
+    step.send("weather.get, signed, with token", 200, &first).await?;
+
+    let unsigned = http.post(url).bearer_auth(&token).header("content-type", "application/json").body(weather.to_string()).send().await;
+    step.record("weather.get, unsigned", 401, unsigned).await?;
+
+    step.send("the first request again (replay)", 401, &first).await?;
+
+    let aud = sign(&wrong_aud, "wrong audience", weather.clone())?;
+    step.send("weather.get, token for another audience", 401, &aud).await?;
+
+    let denied = sign(&with_token, "denied tool", tool_call(2, "shell.exec", json!({"cmd": "id"})))?;
+    step.send("shell.exec (not on the allow-list)", 403, &denied).await?;
+
+    let pay = |n: usize| tool_call(10 + n as u64, "payments.send", json!({"to": "bob", "amount": 20}));
+    let mut within = Step { gw, http: http.clone(), rows: Vec::new() };
+    for n in 1..=PAYMENTS_PER_HOUR {
+        let signed = sign(&with_token, "payment", pay(n))?;
+        within.send("payment", 200, &signed).await?;
+    }
+    // One row for the calls within quota: the first that was not 200, or the last.
+    if let Some(mut row) = within.rows.iter().find(|r| r.status != 200).or(within.rows.last()).cloned() {
+        row.request = format!("payments.send 20 USD, calls 1-{PAYMENTS_PER_HOUR} of {PAYMENTS_PER_HOUR}/hour");
+        step.rows.push(row);
+    }
+    let over = sign(&with_token, "over limit", pay(PAYMENTS_PER_HOUR + 1))?;
+    step.send(&format!("payments.send 20 USD, call {}", PAYMENTS_PER_HOUR + 1), 429, &over).await?;
+    Ok(step.rows)
+}
+
+/// The table: one line per step, with `ok` when the status is the expected one.
+pub fn render_table(rows: &[TourRow]) -> String {
+    let headers = ["mode", "request", "status", "expected", "outcome", "error", "reason"];
+    let cells: Vec<[String; 7]> = rows
+        .iter()
+        .map(|r| {
+            let check = if r.status == r.expected { "ok".to_owned() } else { format!("{} (!)", r.expected) };
+            [r.mode.to_owned(), r.request.clone(), r.status.to_string(), check, r.outcome.clone(), r.error.clone(), r.reason.clone()]
+        })
+        .collect();
+    let mut widths = headers.map(str::len);
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cols: &[String]| {
+        let mut out = String::new();
+        for (i, (c, w)) in cols.iter().zip(widths).enumerate() {
+            if i + 1 == cols.len() {
+                out.push_str(c);
+            } else {
+                out.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        out.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(&headers.map(String::from));
+    out.push_str(&line(&widths.map(|w| "-".repeat(w))));
+    for row in &cells {
+        out.push_str(&line(row));
+    }
+    out
+}

@@ -1,0 +1,101 @@
+//! `portcullis demo`: the stack starts on 127.0.0.1, the scripted tour gets the expected
+//! statuses in enforce and monitor mode (asserted row by row), `--tour-only` exits by itself,
+//! and the long-running mode serves the printed commands and stops on ctrl-c (SIGINT).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use portcullis::demo::{tour, Demo};
+
+const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
+
+/// (request, enforce status, error) for each tour row, in order.
+const EXPECTED: [(&str, u16, &str); 7] = [
+    ("weather.get, signed, with token", 200, ""),
+    ("weather.get, unsigned", 401, "invalid_agent_credentials"),
+    ("the first request again (replay)", 401, "replayed_signature"),
+    ("weather.get, token for another audience", 401, "invalid_token"),
+    ("shell.exec (not on the allow-list)", 403, "agent_access_denied"),
+    ("payments.send 20 USD, calls 1-5 of 5/hour", 200, ""),
+    ("payments.send 20 USD, call 6", 429, "rate_limit_exceeded"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tour_gets_the_expected_statuses_in_enforce_and_monitor_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = Demo::start(dir.path()).await.unwrap();
+    let rows = tour::run(&demo).await.unwrap();
+    assert_eq!(rows.len(), 14, "{rows:#?}");
+    for (row, (request, status, error)) in rows[..7].iter().zip(EXPECTED) {
+        assert_eq!((row.mode, row.request.as_str(), row.status, row.error.as_str()), ("enforce", request, status, error), "{row:#?}");
+        assert_eq!(row.outcome, if status == 200 { "allow" } else { "deny" });
+    }
+    assert_eq!(rows[4].reason, "tool_not_allowed");
+    for (row, (request, status, error)) in rows[7..].iter().zip(EXPECTED) {
+        assert_eq!((row.mode, row.request.as_str(), row.status, row.error.as_str()), ("monitor", request, 200, error), "monitor forwards everything: {row:#?}");
+        assert_eq!(row.outcome, if status == 200 { "allow" } else { "would_deny" });
+    }
+    let table = portcullis::demo::render_table(&rows);
+    assert!(table.lines().nth(2).unwrap().starts_with("enforce  weather.get, signed, with token"), "{table}");
+    assert!(!table.contains("(!)"), "{table}");
+
+    // The files a user needs to go on by hand: private key and token never world-readable.
+    use std::os::unix::fs::PermissionsExt;
+    for secret in ["agent.jwk", "token"] {
+        assert_eq!(std::fs::metadata(dir.path().join(secret)).unwrap().permissions().mode() & 0o777, 0o600, "{secret}");
+    }
+    let token = std::fs::read_to_string(dir.path().join("token")).unwrap();
+    assert!(!demo.try_it("portcullis").contains(&token), "the token is never printed");
+    demo.shutdown().await;
+}
+
+#[test]
+fn tour_only_prints_the_table_and_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN).args(["demo", "--tour-only", "--dir"]).arg(dir.path()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    for (request, status, _) in EXPECTED {
+        let line = stdout.lines().find(|l| l.starts_with("enforce") && l.contains(request)).unwrap_or_else(|| panic!("no row {request}: {stdout}"));
+        assert!(line.contains(&format!("  {status}  ")), "{line}");
+    }
+    assert!(stdout.contains("would_deny"), "{stdout}");
+    assert!(!stdout.contains("Try it"), "--tour-only does not stay up: {stdout}");
+}
+
+#[test]
+fn long_running_demo_serves_the_printed_command_and_stops_on_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN).args(["demo", "--dir"]).arg(dir.path()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut seen = String::new();
+    let command = loop {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "demo ended early: {seen}");
+        seen.push_str(&line);
+        if line.contains("--tool weather.get") {
+            break line.trim().to_owned();
+        }
+    };
+    // Run the printed command as a user would paste it (single-quoted JSON argument).
+    assert!(command.starts_with(&format!("{BIN} request ")), "the commands name the running executable: {command}");
+    let out = Command::new("sh").arg("-c").arg(&command).output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && printed.starts_with("HTTP/1.1 200 OK") && printed.contains("Sunny in Paris"), "{printed}");
+
+    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "demo did not stop on SIGINT");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(rest.contains("stopping"), "{rest}");
+}
