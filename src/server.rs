@@ -281,7 +281,7 @@ impl Shared {
             let claimed_agent = crate::telemetry::claimed_agent(&head.headers);
             let mut seen = Evidence::default();
             let read_started = Instant::now();
-            let body = self.read_body(&head, body).await;
+            let body = self.read_body(&head, body).instrument(crate::pipeline::stage_span(Stage::Body)).await;
             seen.timings.record(Stage::Body, read_started.elapsed());
 
             let mut upstream_error = None;
@@ -304,7 +304,7 @@ impl Shared {
                                 }
                             };
                             let started = Instant::now();
-                            let result = self.upstream.forward(inbound, fwd, &seen).await;
+                            let result = self.upstream.forward(inbound, fwd, &seen).instrument(crate::pipeline::stage_span(Stage::Upstream)).await;
                             seen.timings.record(Stage::Upstream, started.elapsed());
                             let resp = match result {
                                 Ok(resp) => resp,
