@@ -19,4 +19,15 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 redis-server --version
 
+# The report test renders the rollout report's HTML in headless Chromium (it skips, saying so,
+# when chromium is missing).
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "installing chromium (needed by the report render check)" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+chromium --version
+
 cargo test --locked "$@"

@@ -625,11 +625,13 @@ pub struct RawLog {
     /// Diagnostic log filter (tracing `EnvFilter` syntax); `RUST_LOG` overrides it.
     #[serde(default = "d_level")]
     pub level: String,
+    /// OTLP/HTTP traces URL (e.g. `http://collector:4318/v1/traces`); absent = no tracing export.
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Default for RawLog {
     fn default() -> Self {
-        RawLog { decisions: d_decisions(), level: d_level() }
+        RawLog { decisions: d_decisions(), level: d_level(), otlp_endpoint: None }
     }
 }
 
@@ -758,6 +760,8 @@ pub struct Log {
     pub decisions: DecisionSink,
     /// Diagnostic filter.
     pub level: String,
+    /// Where spans are exported (OTLP/HTTP protobuf), when set.
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Config {
@@ -881,6 +885,15 @@ impl Config {
         check("state.connect_timeout", nonzero(raw.state.connect_timeout.0));
         check("state.command_timeout", nonzero(raw.state.command_timeout.0));
         check("state.max_replay_entries", if raw.state.max_replay_entries == 0 { Err("must be at least 1".into()) } else { Ok(()) });
+        if let Some(endpoint) = &raw.log.otlp_endpoint {
+            check(
+                "log.otlp_endpoint",
+                match url::Url::parse(endpoint) {
+                    Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(()),
+                    _ => Err(format!("{endpoint:?} is not an http(s) URL (e.g. \"http://collector:4318/v1/traces\")")),
+                },
+            );
+        }
         check("log.level", tracing_subscriber::EnvFilter::try_new(&raw.log.level).map(|_| ()).map_err(|e| format!("invalid filter {:?}: {e}", raw.log.level)));
         if let (Ok(l), Ok(Some(a))) = (&listen_addr, &admin) {
             if l == a && l.port() != 0 {
@@ -914,7 +927,7 @@ impl Config {
                 policy: raw.policy,
                 state: RawState { ca: raw.state.ca.as_ref().map(|c| base_dir.join(c)), ..raw.state },
                 admin,
-                log: Log { decisions, level: raw.log.level },
+                log: Log { decisions, level: raw.log.level, otlp_endpoint: raw.log.otlp_endpoint },
                 origin: origin.to_owned(),
                 base_dir: base_dir.to_owned(),
             }),

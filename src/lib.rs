@@ -21,6 +21,7 @@ pub mod digest;
 pub mod directory;
 pub mod mcp;
 pub mod oauth;
+pub mod otel;
 pub mod pipeline;
 pub mod policy;
 pub mod proxy;

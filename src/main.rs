@@ -250,7 +250,14 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            portcullis::telemetry::init_tracing(&config.log.level);
+            // Declared before the runtime so it is dropped (flushing spans) after it.
+            let _otel = match portcullis::otel::init_tracing(&config.log.level, config.log.otlp_endpoint.as_deref()) {
+                Ok(guard) => guard,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {

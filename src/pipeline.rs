@@ -162,11 +162,16 @@ pub struct PolicyTrace {
     pub version: String,
 }
 
+/// The span of one pipeline stage (a child of the request span; exported when OTLP is on).
+pub fn stage_span(stage: Stage) -> tracing::Span {
+    tracing::info_span!("stage", otel.name = stage.as_str(), stage = stage.as_str())
+}
+
 impl Evidence {
     /// Runs `f` as `stage`, recording its duration.
     fn timed<T>(&mut self, stage: Stage, f: impl FnOnce() -> T) -> T {
         let start = Instant::now();
-        let out = f();
+        let out = stage_span(stage).in_scope(f);
         self.timings.record(stage, start.elapsed());
         out
     }
@@ -174,7 +179,7 @@ impl Evidence {
     /// Awaits `f` as `stage`, recording its duration (added to earlier time in that stage).
     async fn timed_async<T>(&mut self, stage: Stage, f: impl Future<Output = T>) -> T {
         let start = Instant::now();
-        let out = f.await;
+        let out = tracing::Instrument::instrument(f, stage_span(stage)).await;
         self.timings.record(stage, start.elapsed());
         out
     }
@@ -287,7 +292,7 @@ pub async fn check(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Decis
     seen.mcp = Some(seen.timed(Stage::Mcp, || mcp::parse(&req.head.method, &req.head.headers, &req.body))?);
     let quotas = authorize(req, stages, seen)?;
     let started = Instant::now();
-    let spent = stages.quotas.spend(&quotas, req.now).await;
+    let spent = tracing::Instrument::instrument(stages.quotas.spend(&quotas, req.now), stage_span(Stage::Quota)).await;
     seen.timings.record(Stage::Quota, started.elapsed());
     if let Err(QuotaError::Exhausted { key, .. }) = &spent {
         seen.quota_exhausted = Some(key.clone());
@@ -316,7 +321,7 @@ async fn verify_signature(req: &Inbound, stages: &Stages) -> Result<Option<Verif
 fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Result<Vec<QuotaSpec>, Denial> {
     let started = Instant::now();
     let empty = McpRequest::default();
-    let (decided, scopes) = {
+    let (decided, scopes) = stage_span(Stage::Policy).in_scope(|| {
         let agent = seen.agent.as_ref().map(|a| AgentView { id: a.agent(), keyid: a.keyid(), tag: a.tag() });
         let token = seen.token.as_ref().map(|t| TokenView { iss: t.iss(), sub: t.sub().unwrap_or(""), aud: t.aud(), scopes: t.scopes(), claims: t.claims() });
         let host = req.head.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).or(req.head.uri.authority().map(|a| a.as_str())).unwrap_or("");
@@ -325,7 +330,7 @@ fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Result<Vec<
         let decided = stages.policy.decide(&input);
         let scopes = decided.as_ref().map(|d| check_scopes(&d.verdict.required_scopes, token.as_ref())).unwrap_or(Ok(()));
         (decided, scopes)
-    };
+    });
     seen.timings.record(Stage::Policy, started.elapsed());
     let decided = match decided {
         Ok(d) => d,

@@ -278,9 +278,10 @@ impl Shared {
             let method = req.method().clone();
             let path = req.uri().path().to_owned();
             let (head, body) = req.into_parts();
+            let claimed_agent = crate::telemetry::claimed_agent(&head.headers);
             let mut seen = Evidence::default();
             let read_started = Instant::now();
-            let body = self.read_body(&head, body).await;
+            let body = self.read_body(&head, body).instrument(crate::pipeline::stage_span(Stage::Body)).await;
             seen.timings.record(Stage::Body, read_started.elapsed());
 
             let mut upstream_error = None;
@@ -303,7 +304,7 @@ impl Shared {
                                 }
                             };
                             let started = Instant::now();
-                            let result = self.upstream.forward(inbound, fwd, &seen).await;
+                            let result = self.upstream.forward(inbound, fwd, &seen).instrument(crate::pipeline::stage_span(Stage::Upstream)).await;
                             seen.timings.record(Stage::Upstream, started.elapsed());
                             let resp = match result {
                                 Ok(resp) => resp,
@@ -333,6 +334,7 @@ impl Shared {
                 method: method.as_str(),
                 path: &path,
                 agent: seen.agent.as_ref().map(|a| a.agent()),
+                claimed_agent,
                 keyid: seen.agent.as_ref().map(|a| a.keyid()),
                 sub: seen.token.as_ref().and_then(|t| t.sub()),
                 mcp_method: seen.mcp.as_ref().and_then(|m| m.first_method()),

@@ -213,6 +213,10 @@ pub struct DecisionRecord<'a> {
     pub path: &'a str,
     /// The verified agent identity (its directory origin), when a signature was verified.
     pub agent: Option<&'a str>,
+    /// The agent the request's `Signature-Agent` header named, verified or not (the first
+    /// usable member: a directory's origin, else the URL). Not a secret: it is what an
+    /// unverified agent claimed to be, and the rollout report lists those that never verify.
+    pub claimed_agent: Option<String>,
     /// The verified signature's keyid.
     pub keyid: Option<&'a str>,
     /// The verified token's `sub`.
@@ -241,6 +245,19 @@ impl<'a> DecisionRecord<'a> {
         }
         self
     }
+}
+
+/// The agent a request's `Signature-Agent` header claims, before (or without) verification:
+/// the first usable member's directory origin or URL. `None` when the header is absent or does
+/// not parse; the pipeline, not this, decides what that means.
+pub fn claimed_agent(headers: &http::HeaderMap) -> Option<String> {
+    use crate::signature::parse::{combined_field, parse_signature_agent};
+    use crate::signature::AgentKind;
+    let field = combined_field(headers, crate::signature::parse::SIGNATURE_AGENT).ok()??;
+    parse_signature_agent(&field).ok()?.into_iter().find_map(|m| {
+        let a = m.agent.ok()?;
+        Some(if a.kind() == AgentKind::Directory { a.origin() } else { a.url().as_str().to_owned() })
+    })
 }
 
 fn stage_key(stage: Stage) -> String {
