@@ -9,25 +9,23 @@ if [ ! -d ../shared/spec/vectors ]; then
   echo "warning: ../shared/spec/vectors not found; vector tests will fail" >&2
 fi
 
-# Shared-state tests start their own redis-server processes on free loopback ports.
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "installing redis-server (needed by the shared-state tests)" >&2
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
-fi
-redis-server --version
+# Installs Debian package $2 when command $1 is missing (CI and developer machines run as root;
+# elsewhere sudo is used). $3 says why, in the log.
+need() {
+  if ! command -v "$1" >/dev/null 2>&1; then
+    echo "installing $2 ($3)" >&2
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$2" >/dev/null
+  fi
+}
 
-# The report test renders the rollout report's HTML in headless Chromium (it skips, saying so,
-# when chromium is missing).
-if ! command -v chromium >/dev/null 2>&1; then
-  echo "installing chromium (needed by the report render check)" >&2
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
-fi
+# Shared-state tests start their own redis-server processes on free loopback ports.
+need redis-server redis-server "the shared-state tests"
+redis-server --version
+# The report test renders the rollout report's HTML in headless Chromium.
+need chromium chromium "the report render check"
 chromium --version
 
 cargo test --locked "$@"
