@@ -100,6 +100,15 @@ fn summarise_log(log: &std::path::Path, html: Option<&std::path::Path>) -> Resul
     Ok(r.render_text())
 }
 
+/// The async runtime for a command; a runtime that cannot start is reported once, here.
+fn runtime(multi_thread: bool) -> Result<tokio::runtime::Runtime, ExitCode> {
+    let mut builder = if multi_thread { tokio::runtime::Builder::new_multi_thread() } else { tokio::runtime::Builder::new_current_thread() };
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("error: cannot start the async runtime: {e}");
+        ExitCode::FAILURE
+    })
+}
+
 /// Prints a tooling result: text on stdout (exit 1 if it reports failure), errors on stderr (2).
 fn report(result: Result<(String, bool), String>) -> ExitCode {
     match result {
@@ -120,12 +129,9 @@ fn report(result: Result<(String, bool), String>) -> ExitCode {
 
 /// Runs `portcullis request`: exit 0 for a 2xx answer, 1 for another status, 2 when no answer.
 fn request(args: &portcullis::client::cli::RequestArgs) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match runtime(false) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     match rt.block_on(portcullis::client::cli::request(args)) {
         Ok(out) => {
@@ -146,12 +152,9 @@ fn request(args: &portcullis::client::cli::RequestArgs) -> ExitCode {
 
 /// Runs `portcullis demo`: exit 0 when every tour step got its expected status.
 fn demo(args: &portcullis::demo::cli::DemoArgs) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match runtime(true) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     match rt.block_on(portcullis::demo::cli::run(args)) {
         Ok(true) => ExitCode::SUCCESS,
@@ -181,12 +184,9 @@ fn main() -> ExitCode {
             }
         },
         Command::ExampleBackend { addr } => {
-            let rt = match tokio::runtime::Runtime::new() {
+            let rt = match runtime(true) {
                 Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: cannot start the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
+                Err(code) => return code,
             };
             rt.block_on(async move {
                 match portcullis::demo::backend::Backend::start(addr).await {
@@ -258,12 +258,9 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            let rt = match runtime(true) {
                 Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: cannot start the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
+                Err(code) => return code,
             };
             rt.block_on(async move {
                 match portcullis::server::start(config).await {
