@@ -2,7 +2,7 @@
 //! keys the config accepts, the full example config parses and lists them all, the
 //! troubleshooting table covers every refusal code, and every guide is linked from README.
 //!
-//! The accepted keys are derived from the `Raw*` structs in src/config.rs (each field of a
+//! The accepted keys are derived from the `Raw*` structs in src/config/raw.rs (each field of a
 //! `deny_unknown_fields` struct is a key; a field whose type is another `Raw*` struct is a
 //! section), so a new config field fails this test until README and the example list it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
@@ -45,8 +45,8 @@ fn raw_structs(source: &str) -> BTreeMap<String, Vec<(String, String)>> {
 
 /// Every key the config accepts, as dotted paths, derived from the `Raw*` structs.
 fn accepted_keys() -> BTreeSet<String> {
-    let structs = raw_structs(&read("src/config.rs"));
-    assert!(structs.contains_key("RawConfig") && structs.len() > 8, "src/config.rs Raw* structs not found: {:?}", structs.keys());
+    let structs = raw_structs(&read("src/config/raw.rs"));
+    assert!(structs.contains_key("RawConfig") && structs.len() > 8, "src/config/raw.rs Raw* structs not found: {:?}", structs.keys());
     fn walk(structs: &BTreeMap<String, Vec<(String, String)>>, name: &str, prefix: &str, out: &mut BTreeSet<String>) {
         for (field, ty) in &structs[name] {
             let key = format!("{prefix}{field}");

@@ -1,0 +1,417 @@
+//! Configuration: TOML → [`RawConfig`] (serde, mirrors the file) → [`Config`] (validated).
+//!
+//! Loaded once at start. Every key is listed in PRODUCT.md "Configuration"; unknown keys are an
+//! error that names the key (serde's `deny_unknown_fields`, which cannot be combined with
+//! `flatten`, so no section flattens). Validation checks every field before failing and the
+//! error names each bad field by its dotted path. `portcullis check` runs exactly this code
+//! plus the stage constructors (keys, policy, TLS material).
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use url::Url;
+
+mod raw;
+mod units;
+
+pub use raw::*;
+pub use units::{parse_duration, parse_size, ByteSize, HumanDuration};
+
+/// The configuration used when no `--config` is given (see README "Embedded defaults").
+pub const EMBEDDED_DEFAULT: &str = include_str!("../default_config.toml");
+
+/// Whether refusals are sent (`enforce`) or only logged as `would_deny` (`monitor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Refuse what the pipeline denies.
+    Enforce,
+    /// Decide and log everything the same way, but forward every request.
+    Monitor,
+}
+
+impl Mode {
+    /// The name used in the config and the decision log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Monitor => "monitor",
+        }
+    }
+}
+
+/// A config that failed to load or validate. The message names the file and every bad field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file named by `--config`.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed, has an unknown key, or a value of the wrong type.
+    #[error("{origin}: {message}")]
+    Syntax {
+        /// The file, or "embedded default config".
+        origin: String,
+        /// The TOML parser's message, which names the key and the line.
+        message: String,
+    },
+    /// One or more fields failed validation.
+    #[error("{origin}: invalid configuration:\n{}", .errors.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n"))]
+    Invalid {
+        /// The file, or "embedded default config".
+        origin: String,
+        /// Each bad field with the reason.
+        errors: Vec<FieldError>,
+    },
+}
+
+/// One invalid field: its dotted path and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// Dotted path of the key, e.g. `limits.max_body`.
+    pub field: String,
+    /// What is wrong, in words a user can act on.
+    pub reason: String,
+}
+
+impl FieldError {
+    /// A new error for `field`.
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        FieldError { field: field.into(), reason: reason.into() }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.reason)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validated configuration.
+// ---------------------------------------------------------------------------------------------
+
+/// The validated configuration every stage is built from.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Enforce or monitor.
+    pub mode: Mode,
+    /// Client-facing listener.
+    pub listen: Listen,
+    /// The MCP backend.
+    pub upstream: Upstream,
+    /// Size and time limits on client input.
+    pub limits: Limits,
+    /// Agent identity settings (stages 2–6), as written; the identity stage validates keys.
+    pub signatures: RawSignatures,
+    /// User authority settings (stage 7).
+    pub oauth: OAuth,
+    /// Policy settings (stages 9–10).
+    pub policy: RawPolicy,
+    /// Shared state.
+    pub state: RawState,
+    /// Admin listener address.
+    pub admin: Option<SocketAddr>,
+    /// Decision log target.
+    pub log: Log,
+    /// Where the config came from (file path or "embedded default config"), for messages.
+    pub origin: String,
+    /// The folder relative paths in the config are resolved against.
+    pub base_dir: PathBuf,
+}
+
+/// Validated `[listen]`.
+#[derive(Debug, Clone)]
+pub struct Listen {
+    /// Where to accept connections.
+    pub addr: SocketAddr,
+    /// The protected resource URL (no fragment).
+    pub public_url: Url,
+    /// Certificate and key paths, when TLS is on.
+    pub tls: Option<TlsFiles>,
+}
+
+/// Paths of the PEM certificate chain and private key.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// Certificate chain.
+    pub cert: PathBuf,
+    /// Private key.
+    pub key: PathBuf,
+}
+
+/// Validated `[upstream]`.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// Backend base URL (http).
+    pub url: Url,
+    /// TCP connect timeout.
+    pub connect_timeout: Duration,
+    /// Time to response headers.
+    pub response_timeout: Duration,
+    /// Idle pooled connections kept.
+    pub pool_max_idle: usize,
+    /// Idle pooled connection lifetime.
+    pub pool_idle_timeout: Duration,
+}
+
+/// Validated `[limits]`.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Body bound in bytes.
+    pub max_body: u64,
+    /// Request head bound in bytes.
+    pub max_header_bytes: usize,
+    /// Header line count bound.
+    pub max_headers: usize,
+    /// Time to receive the head.
+    pub header_timeout: Duration,
+    /// Time to receive the body.
+    pub body_timeout: Duration,
+    /// Drain time on shutdown.
+    pub shutdown_grace: Duration,
+    /// Open client connections bound.
+    pub max_connections: usize,
+    /// HTTP/2 streams per connection bound.
+    pub max_streams_per_connection: u32,
+}
+
+/// Validated `[oauth]` basics; the token stage validates the rest.
+#[derive(Debug, Clone)]
+pub struct OAuth {
+    /// The section as written.
+    pub raw: RawOAuth,
+    /// The audience tokens must contain (defaults to `listen.public_url`).
+    pub audience: String,
+}
+
+/// Where decision-log lines go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecisionSink {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+    /// Not written (metrics still count).
+    Off,
+    /// Appended to this file.
+    File(PathBuf),
+}
+
+/// Validated `[log]`.
+#[derive(Debug, Clone)]
+pub struct Log {
+    /// Decision log target.
+    pub decisions: DecisionSink,
+    /// Diagnostic filter.
+    pub level: String,
+    /// Where spans are exported (OTLP/HTTP protobuf), when set.
+    pub otlp_endpoint: Option<String>,
+}
+
+impl Config {
+    /// Loads and validates a config file. Relative paths inside it are resolved against the
+    /// file's folder.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Config::parse(&text, &path.display().to_string(), &base)
+    }
+
+    /// The embedded default config (README "Embedded defaults").
+    pub fn embedded_default() -> Result<Config, ConfigError> {
+        Config::parse(EMBEDDED_DEFAULT, "embedded default config", Path::new("."))
+    }
+
+    /// Parses and validates TOML text. `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str, base_dir: &Path) -> Result<Config, ConfigError> {
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Syntax { origin: origin.to_owned(), message: e.to_string().trim_end().to_owned() })?;
+        Config::validate(raw, origin, base_dir)
+    }
+
+    /// Validates every field and collects all problems before failing.
+    pub fn validate(raw: RawConfig, origin: &str, base_dir: &Path) -> Result<Config, ConfigError> {
+        let mut errs = Vec::new();
+        let mut check = |field: &str, r: Result<(), String>| {
+            if let Err(reason) = r {
+                errs.push(FieldError::new(field, reason));
+            }
+        };
+
+        let listen_addr = raw.listen.addr.parse::<SocketAddr>().map_err(|e| format!("{:?} is not a socket address (host:port): {e}", raw.listen.addr));
+        let public_url = parse_url(&raw.listen.public_url, &["https", "http"]).and_then(|u| {
+            if u.fragment().is_some() || u.query().is_some() {
+                Err("the resource URL must not have a query or fragment (RFC 8707 §2)".to_owned())
+            } else if !u.username().is_empty() || u.password().is_some() {
+                Err("the resource URL must not carry user information".to_owned())
+            } else {
+                Ok(u)
+            }
+        });
+        let tls = match (&raw.listen.tls_cert, &raw.listen.tls_key) {
+            (Some(c), Some(k)) => Ok(Some(TlsFiles { cert: base_dir.join(c), key: base_dir.join(k) })),
+            (None, None) => Ok(None),
+            (Some(_), None) => Err("listen.tls_key"),
+            (None, Some(_)) => Err("listen.tls_cert"),
+        };
+        let upstream_url = parse_url(&raw.upstream.url, &["http"]).and_then(|u| {
+            if u.query().is_some() || u.fragment().is_some() {
+                Err("the upstream URL must not have a query or fragment".to_owned())
+            } else if !u.username().is_empty() || u.password().is_some() {
+                Err("the upstream URL must not carry credentials (they would be logged and not sent)".to_owned())
+            } else {
+                Ok(u)
+            }
+        });
+        let admin = raw.admin.addr.as_ref().map(|a| a.parse::<SocketAddr>().map_err(|e| format!("{a:?} is not a socket address (host:port): {e}"))).transpose();
+        let decisions = match raw.log.decisions.as_str() {
+            "stdout" => DecisionSink::Stdout,
+            "stderr" => DecisionSink::Stderr,
+            "off" => DecisionSink::Off,
+            p => DecisionSink::File(base_dir.join(p)),
+        };
+        let audience = raw.oauth.audience.clone().unwrap_or_else(|| raw.listen.public_url.clone());
+
+        check("listen.addr", listen_addr.as_ref().map(|_| ()).map_err(Clone::clone));
+        check("listen.public_url", public_url.as_ref().map(|_| ()).map_err(Clone::clone));
+        if let Err(missing) = &tls {
+            check(missing, Err("tls_cert and tls_key must be set together".to_owned()));
+        }
+        check("upstream.url", upstream_url.as_ref().map(|_| ()).map_err(Clone::clone));
+        check("upstream.connect_timeout", nonzero(raw.upstream.connect_timeout.0));
+        check("upstream.response_timeout", nonzero(raw.upstream.response_timeout.0));
+        check(
+            "limits.max_body",
+            if raw.limits.max_body.0 == 0 || raw.limits.max_body.0 > 256 << 20 { Err("must be between 1 byte and 256MiB".into()) } else { Ok(()) },
+        );
+        check("limits.shutdown_grace", nonzero(raw.limits.shutdown_grace.0));
+        check("limits.max_connections", if raw.limits.max_connections == 0 { Err("must be at least 1".into()) } else { Ok(()) });
+        check(
+            "limits.max_streams_per_connection",
+            if !(1..=10_000).contains(&raw.limits.max_streams_per_connection) { Err("must be between 1 and 10000".into()) } else { Ok(()) },
+        );
+        check("upstream.pool_idle_timeout", nonzero(raw.upstream.pool_idle_timeout.0));
+        if let Some(issuer) = &raw.oauth.issuer {
+            check("oauth.issuer", parse_url(issuer, &["https"]).map(|_| ()));
+        }
+        if let Some(jwks) = &raw.oauth.jwks_url {
+            check("oauth.jwks_url", parse_url(jwks, &["https"]).map(|_| ()));
+        }
+        for scope in &raw.oauth.scopes_supported {
+            // RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E )
+            let ok = !scope.is_empty() && scope.bytes().all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b));
+            check("oauth.scopes_supported", if ok { Ok(()) } else { Err(format!("{scope:?} is not a valid scope token (RFC 6749 §3.3)")) });
+        }
+        check(
+            "limits.max_header_bytes",
+            if raw.limits.max_header_bytes.0 < 8192 || raw.limits.max_header_bytes.0 > 16 << 20 {
+                Err("must be between 8KiB and 16MiB".into())
+            } else {
+                Ok(())
+            },
+        );
+        check(
+            "limits.max_headers",
+            if raw.limits.max_headers < 16 || raw.limits.max_headers > 10_000 { Err("must be between 16 and 10000".into()) } else { Ok(()) },
+        );
+        check("limits.header_timeout", nonzero(raw.limits.header_timeout.0));
+        check("limits.body_timeout", nonzero(raw.limits.body_timeout.0));
+        check("admin.addr", admin.as_ref().map(|_| ()).map_err(Clone::clone));
+        check("oauth.audience", parse_url(&audience, &["https", "http"]).map(|_| ()));
+        check(
+            "state.store",
+            match raw.state.store.split_once("://") {
+                None if raw.state.store == "memory" => Ok(()),
+                Some(("redis" | "rediss", rest)) if !rest.is_empty() => Ok(()),
+                _ => Err(format!("unsupported store {:?}: use \"memory\" or \"redis://host:port/db\" (\"rediss://\" for TLS)", raw.state.store)),
+            },
+        );
+        check("state.connect_timeout", nonzero(raw.state.connect_timeout.0));
+        check("state.command_timeout", nonzero(raw.state.command_timeout.0));
+        check("state.max_replay_entries", if raw.state.max_replay_entries == 0 { Err("must be at least 1".into()) } else { Ok(()) });
+        if let Some(endpoint) = &raw.log.otlp_endpoint {
+            check(
+                "log.otlp_endpoint",
+                match url::Url::parse(endpoint) {
+                    Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(()),
+                    _ => Err(format!("{endpoint:?} is not an http(s) URL (e.g. \"http://collector:4318/v1/traces\")")),
+                },
+            );
+        }
+        check("log.level", tracing_subscriber::EnvFilter::try_new(&raw.log.level).map(|_| ()).map_err(|e| format!("invalid filter {:?}: {e}", raw.log.level)));
+        if let (Ok(l), Ok(Some(a))) = (&listen_addr, &admin) {
+            if l == a && l.port() != 0 {
+                check("admin.addr", Err(format!("must differ from listen.addr ({l})")));
+            }
+        }
+
+        match (listen_addr, public_url, tls, upstream_url, admin) {
+            (Ok(addr), Ok(public_url), Ok(tls), Ok(url), Ok(admin)) if errs.is_empty() => Ok(Config {
+                mode: raw.mode,
+                listen: Listen { addr, public_url, tls },
+                upstream: Upstream {
+                    url,
+                    connect_timeout: raw.upstream.connect_timeout.0,
+                    response_timeout: raw.upstream.response_timeout.0,
+                    pool_max_idle: raw.upstream.pool_max_idle,
+                    pool_idle_timeout: raw.upstream.pool_idle_timeout.0,
+                },
+                limits: Limits {
+                    max_body: raw.limits.max_body.0,
+                    max_header_bytes: raw.limits.max_header_bytes.0 as usize,
+                    max_headers: raw.limits.max_headers,
+                    header_timeout: raw.limits.header_timeout.0,
+                    body_timeout: raw.limits.body_timeout.0,
+                    shutdown_grace: raw.limits.shutdown_grace.0,
+                    max_connections: raw.limits.max_connections,
+                    max_streams_per_connection: raw.limits.max_streams_per_connection,
+                },
+                signatures: raw.signatures,
+                oauth: OAuth { raw: raw.oauth, audience },
+                policy: raw.policy,
+                state: RawState { ca: raw.state.ca.as_ref().map(|c| base_dir.join(c)), ..raw.state },
+                admin,
+                log: Log { decisions, level: raw.log.level, otlp_endpoint: raw.log.otlp_endpoint },
+                origin: origin.to_owned(),
+                base_dir: base_dir.to_owned(),
+            }),
+            _ => Err(ConfigError::Invalid { origin: origin.to_owned(), errors: errs }),
+        }
+    }
+
+    /// The RFC 9728 metadata URL for the resource: `<origin>/.well-known/oauth-protected-resource`.
+    pub fn resource_metadata_url(&self) -> String {
+        let u = &self.listen.public_url;
+        format!("{}/.well-known/oauth-protected-resource", u.origin().ascii_serialization())
+    }
+}
+
+fn parse_url(s: &str, schemes: &[&str]) -> Result<Url, String> {
+    let u = Url::parse(s).map_err(|e| format!("{s:?} is not a URL: {e}"))?;
+    if !schemes.contains(&u.scheme()) {
+        return Err(format!("{s:?} must use {}", schemes.join(" or ")));
+    }
+    if u.host_str().is_none() {
+        return Err(format!("{s:?} has no host"));
+    }
+    Ok(u)
+}
+
+fn nonzero(d: Duration) -> Result<(), String> {
+    if d.is_zero() {
+        Err("must be greater than zero".into())
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,506 @@
+//! The TOML file as written: [`RawConfig`] and one struct per section, with the defaults that let
+//! a file stay short. `deny_unknown_fields` on every struct makes an unknown key an error that
+//! names it; it cannot be combined with `flatten`, so no section flattens.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::units::{ByteSize, HumanDuration};
+use super::Mode;
+
+// ---------------------------------------------------------------------------------------------
+// Raw configuration: mirrors the TOML file. Defaults live here so the file can stay short.
+// ---------------------------------------------------------------------------------------------
+
+/// The TOML file as written. See PRODUCT.md "Configuration".
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// `enforce` (default) or `monitor`.
+    #[serde(default = "default_mode")]
+    pub mode: Mode,
+    /// `[listen]`
+    pub listen: RawListen,
+    /// `[upstream]`
+    pub upstream: RawUpstream,
+    /// `[limits]`
+    #[serde(default)]
+    pub limits: RawLimits,
+    /// `[signatures]`
+    #[serde(default)]
+    pub signatures: RawSignatures,
+    /// `[oauth]`
+    #[serde(default)]
+    pub oauth: RawOAuth,
+    /// `[policy]`
+    #[serde(default)]
+    pub policy: RawPolicy,
+    /// `[state]`
+    #[serde(default)]
+    pub state: RawState,
+    /// `[admin]`
+    #[serde(default)]
+    pub admin: RawAdmin,
+    /// `[log]`
+    #[serde(default)]
+    pub log: RawLog,
+}
+
+fn default_mode() -> Mode {
+    Mode::Enforce
+}
+
+/// `[listen]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListen {
+    /// Socket address to accept client connections on.
+    pub addr: String,
+    /// The public URL of the protected MCP endpoint: token audience and PRM `resource`.
+    pub public_url: String,
+    /// PEM certificate chain; with `tls_key`, the listener speaks TLS (rustls).
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for `tls_cert`.
+    pub tls_key: Option<PathBuf>,
+}
+
+/// `[upstream]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    /// The MCP backend; the inbound path and query are appended to its path.
+    pub url: String,
+    /// Time allowed to open a TCP connection to the backend (then 502).
+    #[serde(default = "d_connect_timeout")]
+    pub connect_timeout: HumanDuration,
+    /// Time allowed until the backend's response headers arrive (then 504). Response bodies
+    /// (SSE streams) are not limited in time.
+    #[serde(default = "d_response_timeout")]
+    pub response_timeout: HumanDuration,
+    /// Idle pooled connections kept per backend host.
+    #[serde(default = "d_pool_idle")]
+    pub pool_max_idle: usize,
+    /// How long an idle pooled connection is kept. Keep it below the backend's own keep-alive
+    /// timeout (Node.js and uvicorn: 5 s), or a request may be written to a closing socket.
+    #[serde(default = "d_pool_idle_timeout")]
+    pub pool_idle_timeout: HumanDuration,
+}
+
+fn d_connect_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(5))
+}
+fn d_response_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+fn d_pool_idle() -> usize {
+    64
+}
+fn d_pool_idle_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(4))
+}
+
+/// `[limits]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    /// Largest request body accepted; larger → 413 before any parsing.
+    #[serde(default = "d_max_body")]
+    pub max_body: ByteSize,
+    /// Largest request head (request line + headers) accepted on HTTP/1.1 and HTTP/2.
+    #[serde(default = "d_max_header_bytes")]
+    pub max_header_bytes: ByteSize,
+    /// Most header lines accepted on an HTTP/1.1 request.
+    #[serde(default = "d_max_headers")]
+    pub max_headers: usize,
+    /// Time a client has to send the request head (slow-loris guard).
+    #[serde(default = "d_header_timeout")]
+    pub header_timeout: HumanDuration,
+    /// Time a client has to send the whole body once the head arrived.
+    #[serde(default = "d_body_timeout")]
+    pub body_timeout: HumanDuration,
+    /// Time in-flight requests get to finish after SIGTERM / ctrl-c.
+    #[serde(default = "d_shutdown_grace")]
+    pub shutdown_grace: HumanDuration,
+    /// Most client connections open at once; more wait in the accept queue.
+    #[serde(default = "d_max_connections")]
+    pub max_connections: usize,
+    /// Most concurrent HTTP/2 streams per client connection.
+    #[serde(default = "d_max_streams")]
+    pub max_streams_per_connection: u32,
+}
+
+impl Default for RawLimits {
+    fn default() -> Self {
+        RawLimits {
+            max_body: d_max_body(),
+            max_header_bytes: d_max_header_bytes(),
+            max_headers: d_max_headers(),
+            header_timeout: d_header_timeout(),
+            body_timeout: d_body_timeout(),
+            shutdown_grace: d_shutdown_grace(),
+            max_connections: d_max_connections(),
+            max_streams_per_connection: d_max_streams(),
+        }
+    }
+}
+
+fn d_max_body() -> ByteSize {
+    ByteSize(1 << 20)
+}
+fn d_max_header_bytes() -> ByteSize {
+    ByteSize(64 << 10)
+}
+fn d_max_headers() -> usize {
+    100
+}
+fn d_header_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(10))
+}
+fn d_body_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+fn d_shutdown_grace() -> HumanDuration {
+    HumanDuration(Duration::from_secs(10))
+}
+fn d_max_connections() -> usize {
+    10_000
+}
+fn d_max_streams() -> u32 {
+    100
+}
+
+/// `[signatures]` (stages 2–6).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSignatures {
+    /// Refuse requests without a valid signature.
+    #[serde(default = "d_true")]
+    pub required: bool,
+    /// The `tag` parameter of the signature to verify.
+    #[serde(default = "d_tag")]
+    pub tag: String,
+    /// Components every signature must cover (`content-digest` only when there is a body).
+    #[serde(default = "d_components")]
+    pub components: Vec<String>,
+    /// Longest accepted lifetime `expires - created`.
+    #[serde(default = "d_max_age")]
+    pub max_age: HumanDuration,
+    /// Tolerated clock difference with signers.
+    #[serde(default = "d_skew")]
+    pub clock_skew: HumanDuration,
+    /// Origins whose key directories may be fetched; empty = none.
+    #[serde(default)]
+    pub trusted_agents: Vec<String>,
+    /// Extra PEM trust root for directory fetches.
+    pub directory_ca: Option<PathBuf>,
+    /// Accept the legacy sf-string `Signature-Agent` form (logged).
+    #[serde(default = "d_true")]
+    pub accept_legacy_agent: bool,
+    /// Refuse signatures without `nonce`.
+    #[serde(default)]
+    pub require_nonce: bool,
+    /// The `@authority` agents sign, when a TLS terminator rewrites `Host`.
+    pub authority: Option<String>,
+    /// Static keys: no directory fetch.
+    #[serde(default)]
+    pub keys: Vec<RawStaticKey>,
+    /// Wall-clock limit on one key directory fetch (connect, TLS, headers and body).
+    #[serde(default = "d_directory_timeout")]
+    pub directory_timeout: HumanDuration,
+    /// Shortest time a fetched directory is kept, whatever its `Cache-Control` says; also the
+    /// least time between two fetches of one directory (no fetch storm on unknown keyids).
+    #[serde(default = "d_directory_min_ttl")]
+    pub directory_min_ttl: HumanDuration,
+    /// Longest time a fetched directory is kept before it is fetched again (bounds how long a
+    /// key removed from the directory still works).
+    #[serde(default = "d_directory_max_ttl")]
+    pub directory_max_ttl: HumanDuration,
+}
+
+impl Default for RawSignatures {
+    fn default() -> Self {
+        RawSignatures {
+            required: true,
+            tag: d_tag(),
+            components: d_components(),
+            max_age: d_max_age(),
+            clock_skew: d_skew(),
+            trusted_agents: Vec::new(),
+            directory_ca: None,
+            accept_legacy_agent: true,
+            require_nonce: false,
+            authority: None,
+            keys: Vec::new(),
+            directory_timeout: d_directory_timeout(),
+            directory_min_ttl: d_directory_min_ttl(),
+            directory_max_ttl: d_directory_max_ttl(),
+        }
+    }
+}
+
+/// One `[[signatures.keys]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStaticKey {
+    /// The agent identity this key speaks for (an origin).
+    pub agent: String,
+    /// The public JWK.
+    pub jwk: serde_json::Value,
+}
+
+fn d_true() -> bool {
+    true
+}
+fn d_tag() -> String {
+    "web-bot-auth".to_owned()
+}
+fn d_components() -> Vec<String> {
+    ["@method", "@authority", "@path", "content-digest", "signature-agent"].map(String::from).to_vec()
+}
+fn d_max_age() -> HumanDuration {
+    HumanDuration(Duration::from_secs(300))
+}
+fn d_skew() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+fn d_directory_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(5))
+}
+fn d_directory_min_ttl() -> HumanDuration {
+    HumanDuration(Duration::from_secs(60))
+}
+fn d_directory_max_ttl() -> HumanDuration {
+    HumanDuration(Duration::from_secs(3600))
+}
+
+/// `[oauth]` (stage 7).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOAuth {
+    /// Refuse requests without a valid bearer token.
+    #[serde(default = "d_true")]
+    pub required: bool,
+    /// The issuer (`iss`) tokens must carry.
+    pub issuer: Option<String>,
+    /// JWKS URL; default: from the issuer's metadata.
+    pub jwks_url: Option<String>,
+    /// Audience tokens must contain; default: `listen.public_url`.
+    pub audience: Option<String>,
+    /// Extra PEM trust root for issuer fetches.
+    pub issuer_ca: Option<PathBuf>,
+    /// Pass the inbound `Authorization` header upstream.
+    #[serde(default)]
+    pub forward_token: bool,
+    /// Scopes listed in the protected-resource metadata and the 401 challenge.
+    #[serde(default)]
+    pub scopes_supported: Vec<String>,
+    /// Tolerated clock difference with the issuer for `exp`, `nbf` and `iat`.
+    #[serde(default = "d_skew")]
+    pub clock_skew: HumanDuration,
+    /// Time allowed for one issuer fetch (metadata, JWKS, introspection).
+    #[serde(default = "d_fetch_timeout")]
+    pub fetch_timeout: HumanDuration,
+    /// Verified tokens kept (by SHA-256 of the token) until their `exp`; 0 = no cache.
+    #[serde(default = "d_token_cache_size")]
+    pub token_cache_size: u64,
+    /// Least time between two JWKS refetches caused by an unknown `kid` (forged kids cannot
+    /// cause a fetch storm).
+    #[serde(default = "d_jwks_refetch_interval")]
+    pub jwks_refetch_interval: HumanDuration,
+    /// `[oauth.introspection]`: RFC 7662 introspection for opaque (non-JWT) tokens.
+    pub introspection: Option<RawIntrospection>,
+}
+
+impl Default for RawOAuth {
+    fn default() -> Self {
+        RawOAuth {
+            required: true,
+            issuer: None,
+            jwks_url: None,
+            audience: None,
+            issuer_ca: None,
+            forward_token: false,
+            scopes_supported: Vec::new(),
+            clock_skew: d_skew(),
+            fetch_timeout: d_fetch_timeout(),
+            token_cache_size: d_token_cache_size(),
+            jwks_refetch_interval: d_jwks_refetch_interval(),
+            introspection: None,
+        }
+    }
+}
+
+fn d_fetch_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(5))
+}
+fn d_token_cache_size() -> u64 {
+    10_000
+}
+fn d_jwks_refetch_interval() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+
+/// `[oauth.introspection]` (RFC 7662), used for tokens that are not JWTs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIntrospection {
+    /// The introspection endpoint (HTTPS).
+    pub url: String,
+    /// The gateway's client id at the issuer (HTTP Basic, RFC 7662 §2.1).
+    pub client_id: String,
+    /// The client secret; never logged (`Debug` prints it redacted).
+    #[serde(deserialize_with = "secret_string")]
+    pub client_secret: secrecy::SecretString,
+}
+
+fn secret_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<secrecy::SecretString, D::Error> {
+    String::deserialize(d).map(secrecy::SecretString::from)
+}
+
+/// `[policy]` (stages 9–10).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPolicy {
+    /// Run stages 8–10 (MCP parse, policy, quotas). `false` leaves an identity-only gateway
+    /// (signatures and tokens still checked) that forwards bodies it never parses.
+    #[serde(default = "d_true")]
+    pub enabled: bool,
+    /// Files or folders of `.rego` (and `data.json`); empty = the bundled example policy.
+    #[serde(default)]
+    pub paths: Vec<PathBuf>,
+    /// The rule whose value is the decision.
+    #[serde(default = "d_query")]
+    pub query: String,
+    /// Recompile when a file under `paths` changes (SIGHUP always reloads).
+    #[serde(default = "d_true")]
+    pub watch: bool,
+    /// How decisions are evaluated: `interpreter` (default) or `rvm` (bytecode, faster).
+    #[serde(default)]
+    pub evaluator: PolicyEvaluator,
+}
+
+/// `policy.evaluator`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyEvaluator {
+    /// regorus's tree-walking interpreter, the one `portcullis policy test` uses.
+    #[default]
+    Interpreter,
+    /// regorus's RVM bytecode.
+    Rvm,
+}
+
+impl Default for RawPolicy {
+    fn default() -> Self {
+        RawPolicy { enabled: true, paths: Vec::new(), query: d_query(), watch: true, evaluator: PolicyEvaluator::Interpreter }
+    }
+}
+
+fn d_query() -> String {
+    "data.portcullis.decision".to_owned()
+}
+
+/// `[state]` (replay cache, quotas).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawState {
+    /// `memory` or `redis://host:port/db` (`rediss://` for TLS).
+    #[serde(default = "d_store")]
+    pub store: String,
+    /// Prefix of every Redis key, so several gateways can share one Redis.
+    #[serde(default = "d_prefix")]
+    pub prefix: String,
+    /// Time allowed to (re)connect to Redis.
+    #[serde(default = "d_store_connect_timeout")]
+    pub connect_timeout: HumanDuration,
+    /// Time allowed for one Redis command; slower answers count as unavailable.
+    #[serde(default = "d_store_command_timeout")]
+    pub command_timeout: HumanDuration,
+    /// PEM trust root for a `rediss://` store (default: the system's roots).
+    pub ca: Option<PathBuf>,
+    /// Most live replay records the memory store holds; when full, new signatures are refused
+    /// (fail closed) rather than forgetting live records.
+    #[serde(default = "d_max_replay_entries")]
+    pub max_replay_entries: usize,
+    /// Most quota buckets the memory store holds; beyond it new keys fail closed (503).
+    #[serde(default = "d_max_quota_keys")]
+    pub max_quota_keys: usize,
+}
+
+impl Default for RawState {
+    fn default() -> Self {
+        RawState {
+            store: d_store(),
+            prefix: d_prefix(),
+            connect_timeout: d_store_connect_timeout(),
+            command_timeout: d_store_command_timeout(),
+            ca: None,
+            max_replay_entries: d_max_replay_entries(),
+            max_quota_keys: d_max_quota_keys(),
+        }
+    }
+}
+
+fn d_prefix() -> String {
+    "portcullis:".to_owned()
+}
+fn d_store_connect_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(2))
+}
+fn d_store_command_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_millis(250))
+}
+
+fn d_max_quota_keys() -> usize {
+    100_000
+}
+
+fn d_store() -> String {
+    "memory".to_owned()
+}
+fn d_max_replay_entries() -> usize {
+    1_000_000
+}
+
+/// `[admin]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    /// Socket address for `/healthz`, `/readyz`, `/metrics`; absent = no admin listener.
+    pub addr: Option<String>,
+}
+
+impl Default for RawAdmin {
+    fn default() -> Self {
+        RawAdmin { addr: Some("127.0.0.1:9090".to_owned()) }
+    }
+}
+
+/// `[log]`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    /// Where decision-log lines go: `stdout`, `stderr`, `off`, or a file path (appended).
+    #[serde(default = "d_decisions")]
+    pub decisions: String,
+    /// Diagnostic log filter (tracing `EnvFilter` syntax); `RUST_LOG` overrides it.
+    #[serde(default = "d_level")]
+    pub level: String,
+    /// OTLP/HTTP traces URL (e.g. `http://collector:4318/v1/traces`); absent = no tracing export.
+    pub otlp_endpoint: Option<String>,
+}
+
+impl Default for RawLog {
+    fn default() -> Self {
+        RawLog { decisions: d_decisions(), level: d_level(), otlp_endpoint: None }
+    }
+}
+
+fn d_decisions() -> String {
+    "stdout".to_owned()
+}
+fn d_level() -> String {
+    "info".to_owned()
+}
