@@ -64,7 +64,8 @@ pub struct DigestCheck {
 
 impl DigestCheck {
     /// `is_required_for_body`: signatures are required and must cover `content-digest`, so a
-    /// request with a body and no digest is refused here, before anything else looks at it.
+    /// signed request with a body and no digest is refused here, before anything else looks at
+    /// it. An unsigned one is left to the signature stage, whose refusal says what is missing.
     pub fn new(is_required_for_body: bool) -> Self {
         DigestCheck { is_required_for_body }
     }
@@ -76,7 +77,10 @@ impl DigestCheck {
         let field =
             crate::signature::parse::combined_field(headers, CONTENT_DIGEST).map_err(|_| DigestError::Malformed(format!("{CONTENT_DIGEST} is not ASCII")))?;
         let Some(field) = field else {
-            return if self.is_required_for_body && !body.is_empty() { Err(DigestError::Missing) } else { Ok(None) };
+            // Only a signed request is refused here: an unsigned one gets the signature stage's
+            // clearer "not signed" refusal (with Accept-Signature, which lists content-digest).
+            let is_signed = headers.contains_key("signature-input");
+            return if self.is_required_for_body && is_signed && !body.is_empty() { Err(DigestError::Missing) } else { Ok(None) };
         };
         let dict: Dictionary = Parser::new(&field).parse().map_err(|e| DigestError::Malformed(e.to_string()))?;
         let mut checked = Vec::with_capacity(2);

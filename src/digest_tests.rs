@@ -31,11 +31,14 @@ fn rfc9530_vectors() {
 }
 
 #[test]
-fn missing_digest_is_refused_only_when_required_and_body_present() {
-    let empty = HeaderMap::new();
-    assert_eq!(DigestCheck::new(true).verify(&empty, b"{}"), Err(DigestError::Missing));
-    assert_eq!(DigestCheck::new(true).verify(&empty, b""), Ok(None));
-    assert_eq!(DigestCheck::new(false).verify(&empty, b"{}"), Ok(None));
+fn missing_digest_is_refused_only_when_required_signed_and_body_present() {
+    let mut signed = HeaderMap::new();
+    signed.insert("signature-input", HeaderValue::from_static(r#"sig1=("@method");created=1"#));
+    assert_eq!(DigestCheck::new(true).verify(&signed, b"{}"), Err(DigestError::Missing));
+    assert_eq!(DigestCheck::new(true).verify(&signed, b""), Ok(None));
+    assert_eq!(DigestCheck::new(false).verify(&signed, b"{}"), Ok(None));
+    // Unsigned: the signature stage refuses it, with the clearer reason.
+    assert_eq!(DigestCheck::new(true).verify(&HeaderMap::new(), b"{}"), Ok(None));
     assert!(DigestError::Missing.wants_digest());
 }
 

@@ -393,6 +393,24 @@ async fn unsigned_request_is_refused_when_required_with_accept_signature() {
     let w = World::start("enforce", &[&key], "", "").await;
     let resp = common::client().get(w.gateway.url("/mcp")).send().await.unwrap();
     assert_agent_refused(resp, "not signed").await;
+    // With a body too: the refusal says "not signed" (the real problem), not "no digest".
+    let resp = common::client().post(w.gateway.url("/mcp")).body(BODY).send().await.unwrap();
+    assert_agent_refused(resp, "not signed").await;
+    assert!(w.upstream.seen().is_empty());
+}
+
+#[tokio::test]
+async fn signed_request_without_content_digest_is_asked_for_one() {
+    let key = new_key();
+    let w = World::start("enforce", &[&key], "", "").await;
+    let mut req = w.signed(&w.signer(&key), BODY, now());
+    req.headers_mut().remove("content-digest");
+    let resp = w.send(req).await;
+    assert_eq!(resp.status(), 401);
+    assert_eq!(resp.headers()["want-content-digest"], "sha-256=10, sha-512=5");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_agent_credentials");
+    assert!(body["reason"].as_str().unwrap().contains("Content-Digest is required"), "{body}");
     assert!(w.upstream.seen().is_empty());
 }
 
