@@ -11,13 +11,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::combinators::BoxBody;
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
 
 /// A CA and the PEM files of its certificate, in a temp dir that lives as long as this value.
 pub struct TestCa {
@@ -117,22 +114,12 @@ impl HttpsServer {
         Fut: Future<Output = Response<Body>> + Send + 'static,
     {
         let addr = listener.local_addr().unwrap();
-        let acceptor = TlsAcceptor::from(cfg);
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else { return };
-                let acceptor = acceptor.clone();
-                let handler = handler.clone();
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(stream).await else { return };
-                    let svc = service_fn(move |req| {
-                        let h = handler.clone();
-                        async move { Ok::<_, Infallible>(h(req).await) }
-                    });
-                    let _ = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(tls), svc).await;
-                });
-            }
-        });
+        // The same accept loop the demo's directory and issuer use; only the body type differs.
+        let handler = move |req: Request<Incoming>| {
+            let h = handler.clone();
+            async move { h(req).await.map(|b| b.map_err(|never| match never {}).boxed()) }
+        };
+        let task = portcullis::demo::pki::serve_https(listener, cfg, handler);
         HttpsServer { addr, task }
     }
 
