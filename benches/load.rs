@@ -46,10 +46,12 @@ struct Options {
     rounds: usize,
     connections: Vec<usize>,
     sizes: Vec<usize>,
+    /// `--perf DIR`: record each measured gateway with `perf record` into DIR.
+    perf: Option<std::path::PathBuf>,
 }
 
 fn options() -> Options {
-    let mut o = Options { seconds: 8.0, rounds: 3, connections: vec![32, 128], sizes: vec![1024, 65536] };
+    let mut o = Options { seconds: 8.0, rounds: 3, connections: vec![32, 128], sizes: vec![1024, 65536], perf: None };
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let mut i = 0;
     while i + 1 < args.len() {
@@ -59,6 +61,7 @@ fn options() -> Options {
             "--rounds" => o.rounds = v.parse().expect("--rounds N"),
             "--connections" => o.connections = v.split(',').map(|c| c.parse().expect("--connections 32,128")).collect(),
             "--sizes" => o.sizes = v.split(',').map(|c| c.parse().expect("--sizes 1024,65536")).collect(),
+            "--perf" => o.perf = Some(v.into()),
             _ => {}
         }
         i += 2;
@@ -327,7 +330,23 @@ fn main() {
                         // Warm-up: connections, JWKS fetch, token cache.
                         let warm = pool(&env, scenario, &addr, &body, &token, conns * 4);
                         let _ = measure(&addr, gw.0.id(), warm, body.clone(), conns, 1.0, cycle).await;
+                        let perf = opts.perf.as_ref().map(|dir| {
+                            std::fs::create_dir_all(dir).unwrap();
+                            let out = dir.join(format!("{}-{size}-{conns}-{round}.data", ["a", "b", "c"][si]));
+                            let child = Command::new("perf")
+                                .args(["record", "-q", "-F", "1999", "-g", "-p", &gw.0.id().to_string(), "-o"])
+                                .arg(out)
+                                .stdout(Stdio::null())
+                                .spawn()
+                                .expect("perf");
+                            Proc(child)
+                        });
                         let s = measure(&addr, gw.0.id(), requests, body.clone(), conns, opts.seconds, cycle).await;
+                        if let Some(mut perf) = perf {
+                            // SIGINT so perf writes its file.
+                            let _ = Command::new("kill").args(["-INT", &perf.0.id().to_string()]).status();
+                            let _ = perf.0.wait();
+                        }
                         eprintln!(
                             "  round {round} {:<18} {size:>6} B {conns:>3} conns: {:>8.0} req/s p50 {:>6} µs p99 {:>6} µs cpu {:>6.1} µs/req errors {}",
                             scenario.name(),

@@ -58,9 +58,11 @@ pub fn init_tracing(filter: &str, otlp_endpoint: Option<&str>) -> Result<Option<
         .map_err(|e| OtelError::ExporterUnavailable { endpoint: endpoint.to_owned(), reason: e.to_string() })?;
     let provider =
         SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(Resource::builder().with_service_name("portcullis").build()).build();
-    // Spans are exported whatever `log.level` says: the request and stage spans are info level
-    // and come from this crate only.
-    let spans = tracing_subscriber::filter::Targets::new().with_target("portcullis", tracing::Level::INFO);
+    // Spans are exported whatever `log.level` says: the request span is info level, the stage
+    // spans trace level under their own target (so the stderr log never pays for them).
+    let spans = tracing_subscriber::filter::Targets::new()
+        .with_target("portcullis", tracing::Level::INFO)
+        .with_target(crate::pipeline::STAGE_SPAN_TARGET, tracing::Level::TRACE);
     let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("portcullis")).with_filter(spans);
     let _ = tracing_subscriber::registry().with(fmt).with(otel).try_init();
     Ok(Some(OtelGuard(provider)))

@@ -163,9 +163,14 @@ pub struct PolicyTrace {
 }
 
 /// The span of one pipeline stage (a child of the request span; exported when OTLP is on).
+/// TRACE level under its own target: the stderr log never wants it, so with OTLP off it is
+/// disabled at the callsite and costs nothing; the OTLP layer enables the target explicitly.
 pub fn stage_span(stage: Stage) -> tracing::Span {
-    tracing::info_span!("stage", otel.name = stage.as_str(), stage = stage.as_str())
+    tracing::span!(target: STAGE_SPAN_TARGET, tracing::Level::TRACE, "stage", otel.name = stage.as_str(), stage = stage.as_str())
 }
+
+/// The target of [`stage_span`]s.
+pub const STAGE_SPAN_TARGET: &str = "portcullis::stage";
 
 impl Evidence {
     /// Runs `f` as `stage`, recording its duration.

@@ -376,7 +376,7 @@ pub struct RawPolicy {
     /// Recompile when a file under `paths` changes (SIGHUP always reloads).
     #[serde(default = "d_true")]
     pub watch: bool,
-    /// How decisions are evaluated: `interpreter` (default) or `rvm` (bytecode, faster).
+    /// How decisions are evaluated: `rvm` (bytecode, default) or `interpreter`.
     #[serde(default)]
     pub evaluator: PolicyEvaluator,
 }
@@ -385,16 +385,17 @@ pub struct RawPolicy {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PolicyEvaluator {
-    /// regorus's tree-walking interpreter, the one `portcullis policy test` uses.
-    #[default]
+    /// regorus's tree-walking interpreter, the one `portcullis policy test` uses; for
+    /// policies the bytecode compiler does not support.
     Interpreter,
-    /// regorus's RVM bytecode.
+    /// regorus's RVM bytecode: 3–4× faster, same decisions (differential test).
+    #[default]
     Rvm,
 }
 
 impl Default for RawPolicy {
     fn default() -> Self {
-        RawPolicy { enabled: true, paths: Vec::new(), query: d_query(), watch: true, evaluator: PolicyEvaluator::Interpreter }
+        RawPolicy { enabled: true, paths: Vec::new(), query: d_query(), watch: true, evaluator: PolicyEvaluator::Rvm }
     }
 }
 

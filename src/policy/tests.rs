@@ -104,10 +104,15 @@ fn a_batch_is_refused_if_any_element_is_and_otherwise_merges_quotas() {
 
 #[test]
 fn evaluation_error_is_a_policy_error() {
-    let (_d, p) = on_disk(&[("p.rego", "package portcullis\nimport rego.v1\ndecision := {\"allow\": 1 / input.mcp.arguments.n > 0}\n")]);
-    let p = p.expect("compiles");
-    let err = decide_with(&p, &one(call("t", json!({"n": 0}))), None, None).expect_err("divide by zero");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("p.rego"), "package portcullis\nimport rego.v1\ndecision := {\"allow\": 1 / input.mcp.arguments.n > 0}\n").expect("write");
+    let with = |evaluator| Policy::new(&RawPolicy { paths: vec![dir.path().to_owned()], evaluator, ..RawPolicy::default() }, Path::new(".")).expect("compiles");
+    let err = decide_with(&with(crate::config::PolicyEvaluator::Interpreter), &one(call("t", json!({"n": 0}))), None, None).expect_err("divide by zero");
     assert!(matches!(err, PolicyError::Evaluation { .. }), "{err:?}");
+    // The bytecode VM makes a failed division undefined (as OPA does for builtin errors), so
+    // the decision is missing: a refusal all the same, never an allow.
+    let err = decide_with(&with(crate::config::PolicyEvaluator::Rvm), &one(call("t", json!({"n": 0}))), None, None).expect_err("divide by zero");
+    assert!(matches!(err, PolicyError::Evaluation { .. } | PolicyError::MalformedDecision { .. }), "{err:?}");
 }
 
 #[test]
@@ -205,8 +210,9 @@ fn tooling_eval_names_the_rules_that_fired() {
 /// every tier × token × message combination below (differential test).
 #[test]
 fn rvm_evaluator_agrees_with_the_interpreter_on_the_shipped_policies() {
-    let interp = bundled();
+    let interp = Policy::new(&RawPolicy { evaluator: crate::config::PolicyEvaluator::Interpreter, ..RawPolicy::default() }, Path::new(".")).expect("compiles");
     let rvm = Policy::new(&RawPolicy { evaluator: crate::config::PolicyEvaluator::Rvm, ..RawPolicy::default() }, Path::new(".")).expect("rvm compiles");
+    assert!(interp.slot.current.load().rvm.is_none() && rvm.slot.current.load().rvm.is_some(), "two different evaluators are compared");
     let claims = serde_json::Map::new();
     let aud = vec!["https://mcp.example.com/mcp".to_owned()];
     let (all, read_only) = (vec!["payments:write".to_owned(), "tools:write".to_owned(), "tools:read".to_owned()], vec!["tools:read".to_owned()]);
