@@ -334,7 +334,7 @@ fn main() {
                             std::fs::create_dir_all(dir).unwrap();
                             let out = dir.join(format!("{}-{size}-{conns}-{round}.data", ["a", "b", "c"][si]));
                             let child = Command::new("perf")
-                                .args(["record", "-q", "-F", "1999", "-g", "-p", &gw.0.id().to_string(), "-o"])
+                                .args(["record", "-q", "-F", "499", "--call-graph", "dwarf,16384", "-p", &gw.0.id().to_string(), "-o"])
                                 .arg(out)
                                 .stdout(Stdio::null())
                                 .spawn()

@@ -1,8 +1,9 @@
 //! Policy evaluation cost per request with the shipped policies (PRODUCT.md stages 8–9).
 //!
-//! - `decide/*`: what the gateway does per request: build the input, clone the prepared
-//!   engine, evaluate `data.portcullis.decision`, parse the decision strictly.
-//!   `decide/rvm/*`: the same with `policy.evaluator = "rvm"` (a fresh VM per request).
+//! - `decide/{rvm,interpreter}/*`: what the gateway does per request: build the input,
+//!   evaluate `data.portcullis.decision` (a pooled, prepared VM, or a clone of the prepared
+//!   interpreter), parse the decision strictly. `PORTCULLIS_BENCH_POLICIES=DIR` measures
+//!   another policy set.
 //! - `mcp_parse`: stage 8 on a typical `tools/call` body.
 //! - `alternatives/*`: the same query through regorus's `CompiledPolicy` and the RVM, to
 //!   compare with the engine-clone path.
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
-use portcullis::config::RawPolicy;
+use portcullis::config::{PolicyEvaluator, RawPolicy};
 use portcullis::mcp::{self, McpRequest};
 use portcullis::pipeline::UnixTime;
 use portcullis::policy::load::{Source, SourceSet};
@@ -23,6 +24,7 @@ use portcullis::policy::{AgentView, Policy, PolicyInput, RequestView, TokenView}
 const READ_CALL: &[u8] = br#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"search","arguments":{"q":"quarterly report","limit":10}}}"#;
 const PAYMENT: &[u8] =
     br#"{"jsonrpc":"2.0","id":43,"method":"tools/call","params":{"name":"payments.send","arguments":{"amount":42.5,"to":"acct-9","user_id":"user-1842"}}}"#;
+const WEATHER: &[u8] = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"weather.get","arguments":{"city":"Paris"}}}"#;
 const WRITE_CALL: &[u8] = br#"{"jsonrpc":"2.0","id":44,"method":"tools/call","params":{"name":"files.write","arguments":{"path":"a.txt"}}}"#;
 
 fn parsed(body: &'static [u8]) -> McpRequest {
@@ -39,24 +41,36 @@ fn input<'a>(mcp: &'a McpRequest, agent: Option<AgentView<'a>>, token: Option<To
     }
 }
 
+/// The policy set under test: the bundled one, or `PORTCULLIS_BENCH_POLICIES=DIR` (to measure
+/// an edit of a policy without rebuilding).
+fn policy(evaluator: PolicyEvaluator) -> Policy {
+    let paths = std::env::var_os("PORTCULLIS_BENCH_POLICIES").map(|d| vec![d.into()]).unwrap_or_default();
+    Policy::new(&RawPolicy { evaluator, paths, watch: false, ..RawPolicy::default() }, Path::new(".")).unwrap()
+}
+
 fn bench(c: &mut Criterion) {
-    let policy = Policy::new(&RawPolicy::default(), Path::new(".")).unwrap();
-    let (read, pay, write) = (parsed(READ_CALL), parsed(PAYMENT), parsed(WRITE_CALL));
+    let (read, pay, write, weather) = (parsed(READ_CALL), parsed(PAYMENT), parsed(WRITE_CALL), parsed(WEATHER));
     let claims = serde_json::Map::new();
     let scopes = vec!["payments:write".to_owned(), "tools:write".to_owned()];
+    let read_only = vec!["tools:read".to_owned()];
     let aud = vec!["https://mcp.example.com/mcp".to_owned()];
     let token = TokenView { iss: "https://auth.example.com", sub: "user-1842", aud: &aud, scopes: &scopes, claims: &claims };
+    let reader = TokenView { scopes: &read_only, ..token };
     let partner = AgentView { id: "https://partner.example", keyid: "poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U", tag: "web-bot-auth" };
+    let verified = AgentView { id: "https://agent.example", ..partner };
 
-    let mut g = c.benchmark_group("decide");
-    g.bench_function("unsigned_read_tool_allow", |b| b.iter(|| black_box(policy.decide(&input(&read, None, None)).unwrap())));
-    g.bench_function("unsigned_write_tool_deny", |b| b.iter(|| black_box(policy.decide(&input(&write, None, None)).unwrap())));
-    g.bench_function("partner_payment_with_token_allow", |b| b.iter(|| black_box(policy.decide(&input(&pay, Some(partner), Some(token))).unwrap())));
-    let rvm_cfg = RawPolicy { evaluator: portcullis::config::PolicyEvaluator::Rvm, ..RawPolicy::default() };
-    let rvm_policy = Policy::new(&rvm_cfg, Path::new(".")).unwrap();
-    g.bench_function("rvm/unsigned_read_tool_allow", |b| b.iter(|| black_box(rvm_policy.decide(&input(&read, None, None)).unwrap())));
-    g.bench_function("rvm/partner_payment_with_token_allow", |b| b.iter(|| black_box(rvm_policy.decide(&input(&pay, Some(partner), Some(token))).unwrap())));
-    g.finish();
+    for (name, evaluator) in [("rvm", PolicyEvaluator::Rvm), ("interpreter", PolicyEvaluator::Interpreter)] {
+        let policy = policy(evaluator);
+        let mut g = c.benchmark_group(format!("decide/{name}"));
+        g.bench_function("unsigned_read_tool_allow", |b| b.iter(|| black_box(policy.decide(&input(&read, None, None)).unwrap())));
+        g.bench_function("unsigned_write_tool_deny", |b| b.iter(|| black_box(policy.decide(&input(&write, None, None)).unwrap())));
+        // What the load benchmark's full chain decides on every request.
+        g.bench_function("verified_read_tool_with_token_allow", |b| {
+            b.iter(|| black_box(policy.decide(&input(&weather, Some(verified), Some(reader))).unwrap()))
+        });
+        g.bench_function("partner_payment_with_token_allow", |b| b.iter(|| black_box(policy.decide(&input(&pay, Some(partner), Some(token))).unwrap())));
+        g.finish();
+    }
 
     c.bench_function("mcp_parse", |b| {
         let body = Bytes::from_static(PAYMENT);

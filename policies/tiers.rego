@@ -45,9 +45,28 @@ tier_tools contains t if {
 
 is_tool_call if input.mcp.method == "tools/call"
 
+# Membership is checked list by list rather than through tier_tools, so a decision never
+# builds the whole set (the same answer, a third of the work).
+tool_allowed if input.mcp.tool in data.catalog.read_tools
+
+tool_allowed if {
+	tier in {"verified", "partner"}
+	input.mcp.tool in data.catalog.write_tools
+}
+
+tool_allowed if {
+	tier == "partner"
+	input.mcp.tool in data.catalog.partner_tools
+}
+
+tool_allowed if {
+	input.agent.verified
+	input.mcp.tool in object.get(data.catalog.agent_tools, input.agent.id, [])
+}
+
 denials contains {"rule": "tool_allow_list", "reason": "tool_not_allowed"} if {
 	is_tool_call
-	not input.mcp.tool in tier_tools
+	not tool_allowed
 }
 
 # Every tool call counts against a per-agent, per-tool rate limit. Unverified agents share
