@@ -462,7 +462,7 @@ fn d_store() -> String {
     "memory".to_owned()
 }
 fn d_max_replay_entries() -> usize {
-    1_000_000
+    4_000_000
 }
 
 /// `[admin]`

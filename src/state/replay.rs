@@ -8,12 +8,13 @@
 //! without a record would be false (WBA "Freshness and Replay").
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use sha2::{Digest, Sha256};
 
 use super::StoreError;
 
@@ -40,9 +41,13 @@ const SHARDS: usize = 16;
 /// its last sweep, and every shard is swept before the store reports itself full. When
 /// `max_entries` live records exist, new keys are refused with an error rather than evicting
 /// a live record: forgetting a record would let that signature be replayed.
+///
+/// A record is 32 bytes plus the map's overhead: the key is kept as the first 128 bits of its
+/// SHA-256 (a false "replayed" needs a 128-bit collision) and needs no allocation, so a
+/// million records take about 40–70 MB (sizing: records = 2 × peak signed req/s ×
+/// (signature lifetime + clock skew) when signatures carry a nonce).
 pub struct MemoryReplayStore {
     shards: Box<[Mutex<Shard>]>,
-    hasher: RandomState,
     len: AtomicUsize,
     max_entries: usize,
     clock: Clock,
@@ -50,8 +55,38 @@ pub struct MemoryReplayStore {
 
 #[derive(Default)]
 struct Shard {
-    entries: HashMap<String, Instant>,
+    entries: HashMap<u128, Instant, BuildHasherDefault<Prehashed>>,
     size_at_last_sweep: usize,
+}
+
+/// The map's hasher: a key is already a SHA-256 output, which no client can steer, so its low
+/// 64 bits are a hash as good as any (and HashDoS-safe) at no cost.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u128(&mut self, n: u128) {
+        // Truncation intended: the low 64 bits of a uniformly random value.
+        self.0 = n as u64;
+    }
+}
+
+/// The first 128 bits of SHA-256(`key`).
+fn fingerprint(key: &str) -> u128 {
+    let digest = Sha256::digest(key.as_bytes());
+    let mut first = [0u8; 16];
+    first.copy_from_slice(&digest[..16]);
+    u128::from_le_bytes(first)
 }
 
 impl Shard {
@@ -88,7 +123,7 @@ impl MemoryReplayStore {
     /// A store reading time from `clock` (tests move time by hand).
     pub fn with_clock(max_entries: usize, clock: Clock) -> Self {
         let shards = (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect();
-        MemoryReplayStore { shards, hasher: RandomState::new(), len: AtomicUsize::new(0), max_entries, clock }
+        MemoryReplayStore { shards, len: AtomicUsize::new(0), max_entries, clock }
     }
 
     /// Live and not yet swept records.
@@ -112,9 +147,9 @@ impl MemoryReplayStore {
         self.len.fetch_sub(removed, Ordering::AcqRel);
     }
 
-    fn attempt(&self, index: usize, key: &str, expires: Instant, now: Instant) -> Attempt {
+    fn attempt(&self, index: usize, key: u128, expires: Instant, now: Instant) -> Attempt {
         let mut shard = self.shard(index);
-        if let Some(existing) = shard.entries.get_mut(key) {
+        if let Some(existing) = shard.entries.get_mut(&key) {
             if *existing > now {
                 return Attempt::Replayed;
             }
@@ -131,7 +166,7 @@ impl MemoryReplayStore {
             self.len.fetch_sub(1, Ordering::AcqRel);
             return Attempt::Full;
         }
-        shard.entries.insert(key.to_owned(), expires);
+        shard.entries.insert(key, expires);
         Attempt::Recorded
     }
 }
@@ -141,7 +176,9 @@ impl ReplayStore for MemoryReplayStore {
     async fn first_use(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {
         let now = (self.clock)();
         let expires = now.checked_add(ttl).ok_or_else(|| StoreError::Unavailable { store: STORE_NAME.into(), reason: format!("ttl {ttl:?} too large") })?;
-        let index = (self.hasher.hash_one(key) as usize) % SHARDS;
+        let key = fingerprint(key);
+        // The top bits pick the shard, the low bits the bucket within it.
+        let index = (key >> 120) as usize % SHARDS;
         match self.attempt(index, key, expires, now) {
             Attempt::Recorded => return Ok(true),
             Attempt::Replayed => return Ok(false),
