@@ -1,24 +1,32 @@
-//! Load benchmark: the real gateway binary under a closed-loop load of freshly signed MCP
-//! POSTs, against a bare pass-through built from the same binary with every stage off.
+//! Load benchmark: the real gateway binary under load from freshly signed MCP POSTs, against a
+//! bare pass-through built from the same binary with every stage off.
 //!
 //! ```text
-//! cargo bench --bench load -- [--seconds 8] [--rounds 3] [--connections 32,128] [--sizes 1024,65536]
+//! benches/load.sh [--seconds 8] [--rounds 3] [--connections 32,128] [--sizes 1024,65536]
+//!                 [--driver wrk|builtin] [--rate R] [--no-latency] [--soak SECONDS] [--perf DIR]
 //! ```
+//! (`benches/load.sh` installs wrk when it is missing and runs `cargo bench --bench load --`.)
 //!
 //! One run measures, interleaved round by round so machine noise hits every scenario alike:
 //! (a) bare pass-through, (b) the full chain (digest + signature + replay + JWT + Rego +
 //! quota), (c) JWT + Rego only. Every request in (b) carries its own signature: a pool of
-//! signed requests is generated before each measurement (the replay cache would refuse
-//! reuse). The gateway and the example MCP backend run as separate processes, so the gateway's
-//! CPU time per request is read from /proc alone. Prints req/s, p50/p99 latency, gateway CPU
-//! µs per request, and the ratios (b)/(a) and (c)/(a) with min/median/max over the rounds.
+//! signed requests is generated before each measurement (the replay cache refuses reuse) and
+//! wrk replays it through `benches/load.lua`, each request once. The gateway and the example
+//! MCP backend run as separate processes, so the gateway's CPU time per request is read from
+//! /proc alone. Prints req/s, p50/p99 latency, gateway CPU µs per request, and the ratios
+//! (b)/(a) and (c)/(a) with min/median/max over the rounds.
+//!
+//! Then, open loop at half the measured peak of (b) (or `--rate R` req/s): p50/p99 of the
+//! backend alone and of (a), (b), (c), and the p99 each adds over the backend. `--soak S` then
+//! runs the full chain at peak for S seconds (signing each request as it goes) and reports the
+//! gateway's RSS over time. `--perf DIR` records each measured gateway with `perf record`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver: a panic is a failed run
 
 #[path = "../tests/common/mod.rs"]
 #[allow(unused_imports)]
 mod common;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write as _};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -41,30 +49,72 @@ const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
 const AGENT: &str = "https://agent.example";
 const RESOURCE: &str = "https://mcp.example.com/mcp";
 
+/// Who generates the closed-loop load.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Driver {
+    /// wrk replaying the pool through benches/load.lua.
+    Wrk,
+    /// This process's own hyper client (no install needed; costs more CPU than wrk).
+    Builtin,
+}
+
 struct Options {
     seconds: f64,
     rounds: usize,
     connections: Vec<usize>,
     sizes: Vec<usize>,
+    driver: Driver,
+    /// Open-loop rate for the latency check; default half the measured peak of (b).
+    rate: Option<f64>,
+    latency: bool,
+    soak: Option<f64>,
     /// `--perf DIR`: record each measured gateway with `perf record` into DIR.
     perf: Option<std::path::PathBuf>,
 }
 
 fn options() -> Options {
-    let mut o = Options { seconds: 8.0, rounds: 3, connections: vec![32, 128], sizes: vec![1024, 65536], perf: None };
+    let has_wrk = Command::new("wrk").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok();
+    let mut o = Options {
+        seconds: 8.0,
+        rounds: 3,
+        connections: vec![32, 128],
+        sizes: vec![1024, 65536],
+        driver: if has_wrk { Driver::Wrk } else { Driver::Builtin },
+        rate: None,
+        latency: true,
+        soak: None,
+        perf: None,
+    };
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let mut i = 0;
-    while i + 1 < args.len() {
-        let v = &args[i + 1];
+    while i < args.len() {
+        let v = args.get(i + 1).cloned().unwrap_or_default();
+        let mut step = 2;
         match args[i].as_str() {
             "--seconds" => o.seconds = v.parse().expect("--seconds N"),
             "--rounds" => o.rounds = v.parse().expect("--rounds N"),
             "--connections" => o.connections = v.split(',').map(|c| c.parse().expect("--connections 32,128")).collect(),
             "--sizes" => o.sizes = v.split(',').map(|c| c.parse().expect("--sizes 1024,65536")).collect(),
+            "--driver" => {
+                o.driver = match v.as_str() {
+                    "wrk" => Driver::Wrk,
+                    "builtin" => Driver::Builtin,
+                    other => panic!("--driver wrk|builtin, not {other:?}"),
+                }
+            }
+            "--rate" => o.rate = Some(v.parse().expect("--rate REQ_PER_S")),
+            "--soak" => o.soak = Some(v.parse().expect("--soak SECONDS")),
             "--perf" => o.perf = Some(v.into()),
-            _ => {}
+            "--no-latency" => {
+                o.latency = false;
+                step = 1;
+            }
+            other => panic!("unknown option {other:?} (see the header of benches/load.rs)"),
         }
-        i += 2;
+        i += step;
+    }
+    if o.driver == Driver::Builtin && !has_wrk {
+        eprintln!("note: wrk is not installed; using the built-in client (benches/load.sh installs wrk)");
     }
     o
 }
@@ -72,6 +122,8 @@ fn options() -> Options {
 /// Which stages a scenario turns on.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Scenario {
+    /// The example backend without the gateway (latency reference only).
+    Direct,
     Bare,
     Full,
     TokenPolicy,
@@ -80,6 +132,7 @@ enum Scenario {
 impl Scenario {
     fn name(self) -> &'static str {
         match self {
+            Scenario::Direct => "backend alone",
             Scenario::Bare => "(a) pass-through",
             Scenario::Full => "(b) full chain",
             Scenario::TokenPolicy => "(c) JWT + Rego",
@@ -123,6 +176,13 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks / clock_ticks()
 }
 
+/// Resident set size of `pid`, in MiB.
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: f64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0.0);
+    kib / 1024.0
+}
+
 fn clock_ticks() -> f64 {
     static TCK: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *TCK.get_or_init(|| {
@@ -152,17 +212,28 @@ fn config_for(env: &Env, scenario: Scenario) -> String {
         _ => "[signatures]\nrequired = false\n".to_owned(),
     };
     let oauth = match scenario {
-        Scenario::Bare => "[oauth]\nrequired = false\n".to_owned(),
+        Scenario::Bare | Scenario::Direct => "[oauth]\nrequired = false\n".to_owned(),
         _ => format!("[oauth]\nrequired = true\nissuer = {:?}\nissuer_ca = {:?}\n", env.issuer.url(), env._ca.ca_path()),
     };
     let policy = match scenario {
-        Scenario::Bare => "[policy]\nenabled = false\n".to_owned(),
+        Scenario::Bare | Scenario::Direct => "[policy]\nenabled = false\n".to_owned(),
         _ => format!("[policy]\npaths = [{:?}]\nwatch = false\n", env.policies.path()),
     };
     format!(
         "mode = \"enforce\"\n[listen]\naddr = \"127.0.0.1:0\"\npublic_url = {RESOURCE:?}\n[upstream]\nurl = \"http://{}\"\n[limits]\nmax_body = \"1MiB\"\n[admin]\n[log]\ndecisions = \"off\"\nlevel = \"warn,portcullis=info\"\n{signatures}{oauth}{policy}",
         env.backend
     )
+}
+
+/// Starts a gateway for `scenario` (none for the backend alone: its address is returned).
+fn start(env: &Env, scenario: Scenario) -> (Option<Proc>, String) {
+    if scenario == Scenario::Direct {
+        return (None, env.backend.clone());
+    }
+    let path = env.dir.path().join(format!("{scenario:?}.toml"));
+    std::fs::write(&path, config_for(env, scenario)).unwrap();
+    let (gw, addr) = spawn(&["run", "--config", path.to_str().unwrap()], "Portcullis listening addr=");
+    (Some(gw), addr)
 }
 
 /// One measured run.
@@ -172,6 +243,8 @@ struct Sample {
     p99_us: u64,
     cpu_us_per_req: f64,
     errors: usize,
+    /// The (non-cycling) pool ran out before the deadline.
+    ran_out: bool,
 }
 
 fn body_of(size: usize) -> Bytes {
@@ -182,35 +255,57 @@ fn body_of(size: usize) -> Bytes {
     Bytes::from(format!("{head}{}{tail}", "x".repeat(pad)))
 }
 
-/// Builds `n` requests; for the full chain each gets its own signature (and nonce).
-fn pool(env: &Env, scenario: Scenario, authority: &str, body: &Bytes, token: &str, n: usize) -> Vec<HeaderMap> {
-    let signer = Signer::new(env.agent_key.clone(), AGENT).unwrap().with_nonce(Nonce::Random);
-    let now = UnixTime::now();
-    (0..n)
-        .map(|_| {
-            let mut parts = Request::builder().method("POST").uri(format!("http://{authority}/mcp")).body(()).unwrap().into_parts().0;
-            parts.headers.insert("content-type", HeaderValue::from_static("application/json"));
-            parts.headers.insert("accept", HeaderValue::from_static("application/json, text/event-stream"));
-            if scenario != Scenario::Bare {
-                parts.headers.insert("authorization", HeaderValue::from_str(&format!("Bearer {token}")).unwrap());
-            }
-            if scenario == Scenario::Full {
-                signer.sign_parts(&mut parts, body, now).unwrap();
-            }
-            parts.headers
-        })
-        .collect()
+/// Where requests come from: a pre-built pool, or signed as they are sent (the soak, whose
+/// length no pool could cover).
+#[derive(Clone)]
+enum Requests {
+    Pool { heads: Arc<Vec<HeaderMap>>, cycle: bool },
+    Fresh { signer: Arc<Signer>, authority: String, token: String, body: Bytes },
 }
 
-/// Runs `connections` closed-loop clients until `seconds` pass. Requests are taken in order;
-/// with `cycle` the pool is reused (only unsigned scenarios may: a signature is single-use).
-async fn measure(authority: &str, pid: u32, requests: Vec<HeaderMap>, body: Bytes, connections: usize, seconds: f64, cycle: bool) -> Sample {
+impl Requests {
+    fn get(&self, i: usize) -> Option<HeaderMap> {
+        match self {
+            Requests::Pool { heads, cycle } => heads.get(if *cycle { i % heads.len() } else { i }).cloned(),
+            Requests::Fresh { signer, authority, token, body } => Some(head(Some(signer), authority, body, Some(token), UnixTime::now())),
+        }
+    }
+}
+
+/// The header fields of one request; signed when `signer` is given.
+fn head(signer: Option<&Signer>, authority: &str, body: &Bytes, token: Option<&str>, now: UnixTime) -> HeaderMap {
+    let mut parts = Request::builder().method("POST").uri(format!("http://{authority}/mcp")).body(()).unwrap().into_parts().0;
+    parts.headers.insert("content-type", HeaderValue::from_static("application/json"));
+    parts.headers.insert("accept", HeaderValue::from_static("application/json, text/event-stream"));
+    if let Some(token) = token {
+        parts.headers.insert("authorization", HeaderValue::from_str(&format!("Bearer {token}")).unwrap());
+    }
+    if let Some(signer) = signer {
+        signer.sign_parts(&mut parts, body, now).unwrap();
+    }
+    parts.headers
+}
+
+fn signer(env: &Env) -> Signer {
+    Signer::new(env.agent_key.clone(), AGENT).unwrap().with_nonce(Nonce::Random)
+}
+
+/// Builds `n` requests; for the full chain each gets its own signature (and nonce).
+fn pool(env: &Env, scenario: Scenario, authority: &str, body: &Bytes, token: &str, n: usize) -> Vec<HeaderMap> {
+    let signer = signer(env);
+    let now = UnixTime::now();
+    let token = matches!(scenario, Scenario::Full | Scenario::TokenPolicy).then_some(token);
+    let signer = (scenario == Scenario::Full).then_some(&signer);
+    (0..n).map(|_| head(signer, authority, body, token, now)).collect()
+}
+
+/// Runs `connections` closed-loop clients of this process until `seconds` pass.
+async fn measure_builtin(authority: &str, pid: Option<u32>, requests: Requests, body: Bytes, connections: usize, seconds: f64) -> Sample {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(connections).build_http();
-    let requests = Arc::new(requests);
     let next = Arc::new(AtomicUsize::new(0));
     let uri: http::Uri = format!("http://{authority}/mcp").parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-    let cpu_before = cpu_seconds(pid);
+    let cpu_before = pid.map(cpu_seconds).unwrap_or(0.0);
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..connections {
@@ -219,49 +314,156 @@ async fn measure(authority: &str, pid: u32, requests: Vec<HeaderMap>, body: Byte
             let mut hist = Histogram::default();
             let (mut done, mut errors) = (0usize, 0usize);
             while Instant::now() < deadline {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let i = if cycle { i % requests.len() } else { i };
-                let Some(headers) = requests.get(i) else { break };
-                let mut req = Request::new(Full::new(body.clone()));
-                *req.method_mut() = http::Method::POST;
-                *req.uri_mut() = uri.clone();
-                *req.headers_mut() = headers.clone();
+                let Some(headers) = requests.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
                 let t = Instant::now();
-                match client.request(req).await {
-                    Ok(resp) => {
-                        let ok = resp.status() == 200;
-                        let _ = resp.into_body().collect().await;
-                        if ok {
-                            hist.record(t.elapsed().as_micros() as u64);
-                            done += 1;
-                        } else {
-                            errors += 1;
-                        }
+                match send(&client, &uri, headers, body.clone()).await {
+                    true => {
+                        hist.record(t.elapsed().as_micros() as u64);
+                        done += 1;
                     }
-                    Err(_) => errors += 1,
+                    false => errors += 1,
                 }
             }
             (hist, done, errors)
         }));
     }
-    let mut all = Histogram::default();
-    let (mut done, mut errors) = (0, 0);
-    let mut merged = Vec::new();
+    let (mut all, mut done, mut errors) = (Histogram::default(), 0, 0);
     for t in tasks {
         let (h, d, e) = t.await.unwrap();
-        merged.push(h);
+        all.merge(&h);
         done += d;
         errors += e;
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu = pid.map(cpu_seconds).unwrap_or(0.0) - cpu_before;
+    let ran_out = matches!(&requests, Requests::Pool { heads, cycle: false } if next.load(Ordering::Relaxed) >= heads.len());
+    Sample {
+        rps: done as f64 / elapsed,
+        p50_us: all.quantile(0.5),
+        p99_us: all.quantile(0.99),
+        cpu_us_per_req: cpu * 1e6 / done.max(1) as f64,
+        errors,
+        ran_out,
+    }
+}
+
+/// Sends one request; true when it was answered 200 and read to the end.
+async fn send(client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>, uri: &http::Uri, headers: HeaderMap, body: Bytes) -> bool {
+    let mut req = Request::new(Full::new(body));
+    *req.method_mut() = http::Method::POST;
+    *req.uri_mut() = uri.clone();
+    *req.headers_mut() = headers;
+    match client.request(req).await {
+        Ok(resp) => {
+            let ok = resp.status() == 200;
+            resp.into_body().collect().await.is_ok() && ok
+        }
+        Err(_) => false,
+    }
+}
+
+/// Runs wrk with `connections` connections for `seconds`, replaying `requests` (each once
+/// unless `cycle`) through benches/load.lua.
+fn measure_wrk(
+    dir: &std::path::Path,
+    authority: &str,
+    pid: u32,
+    requests: &[HeaderMap],
+    body: &Bytes,
+    connections: usize,
+    seconds: f64,
+    cycle: bool,
+) -> Sample {
+    let pool_path = dir.join("pool.txt");
+    let body_path = dir.join("body.bin");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&pool_path).unwrap());
+    for h in requests {
+        write!(out, "POST /mcp HTTP/1.1\tHost: {authority}\tContent-Length: {}", body.len()).unwrap();
+        for (name, value) in h {
+            write!(out, "\t{}: {}", name, value.to_str().unwrap()).unwrap();
+        }
+        writeln!(out).unwrap();
+    }
+    out.flush().unwrap();
+    drop(out);
+    std::fs::write(&body_path, body).unwrap();
+    let lua = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/load.lua");
+    let cpu_before = cpu_seconds(pid);
+    let output = Command::new("wrk")
+        .args([
+            "-t1",
+            &format!("-c{connections}"),
+            &format!("-d{}s", seconds.ceil() as u64),
+            "--timeout",
+            "10s",
+            "-s",
+            lua,
+            &format!("http://{authority}/mcp"),
+            "--",
+        ])
+        .arg(&pool_path)
+        .arg(&body_path)
+        .arg(if cycle { "cycle" } else { "once" })
+        .output()
+        .expect("wrk");
     let cpu = cpu_seconds(pid) - cpu_before;
-    for h in &merged {
-        all.merge(h);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line =
+        stdout.lines().find(|l| l.starts_with("PORTCULLIS_WRK")).unwrap_or_else(|| panic!("wrk failed: {stdout}{}", String::from_utf8_lossy(&output.stderr)));
+    let field = |name: &str| -> f64 {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
+            .unwrap_or_else(|| panic!("{name} in {line}"))
+            .parse()
+            .unwrap()
+    };
+    let errors = (field("status_errors") + field("socket_errors")) as usize;
+    let done = (field("requests") as usize).saturating_sub(errors);
+    Sample {
+        rps: done as f64 / (field("duration_us") / 1e6),
+        p50_us: field("p50_us") as u64,
+        p99_us: field("p99_us") as u64,
+        cpu_us_per_req: cpu * 1e6 / done.max(1) as f64,
+        errors,
+        ran_out: field("exhausted") > 0.0,
     }
-    if !cycle && next.load(Ordering::Relaxed) >= requests.len() {
-        eprintln!("  note: the signed request pool ran out before the deadline; the run was shorter");
+}
+
+/// Open loop: sends at `rate` req/s for `seconds` whatever the answers do (no coordinated
+/// omission), each request timed from the moment it was sent.
+async fn measure_open(authority: &str, heads: Vec<HeaderMap>, body: Bytes, rate: f64, seconds: f64) -> Sample {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1024).build_http();
+    let uri: http::Uri = format!("http://{authority}/mcp").parse().unwrap();
+    let total = ((rate * seconds) as usize).min(heads.len());
+    let start = tokio::time::Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, headers) in heads.into_iter().take(total).enumerate() {
+        tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / rate)).await;
+        let (client, uri, body) = (client.clone(), uri.clone(), body.clone());
+        tasks.spawn(async move {
+            let t = Instant::now();
+            let ok = send(&client, &uri, headers, body).await;
+            (ok, t.elapsed().as_micros() as u64)
+        });
     }
-    Sample { rps: done as f64 / elapsed, p50_us: all.quantile(0.5), p99_us: all.quantile(0.99), cpu_us_per_req: cpu * 1e6 / done.max(1) as f64, errors }
+    let (mut hist, mut done, mut errors) = (Histogram::default(), 0, 0);
+    while let Some(r) = tasks.join_next().await {
+        match r.unwrap() {
+            (true, us) => {
+                hist.record(us);
+                done += 1;
+            }
+            (false, _) => errors += 1,
+        }
+    }
+    Sample {
+        rps: done as f64 / start.elapsed().as_secs_f64(),
+        p50_us: hist.quantile(0.5),
+        p99_us: hist.quantile(0.99),
+        cpu_us_per_req: 0.0,
+        errors,
+        ran_out: false,
+    }
 }
 
 /// A copy of `policies/` (tests left out) whose per-tool rate limit no load run reaches: the
@@ -282,9 +484,141 @@ fn bench_policies() -> tempfile::TempDir {
     dir
 }
 
-fn median(v: &mut [f64]) -> (f64, f64, f64) {
+fn min_median_max(v: &mut [f64]) -> (f64, f64, f64) {
     v.sort_by(|a, b| a.total_cmp(b));
     (v[0], v[v.len() / 2], v[v.len() - 1])
+}
+
+/// Starts `perf record` on `pid` when `--perf` asked for it; stop it with [`stop_perf`].
+fn start_perf(opts: &Options, pid: u32, name: String) -> Option<Proc> {
+    let dir = opts.perf.as_ref()?;
+    std::fs::create_dir_all(dir).unwrap();
+    let child = Command::new("perf")
+        .args(["record", "-q", "-F", "499", "--call-graph", "dwarf,16384", "-p", &pid.to_string(), "-o"])
+        .arg(dir.join(name))
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("perf");
+    Some(Proc(child))
+}
+
+fn stop_perf(perf: Option<Proc>) {
+    if let Some(mut perf) = perf {
+        // SIGINT so perf writes its file.
+        let _ = Command::new("kill").args(["-INT", &perf.0.id().to_string()]).status();
+        let _ = perf.0.wait();
+    }
+}
+
+const SCENARIOS: [Scenario; 3] = [Scenario::Bare, Scenario::Full, Scenario::TokenPolicy];
+
+/// Closed-loop rounds for one body size and connection count; returns the median req/s of (b).
+async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns: usize) -> f64 {
+    let body = body_of(size);
+    let mut results: Vec<Vec<Sample>> = SCENARIOS.iter().map(|_| Vec::new()).collect();
+    for round in 0..opts.rounds {
+        for (si, &scenario) in SCENARIOS.iter().enumerate() {
+            let (gw, addr) = start(env, scenario);
+            let pid = gw.as_ref().unwrap().0.id();
+            // Warm-up: connections, JWKS fetch, token cache, policy VMs.
+            let warm = pool(env, scenario, &addr, &body, token, conns * 20);
+            let _ = measure_builtin(&addr, Some(pid), Requests::Pool { heads: Arc::new(warm), cycle: false }, body.clone(), conns, 1.0).await;
+            // Signed pool: more than the full chain can take in the run on this machine.
+            let cycle = scenario != Scenario::Full;
+            let n = if cycle { 10_000 } else { (opts.seconds.ceil() * 25_000.0) as usize };
+            let requests = pool(env, scenario, &addr, &body, token, n);
+            let perf = start_perf(opts, pid, format!("{}-{size}-{conns}-{round}.data", ["a", "b", "c"][si]));
+            let s = match opts.driver {
+                Driver::Wrk => measure_wrk(env.dir.path(), &addr, pid, &requests, &body, conns, opts.seconds, cycle),
+                Driver::Builtin => {
+                    measure_builtin(&addr, Some(pid), Requests::Pool { heads: Arc::new(requests), cycle }, body.clone(), conns, opts.seconds).await
+                }
+            };
+            stop_perf(perf);
+            if s.ran_out {
+                eprintln!("  note: the signed request pool ran out before the deadline (wrk: repeats were refused as replays)");
+            }
+            eprintln!(
+                "  round {round} {:<18} {size:>6} B {conns:>3} conns: {:>8.0} req/s p50 {:>6} µs p99 {:>6} µs cpu {:>6.1} µs/req errors {}",
+                scenario.name(),
+                s.rps,
+                s.p50_us,
+                s.p99_us,
+                s.cpu_us_per_req,
+                s.errors
+            );
+            results[si].push(s);
+        }
+    }
+    println!("\n{size} B bodies, {conns} connections, {:?} driver (median of {} rounds):", opts.driver, opts.rounds);
+    println!("  {:<18} {:>10} {:>9} {:>9} {:>13} {:>7}", "scenario", "req/s", "p50 µs", "p99 µs", "CPU µs/req", "errors");
+    for (si, &scenario) in SCENARIOS.iter().enumerate() {
+        let col = |f: fn(&Sample) -> f64| min_median_max(&mut results[si].iter().map(f).collect::<Vec<_>>()).1;
+        let errors: usize = results[si].iter().map(|s| s.errors).sum();
+        println!(
+            "  {:<18} {:>10.0} {:>9.0} {:>9.0} {:>13.1} {:>7}",
+            scenario.name(),
+            col(|s| s.rps),
+            col(|s| s.p50_us as f64),
+            col(|s| s.p99_us as f64),
+            col(|s| s.cpu_us_per_req),
+            errors
+        );
+    }
+    for (si, label) in [(1usize, "(b)/(a)"), (2, "(c)/(a)")] {
+        let (lo, mid, hi) = min_median_max(&mut results[si].iter().zip(&results[0]).map(|(x, a)| x.rps / a.rps).collect::<Vec<_>>());
+        let (clo, cmid, chi) = min_median_max(&mut results[si].iter().zip(&results[0]).map(|(x, a)| x.cpu_us_per_req / a.cpu_us_per_req).collect::<Vec<_>>());
+        println!("  throughput {label}: min {lo:.2} median {mid:.2} max {hi:.2}; CPU/req {label}: min {clo:.2} median {cmid:.2} max {chi:.2}");
+    }
+    min_median_max(&mut results[1].iter().map(|s| s.rps).collect::<Vec<_>>()).1
+}
+
+/// Open-loop latency at `rate` for the backend alone and each scenario.
+async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f64) {
+    let body = body_of(size);
+    println!("\n{size} B bodies, open loop at {rate:.0} req/s for {} s:", opts.seconds);
+    println!("  {:<18} {:>9} {:>9} {:>16} {:>7}", "scenario", "p50 µs", "p99 µs", "p99 added µs", "errors");
+    let mut direct_p99 = 0;
+    for scenario in [Scenario::Direct, Scenario::Bare, Scenario::Full, Scenario::TokenPolicy] {
+        let (gw, addr) = start(env, scenario);
+        let warm = pool(env, scenario, &addr, &body, token, 200);
+        let _ = measure_open(&addr, warm, body.clone(), 200.0, 1.0).await;
+        let heads = pool(env, scenario, &addr, &body, token, (rate * opts.seconds) as usize + 1);
+        let s = measure_open(&addr, heads, body.clone(), rate, opts.seconds).await;
+        if scenario == Scenario::Direct {
+            direct_p99 = s.p99_us;
+        }
+        println!("  {:<18} {:>9} {:>9} {:>16} {:>7}", scenario.name(), s.p50_us, s.p99_us, s.p99_us as i64 - direct_p99 as i64, s.errors);
+        drop(gw);
+    }
+}
+
+/// The full chain at peak for `seconds`, signing as it goes; prints the gateway's RSS.
+async fn soak(env: &Env, token: &str, size: usize, conns: usize, seconds: f64) {
+    let body = body_of(size);
+    let (gw, addr) = start(env, Scenario::Full);
+    let pid = gw.as_ref().unwrap().0.id();
+    let requests = Requests::Fresh { signer: Arc::new(signer(env)), authority: addr.clone(), token: token.to_owned(), body: body.clone() };
+    let sampler = std::thread::spawn(move || {
+        let started = Instant::now();
+        let mut samples = Vec::new();
+        while started.elapsed().as_secs_f64() < seconds {
+            std::thread::sleep(Duration::from_secs(5));
+            samples.push((started.elapsed().as_secs(), rss_mib(pid)));
+        }
+        samples
+    });
+    let s = measure_builtin(&addr, Some(pid), requests, body, conns, seconds).await;
+    let samples = sampler.join().unwrap();
+    println!("\nsoak: full chain, {size} B, {conns} connections, {seconds} s, signing per request in the driver:");
+    println!("  {:.0} req/s, {} errors, {:.1} µs gateway CPU per request", s.rps, s.errors, s.cpu_us_per_req);
+    let line: Vec<String> = samples.iter().filter(|(t, _)| t % 60 < 5 || *t < 30).map(|(t, r)| format!("{t}s {r:.0}")).collect();
+    println!("  RSS MiB: {}", line.join(", "));
+    let after_warmup: Vec<f64> = samples.iter().filter(|(t, _)| *t >= 120).map(|(_, r)| *r).collect();
+    if let (Some(first), Some(last)) = (after_warmup.first(), after_warmup.last()) {
+        let max = after_warmup.iter().cloned().fold(0.0, f64::max);
+        println!("  after warm-up (from 120 s): first {first:.0} MiB, max {max:.0} MiB, last {last:.0} MiB, growth {:+.0} MiB", last - first);
+    }
 }
 
 fn main() {
@@ -307,85 +641,29 @@ fn main() {
             _backend_proc: backend_proc,
         };
         let token = env.jwt_key.sign(&env.issuer.claims_with(RESOURCE, serde_json::json!({"scope": "tools:read"})));
-        let scenarios = [Scenario::Bare, Scenario::Full, Scenario::TokenPolicy];
         println!(
-            "load: {}s per run, {} rounds, gateway and backend in separate processes, {} cores",
+            "load: {}s per run, {} rounds, {:?} driver, gateway and backend in separate processes, {} cores",
             opts.seconds,
             opts.rounds,
+            opts.driver,
             std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
         );
         for &size in &opts.sizes {
-            let body = body_of(size);
+            let mut peak = None;
             for &conns in &opts.connections {
-                let mut results: Vec<Vec<Sample>> = scenarios.iter().map(|_| Vec::new()).collect();
-                for round in 0..opts.rounds {
-                    for (si, &scenario) in scenarios.iter().enumerate() {
-                        let path = env.dir.path().join(format!("{}.toml", si));
-                        std::fs::write(&path, config_for(&env, scenario)).unwrap();
-                        let (gw, addr) = spawn(&["run", "--config", path.to_str().unwrap()], "Portcullis listening addr=");
-                        // Pool: enough for a generous rate over the whole run.
-                        let cycle = scenario != Scenario::Full;
-                        let n = if cycle { 10_000 } else { (opts.seconds * 25_000.0) as usize };
-                        let requests = pool(&env, scenario, &addr, &body, &token, n);
-                        // Warm-up: connections, JWKS fetch, token cache.
-                        let warm = pool(&env, scenario, &addr, &body, &token, conns * 4);
-                        let _ = measure(&addr, gw.0.id(), warm, body.clone(), conns, 1.0, cycle).await;
-                        let perf = opts.perf.as_ref().map(|dir| {
-                            std::fs::create_dir_all(dir).unwrap();
-                            let out = dir.join(format!("{}-{size}-{conns}-{round}.data", ["a", "b", "c"][si]));
-                            let child = Command::new("perf")
-                                .args(["record", "-q", "-F", "499", "--call-graph", "dwarf,16384", "-p", &gw.0.id().to_string(), "-o"])
-                                .arg(out)
-                                .stdout(Stdio::null())
-                                .spawn()
-                                .expect("perf");
-                            Proc(child)
-                        });
-                        let s = measure(&addr, gw.0.id(), requests, body.clone(), conns, opts.seconds, cycle).await;
-                        if let Some(mut perf) = perf {
-                            // SIGINT so perf writes its file.
-                            let _ = Command::new("kill").args(["-INT", &perf.0.id().to_string()]).status();
-                            let _ = perf.0.wait();
-                        }
-                        eprintln!(
-                            "  round {round} {:<18} {size:>6} B {conns:>3} conns: {:>8.0} req/s p50 {:>6} µs p99 {:>6} µs cpu {:>6.1} µs/req errors {}",
-                            scenario.name(),
-                            s.rps,
-                            s.p50_us,
-                            s.p99_us,
-                            s.cpu_us_per_req,
-                            s.errors
-                        );
-                        results[si].push(s);
-                        drop(gw);
-                    }
-                }
-                println!("\n{size} B bodies, {conns} connections (median of {} rounds):", opts.rounds);
-                println!("  {:<18} {:>10} {:>9} {:>9} {:>13} {:>7}", "scenario", "req/s", "p50 µs", "p99 µs", "CPU µs/req", "errors");
-                for (si, &scenario) in scenarios.iter().enumerate() {
-                    let mut rps: Vec<f64> = results[si].iter().map(|s| s.rps).collect();
-                    let mut cpu: Vec<f64> = results[si].iter().map(|s| s.cpu_us_per_req).collect();
-                    let mut p50: Vec<f64> = results[si].iter().map(|s| s.p50_us as f64).collect();
-                    let mut p99: Vec<f64> = results[si].iter().map(|s| s.p99_us as f64).collect();
-                    let errors: usize = results[si].iter().map(|s| s.errors).sum();
-                    println!(
-                        "  {:<18} {:>10.0} {:>9.0} {:>9.0} {:>13.1} {:>7}",
-                        scenario.name(),
-                        median(&mut rps).1,
-                        median(&mut p50).1,
-                        median(&mut p99).1,
-                        median(&mut cpu).1,
-                        errors
-                    );
-                }
-                for (si, label) in [(1usize, "(b)/(a)"), (2, "(c)/(a)")] {
-                    let mut ratios: Vec<f64> = results[si].iter().zip(&results[0]).map(|(x, a)| x.rps / a.rps).collect();
-                    let (lo, mid, hi) = median(&mut ratios);
-                    let mut cpu_ratio: Vec<f64> = results[si].iter().zip(&results[0]).map(|(x, a)| x.cpu_us_per_req / a.cpu_us_per_req).collect();
-                    let (clo, cmid, chi) = median(&mut cpu_ratio);
-                    println!("  throughput {label}: min {lo:.2} median {mid:.2} max {hi:.2}; CPU/req {label}: min {clo:.2} median {cmid:.2} max {chi:.2}");
+                if opts.rounds > 0 {
+                    let p = closed_loop(&opts, &env, &token, size, conns).await;
+                    peak.get_or_insert(p);
                 }
             }
+            if opts.latency {
+                if let Some(rate) = opts.rate.or(peak.map(|p| p / 2.0)) {
+                    latency_at(&opts, &env, &token, size, rate).await;
+                }
+            }
+        }
+        if let Some(seconds) = opts.soak {
+            soak(&env, &token, opts.sizes[0], opts.connections[0], seconds).await;
         }
     });
 }
