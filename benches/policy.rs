@@ -50,7 +50,7 @@ fn policy(evaluator: PolicyEvaluator) -> Policy {
 
 fn bench(c: &mut Criterion) {
     let (read, pay, write, weather) = (parsed(READ_CALL), parsed(PAYMENT), parsed(WRITE_CALL), parsed(WEATHER));
-    let claims = serde_json::Map::new();
+    let claims = regorus::Value::new_object();
     let scopes = vec!["payments:write".to_owned(), "tools:write".to_owned()];
     let read_only = vec!["tools:read".to_owned()];
     let aud = vec!["https://mcp.example.com/mcp".to_owned()];

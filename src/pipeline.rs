@@ -328,7 +328,8 @@ fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Result<Vec<
     let empty = McpRequest::default();
     let (decided, scopes) = stage_span(Stage::Policy).in_scope(|| {
         let agent = seen.agent.as_ref().map(|a| AgentView { id: a.agent(), keyid: a.keyid(), tag: a.tag() });
-        let token = seen.token.as_ref().map(|t| TokenView { iss: t.iss(), sub: t.sub().unwrap_or(""), aud: t.aud(), scopes: t.scopes(), claims: t.claims() });
+        let token =
+            seen.token.as_ref().map(|t| TokenView { iss: t.iss(), sub: t.sub().unwrap_or(""), aud: t.aud(), scopes: t.scopes(), claims: t.policy_claims() });
         let host = req.head.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).or(req.head.uri.authority().map(|a| a.as_str())).unwrap_or("");
         let request = RequestView { method: req.head.method.as_str(), path: req.head.uri.path(), host };
         let input = PolicyInput { request, agent, token, mcp: seen.mcp.as_ref().unwrap_or(&empty), now: req.now };
@@ -392,7 +393,7 @@ mod tests {
     fn required_scopes_without_a_token_ask_for_one_and_missing_scopes_are_listed() {
         let required = vec!["payments:write".to_owned(), "tools:write".to_owned()];
         assert!(matches!(check_scopes(&required, None), Err(Denial::OAuthRequired)));
-        let (aud, claims) = (Vec::new(), serde_json::Map::new());
+        let (aud, claims) = (Vec::new(), regorus::Value::new_object());
         let scopes = vec!["tools:write".to_owned()];
         let token = TokenView { iss: "i", sub: "s", aud: &aud, scopes: &scopes, claims: &claims };
         let err = check_scopes(&required, Some(&token)).expect_err("payments:write missing");

@@ -278,7 +278,8 @@ impl Shared {
             let method = req.method().clone();
             let path = req.uri().path().to_owned();
             let (head, body) = req.into_parts();
-            let claimed_agent = crate::telemetry::claimed_agent(&head.headers);
+            // Only the decision log reads it: no second parse of Signature-Agent without one.
+            let claimed_agent = if self.log.is_on() { crate::telemetry::claimed_agent(&head.headers) } else { None };
             let mut seen = Evidence::default();
             let read_started = Instant::now();
             let body = self.read_body(&head, body).instrument(crate::pipeline::stage_span(Stage::Body)).await;

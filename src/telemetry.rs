@@ -308,6 +308,11 @@ impl DecisionLog {
         Ok(DecisionLog { sink })
     }
 
+    /// Whether records are written anywhere (`log.decisions` is not `"off"`).
+    pub fn is_on(&self) -> bool {
+        !matches!(self.sink, Sink::Off)
+    }
+
     /// Writes one record as a JSON line. A failed write is reported on the diagnostic log;
     /// it never fails the request.
     pub fn write(&self, record: &DecisionRecord<'_>) {

@@ -156,6 +156,9 @@ struct Inner {
     aud: Vec<String>,
     scopes: Vec<String>,
     claims: Map<String, Value>,
+    /// `claims` as the policy input holds them, converted on first use: a cached token is
+    /// decided on many times.
+    policy_claims: std::sync::OnceLock<regorus::Value>,
     client_id: Option<String>,
     exp: u64,
     nbf: Option<u64>,
@@ -175,7 +178,7 @@ impl VerifiedToken {
         nbf: Option<u64>,
         iat: Option<u64>,
     ) -> Self {
-        VerifiedToken(Arc::new(Inner { iss, sub, aud, scopes, claims, client_id, exp, nbf, iat }))
+        VerifiedToken(Arc::new(Inner { iss, sub, aud, scopes, claims, policy_claims: std::sync::OnceLock::new(), client_id, exp, nbf, iat }))
     }
 
     /// The issuer (always the configured one).
@@ -197,6 +200,10 @@ impl VerifiedToken {
     /// Every claim (JWT) or introspection member, for the policy input.
     pub fn claims(&self) -> &Map<String, Value> {
         &self.0.claims
+    }
+    /// [`Self::claims`] as a policy value (converted once per verified token).
+    pub fn policy_claims(&self) -> &regorus::Value {
+        self.0.policy_claims.get_or_init(|| regorus::Value::from(Value::Object(self.0.claims.clone())))
     }
     /// The OAuth client the token was issued to (`client_id`, or `azp`).
     pub fn client_id(&self) -> Option<&str> {

@@ -34,8 +34,9 @@ pub struct TokenView<'a> {
     pub aud: &'a [String],
     /// Granted scopes.
     pub scopes: &'a [String],
-    /// Every claim (policy may read custom ones).
-    pub claims: &'a serde_json::Map<String, serde_json::Value>,
+    /// Every claim (policy may read custom ones), converted once per verified token
+    /// ([`crate::oauth::VerifiedToken::policy_claims`]).
+    pub claims: &'a Value,
 }
 
 /// The HTTP request facts policy sees.
@@ -73,6 +74,13 @@ fn obj(entries: Vec<(&str, Value)>) -> Value {
     Value::from(map)
 }
 
+/// A JSON object as a policy value, converted straight from the parsed body (no clone of it
+/// first: tool arguments can be most of a large body). Like regorus's own conversion, a value
+/// it cannot represent is undefined.
+fn json_object(map: &serde_json::Map<String, serde_json::Value>) -> Value {
+    <Value as serde::Deserialize>::deserialize(map).unwrap_or(Value::Undefined)
+}
+
 fn strings(list: &[String]) -> Value {
     Value::from(list.iter().map(|x| s(x)).collect::<Vec<_>>())
 }
@@ -103,7 +111,8 @@ impl PolicyInput<'_> {
                 ("sub", s(t.sub)),
                 ("aud", strings(t.aud)),
                 ("scopes", strings(t.scopes)),
-                ("claims", Value::from(serde_json::Value::Object(t.claims.clone()))),
+                // A shared reference to the converted claims, not a copy.
+                ("claims", t.claims.clone()),
             ]),
             None => obj(vec![("verified", Value::from(false))]),
         };
@@ -139,7 +148,7 @@ impl PolicyInput<'_> {
             e.push(("tool", s(v)));
         }
         if let Some(v) = &m.arguments {
-            e.push(("arguments", Value::from(serde_json::Value::Object(v.clone()))));
+            e.push(("arguments", json_object(v)));
         }
         if let Some(v) = &m.uri {
             e.push(("uri", s(v)));

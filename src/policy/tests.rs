@@ -77,7 +77,7 @@ fn bundled_policy_denies_with_the_rule_that_fired() {
 
 #[test]
 fn verified_views_reach_the_policy() {
-    let claims = serde_json::Map::new();
+    let claims = regorus::Value::new_object();
     let scopes = vec!["payments:write".to_owned(), "tools:write".to_owned()];
     let aud = vec!["https://mcp.example.com/mcp".to_owned()];
     let token = TokenView { iss: "https://auth.example.com", sub: "user-1842", aud: &aud, scopes: &scopes, claims: &claims };
@@ -213,7 +213,7 @@ fn rvm_evaluator_agrees_with_the_interpreter_on_the_shipped_policies() {
     let interp = Policy::new(&RawPolicy { evaluator: crate::config::PolicyEvaluator::Interpreter, ..RawPolicy::default() }, Path::new(".")).expect("compiles");
     let rvm = Policy::new(&RawPolicy { evaluator: crate::config::PolicyEvaluator::Rvm, ..RawPolicy::default() }, Path::new(".")).expect("rvm compiles");
     assert!(interp.slot.current.load().rvm.is_none() && rvm.slot.current.load().rvm.is_some(), "two different evaluators are compared");
-    let claims = serde_json::Map::new();
+    let claims = regorus::Value::new_object();
     let aud = vec!["https://mcp.example.com/mcp".to_owned()];
     let (all, read_only) = (vec!["payments:write".to_owned(), "tools:write".to_owned(), "tools:read".to_owned()], vec!["tools:read".to_owned()]);
     let tokens = [
