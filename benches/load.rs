@@ -16,8 +16,9 @@
 //! /proc alone. Prints req/s, p50/p99 latency, gateway CPU µs per request, and the ratios
 //! (b)/(a) and (c)/(a) with min/median/max over the rounds.
 //!
-//! Then, open loop at half the measured peak of (b) (or `--rate R` req/s): p50/p99 of the
-//! backend alone and of (a), (b), (c), and the p99 each adds over the backend. `--soak S` then
+//! Then, open loop at half and a quarter of the measured peak of (b) (or `--rate R` req/s):
+//! p50/p99 of the backend alone and of (a), (b), (c), the p99 each adds over the backend, and
+//! how long the gateway's threads waited for a CPU per request (this machine's contention). `--soak S` then
 //! runs the full chain at peak for S seconds (signing each request as it goes) and reports the
 //! gateway's RSS over time. `--perf DIR` records each measured gateway with `perf record`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver: a panic is a failed run
@@ -174,6 +175,17 @@ fn cpu_seconds(pid: u32) -> f64 {
     let fields: Vec<&str> = after_comm.split_whitespace().collect();
     let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
     ticks / clock_ticks()
+}
+
+/// Time `pid`'s threads spent runnable but waiting for a CPU (schedstat), in seconds: how much
+/// of the latency is this 2-core machine's contention rather than the gateway's work.
+fn runqueue_wait_seconds(pid: u32) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0.0 };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .sum::<f64>()
+        / 1e9
 }
 
 /// Resident set size of `pid`, in MiB.
@@ -577,18 +589,22 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
 async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f64) {
     let body = body_of(size);
     println!("\n{size} B bodies, open loop at {rate:.0} req/s for {} s:", opts.seconds);
-    println!("  {:<18} {:>9} {:>9} {:>16} {:>7}", "scenario", "p50 µs", "p99 µs", "p99 added µs", "errors");
+    println!("  {:<18} {:>9} {:>9} {:>16} {:>7} {:>22}", "scenario", "p50 µs", "p99 µs", "p99 added µs", "errors", "gateway run-queue wait");
     let mut direct_p99 = 0;
     for scenario in [Scenario::Direct, Scenario::Bare, Scenario::Full, Scenario::TokenPolicy] {
         let (gw, addr) = start(env, scenario);
         let warm = pool(env, scenario, &addr, &body, token, 200);
         let _ = measure_open(&addr, warm, body.clone(), 200.0, 1.0).await;
         let heads = pool(env, scenario, &addr, &body, token, (rate * opts.seconds) as usize + 1);
+        let pid = gw.as_ref().map(|g| g.0.id());
+        let wait_before = pid.map(runqueue_wait_seconds).unwrap_or(0.0);
         let s = measure_open(&addr, heads, body.clone(), rate, opts.seconds).await;
+        let wait = pid.map(runqueue_wait_seconds).unwrap_or(0.0) - wait_before;
         if scenario == Scenario::Direct {
             direct_p99 = s.p99_us;
         }
-        println!("  {:<18} {:>9} {:>9} {:>16} {:>7}", scenario.name(), s.p50_us, s.p99_us, s.p99_us as i64 - direct_p99 as i64, s.errors);
+        let wait = if pid.is_some() { format!("{:.0} µs/req", wait * 1e6 / (s.rps * opts.seconds).max(1.0)) } else { "-".to_owned() };
+        println!("  {:<18} {:>9} {:>9} {:>16} {:>7} {:>22}", scenario.name(), s.p50_us, s.p99_us, s.p99_us as i64 - direct_p99 as i64, s.errors, wait);
         drop(gw);
     }
 }
@@ -657,7 +673,13 @@ fn main() {
                 }
             }
             if opts.latency {
-                if let Some(rate) = opts.rate.or(peak.map(|p| p / 2.0)) {
+                // Half the peak (the target), and a quarter to show where the knee is.
+                let rates: Vec<f64> = match (opts.rate, peak) {
+                    (Some(r), _) => vec![r],
+                    (None, Some(p)) => vec![p / 2.0, p / 4.0],
+                    (None, None) => Vec::new(),
+                };
+                for rate in rates {
                     latency_at(&opts, &env, &token, size, rate).await;
                 }
             }
