@@ -4,6 +4,7 @@
 //! ```text
 //! benches/load.sh [--seconds 8] [--rounds 3] [--connections 32,128] [--sizes 1024,65536]
 //!                 [--driver wrk|builtin] [--rate R] [--no-latency] [--soak SECONDS] [--perf DIR]
+//!                 [--pin]
 //! ```
 //! (`benches/load.sh` installs wrk when it is missing and runs `cargo bench --bench load --`.)
 //!
@@ -20,7 +21,8 @@
 //! p50/p99 of the backend alone and of (a), (b), (c), the p99 each adds over the backend, and
 //! how long the gateway's threads waited for a CPU per request (this machine's contention). `--soak S` then
 //! runs the full chain at peak for S seconds (signing each request as it goes) and reports the
-//! gateway's RSS over time. `--perf DIR` records each measured gateway with `perf record`.
+//! gateway's RSS over time. `--perf DIR` records each measured gateway with `perf record`. `--pin` gives the gateway CPU 1 to
+//! itself and puts the driver, wrk and the backend on CPU 0.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver: a panic is a failed run
 
 #[path = "../tests/common/mod.rs"]
@@ -41,7 +43,7 @@ use ed25519_dalek::SigningKey;
 use http::{HeaderMap, HeaderValue, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use portcullis::pipeline::UnixTime;
 use portcullis::report::Histogram;
 use portcullis::signature::{ed25519_public_jwk, Nonce, Signer};
@@ -49,6 +51,8 @@ use portcullis::signature::{ed25519_public_jwk, Nonce, Signer};
 const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
 const AGENT: &str = "https://agent.example";
 const RESOURCE: &str = "https://mcp.example.com/mcp";
+/// The admin listener of the gateway under test (one runs at a time).
+const ADMIN: &str = "127.0.0.1:19090";
 
 /// Who generates the closed-loop load.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -106,6 +110,10 @@ fn options() -> Options {
             "--rate" => o.rate = Some(v.parse().expect("--rate REQ_PER_S")),
             "--soak" => o.soak = Some(v.parse().expect("--soak SECONDS")),
             "--perf" => o.perf = Some(v.into()),
+            "--pin" => {
+                PIN.store(true, Ordering::Relaxed);
+                step = 1;
+            }
             "--no-latency" => {
                 o.latency = false;
                 step = 1;
@@ -152,9 +160,20 @@ impl Drop for Proc {
 }
 
 /// Starts `portcullis` with `args` and returns it with the address it logged.
+/// With `--pin`, the gateway runs on CPU 1 and everything else (this driver, wrk, the
+/// backend) on CPU 0, so the gateway's figures are not its neighbours' scheduling noise.
+static PIN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn spawn(args: &[&str], marker: &str) -> (Proc, String) {
-    let mut child =
-        Command::new(BIN).args(args).env("RUST_LOG", "warn,portcullis=info").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("portcullis binary");
+    let gateway = args.first() == Some(&"run");
+    let mut command = if gateway && PIN.load(Ordering::Relaxed) {
+        let mut c = Command::new("taskset");
+        c.args(["-c", "1", BIN]);
+        c
+    } else {
+        Command::new(BIN)
+    };
+    let mut child = command.args(args).env("RUST_LOG", "warn,portcullis=info").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("portcullis binary");
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
     let addr = loop {
@@ -232,7 +251,7 @@ fn config_for(env: &Env, scenario: Scenario) -> String {
         _ => format!("[policy]\npaths = [{:?}]\nwatch = false\n", env.policies.path()),
     };
     format!(
-        "mode = \"enforce\"\n[listen]\naddr = \"127.0.0.1:0\"\npublic_url = {RESOURCE:?}\n[upstream]\nurl = \"http://{}\"\n[limits]\nmax_body = \"1MiB\"\n[admin]\n[log]\ndecisions = \"off\"\nlevel = \"warn,portcullis=info\"\n{signatures}{oauth}{policy}",
+        "mode = \"enforce\"\n[listen]\naddr = \"127.0.0.1:0\"\npublic_url = {RESOURCE:?}\n[upstream]\nurl = \"http://{}\"\n[limits]\nmax_body = \"1MiB\"\n[admin]\naddr = \"{ADMIN}\"\n[log]\ndecisions = \"off\"\nlevel = \"warn,portcullis=info\"\n{signatures}{oauth}{policy}",
         env.backend
     )
 }
@@ -441,32 +460,112 @@ fn measure_wrk(
     }
 }
 
-/// Open loop: sends at `rate` req/s for `seconds` whatever the answers do (no coordinated
-/// omission), each request timed from the moment it was sent.
-async fn measure_open(authority: &str, heads: Vec<HeaderMap>, body: Bytes, rate: f64, seconds: f64) -> Sample {
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1024).build_http();
-    let uri: http::Uri = format!("http://{authority}/mcp").parse().unwrap();
+/// p99s from the gateway's /metrics (upper bucket bounds, µs): `portcullis_request_duration_seconds`
+/// (arrival to response headers) and the slowest stages. Says whether a tail is the gateway's
+/// work, a stage's, or time spent before the gateway got to the request at all.
+async fn gateway_p99s() -> Option<String> {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let resp = client.get(format!("http://{ADMIN}/metrics").parse().ok()?).await.ok()?;
+    let text = String::from_utf8(resp.into_body().collect().await.ok()?.to_bytes().to_vec()).ok()?;
+    // series name (with its labels but `le`) → cumulative (le, count)
+    let mut series: std::collections::BTreeMap<String, Vec<(f64, f64)>> = Default::default();
+    for line in text.lines().filter(|l| l.contains("_bucket{")) {
+        let Some((name_labels, count)) = line.rsplit_once(' ') else { continue };
+        let Some((name, labels)) = name_labels.split_once('{') else { continue };
+        let (mut le, mut others) = (None, Vec::new());
+        for label in labels.trim_end_matches('}').split(',') {
+            match label.strip_prefix("le=") {
+                Some(v) => le = Some(v.trim_matches('"')),
+                None => others.push(label.split_once('=').map(|(_, v)| v.trim_matches('"')).unwrap_or(label)),
+            }
+        }
+        let le = match le {
+            Some("+Inf") => f64::INFINITY,
+            Some(v) => v.parse().unwrap_or(f64::NAN),
+            None => continue,
+        };
+        let key = format!("{} {}", name.trim_start_matches("portcullis_").trim_end_matches("_bucket"), others.join(","));
+        series.entry(key).or_default().push((le, count.trim().parse().unwrap_or(0.0)));
+    }
+    let p99 = |b: &Vec<(f64, f64)>| b.iter().find(|(_, c)| *c >= b.last().map(|l| l.1).unwrap_or(0.0) * 0.99).map(|(le, _)| le * 1e6).unwrap_or(0.0);
+    let mut out: Vec<(f64, String)> = series
+        .iter()
+        .filter(|(k, _)| k.starts_with("request_duration") || k.starts_with("stage_duration"))
+        .map(|(k, b)| (p99(b), k.replace("stage_duration_seconds ", "").replace("request_duration_seconds ", "request")))
+        .collect();
+    out.sort_by(|a, b| b.0.total_cmp(&a.0));
+    Some(out.iter().take(4).map(|(v, k)| format!("{k} {v:.0}")).collect::<Vec<_>>().join(", "))
+}
+
+/// Open loop, wrk2 style: `connections` persistent connections, requests released at `rate`
+/// req/s whatever the answers do, each timed from its release (so time spent waiting for a free
+/// connection counts: no coordinated omission). A fixed set of connections, like real agents
+/// keep: opening one per late request turns a short stall into a burst of new connections
+/// that overflows the accept queue, and the dropped SYNs cost a 1 s retransmission each.
+async fn measure_open(authority: &str, heads: Vec<HeaderMap>, body: Bytes, rate: f64, seconds: f64, connections: usize) -> Sample {
     let total = ((rate * seconds) as usize).min(heads.len());
-    let start = tokio::time::Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for (i, headers) in heads.into_iter().take(total).enumerate() {
-        tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / rate)).await;
-        let (client, uri, body) = (client.clone(), uri.clone(), body.clone());
-        tasks.spawn(async move {
-            let t = Instant::now();
-            let ok = send(&client, &uri, headers, body).await;
-            (ok, t.elapsed().as_micros() as u64)
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<(HeaderMap, Instant)>();
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    let host = HeaderValue::from_str(authority).unwrap();
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..connections {
+        let (rx, body, host, authority) = (rx.clone(), body.clone(), host.clone(), authority.to_owned());
+        workers.spawn(async move {
+            let (mut hist, mut done, mut errors) = (Histogram::default(), 0usize, 0usize);
+            let stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
+            stream.set_nodelay(true).unwrap();
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+            tokio::spawn(conn);
+            loop {
+                let job = rx.lock().await.recv().await;
+                let Some((mut headers, released)) = job else { break };
+                headers.insert(http::header::HOST, host.clone());
+                let mut req = Request::new(Full::new(body.clone()));
+                *req.method_mut() = http::Method::POST;
+                *req.uri_mut() = http::Uri::from_static("/mcp");
+                *req.headers_mut() = headers;
+                let ok = match sender.ready().await {
+                    Ok(()) => match sender.send_request(req).await {
+                        Ok(resp) => {
+                            let status = resp.status();
+                            resp.into_body().collect().await.is_ok() && status == 200
+                        }
+                        Err(_) => false,
+                    },
+                    Err(_) => false,
+                };
+                if ok {
+                    hist.record(released.elapsed().as_micros() as u64);
+                    done += 1;
+                } else {
+                    errors += 1;
+                }
+            }
+            (hist, done, errors)
         });
     }
-    let (mut hist, mut done, mut errors) = (Histogram::default(), 0, 0);
-    while let Some(r) = tasks.join_next().await {
-        match r.unwrap() {
-            (true, us) => {
-                hist.record(us);
-                done += 1;
-            }
-            (false, _) => errors += 1,
+    let start = tokio::time::Instant::now();
+    let mut heads = heads.into_iter().take(total);
+    let mut sent = 0usize;
+    while sent < total {
+        tokio::time::sleep_until(start + Duration::from_secs_f64(sent as f64 / rate)).await;
+        // Release every request whose time has come, stamped now: late timer wake-ups (1 ms
+        // granularity) are not the gateway's latency, waiting for a connection is.
+        let now = Instant::now();
+        let due = ((start.elapsed().as_secs_f64() * rate) as usize + 1).min(total);
+        while sent < due {
+            let Some(h) = heads.next() else { break };
+            tx.send((h, now)).unwrap();
+            sent += 1;
         }
+    }
+    drop(tx);
+    let (mut hist, mut done, mut errors) = (Histogram::default(), 0, 0);
+    while let Some(r) = workers.join_next().await {
+        let (h, d, e) = r.unwrap();
+        hist.merge(&h);
+        done += d;
+        errors += e;
     }
     Sample {
         rps: done as f64 / start.elapsed().as_secs_f64(),
@@ -588,23 +687,37 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
 /// Open-loop latency at `rate` for the backend alone and each scenario.
 async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f64) {
     let body = body_of(size);
-    println!("\n{size} B bodies, open loop at {rate:.0} req/s for {} s:", opts.seconds);
-    println!("  {:<18} {:>9} {:>9} {:>16} {:>7} {:>22}", "scenario", "p50 µs", "p99 µs", "p99 added µs", "errors", "gateway run-queue wait");
+    let connections = opts.connections[0];
+    println!("\n{size} B bodies, open loop at {rate:.0} req/s over {connections} connections for {} s:", opts.seconds);
+    println!(
+        "  {:<18} {:>9} {:>9} {:>16} {:>7} {:>22}  {}",
+        "scenario", "p50 µs", "p99 µs", "p99 added µs", "errors", "gateway run-queue wait", "p99 inside the gateway ≤ µs"
+    );
     let mut direct_p99 = 0;
     for scenario in [Scenario::Direct, Scenario::Bare, Scenario::Full, Scenario::TokenPolicy] {
         let (gw, addr) = start(env, scenario);
         let warm = pool(env, scenario, &addr, &body, token, 200);
-        let _ = measure_open(&addr, warm, body.clone(), 200.0, 1.0).await;
+        let _ = measure_open(&addr, warm, body.clone(), 200.0, 1.0, connections).await;
         let heads = pool(env, scenario, &addr, &body, token, (rate * opts.seconds) as usize + 1);
         let pid = gw.as_ref().map(|g| g.0.id());
         let wait_before = pid.map(runqueue_wait_seconds).unwrap_or(0.0);
-        let s = measure_open(&addr, heads, body.clone(), rate, opts.seconds).await;
+        let s = measure_open(&addr, heads, body.clone(), rate, opts.seconds, connections).await;
         let wait = pid.map(runqueue_wait_seconds).unwrap_or(0.0) - wait_before;
         if scenario == Scenario::Direct {
             direct_p99 = s.p99_us;
         }
         let wait = if pid.is_some() { format!("{:.0} µs/req", wait * 1e6 / (s.rps * opts.seconds).max(1.0)) } else { "-".to_owned() };
-        println!("  {:<18} {:>9} {:>9} {:>16} {:>7} {:>22}", scenario.name(), s.p50_us, s.p99_us, s.p99_us as i64 - direct_p99 as i64, s.errors, wait);
+        let inside = if pid.is_some() { gateway_p99s().await.unwrap_or_else(|| "?".into()) } else { "-".to_owned() };
+        println!(
+            "  {:<18} {:>9} {:>9} {:>16} {:>7} {:>22}  {}",
+            scenario.name(),
+            s.p50_us,
+            s.p99_us,
+            s.p99_us as i64 - direct_p99 as i64,
+            s.errors,
+            wait,
+            inside
+        );
         drop(gw);
     }
 }
@@ -639,6 +752,16 @@ async fn soak(env: &Env, token: &str, size: usize, conns: usize, seconds: f64) {
 
 fn main() {
     let opts = options();
+    if PIN.load(Ordering::Relaxed) {
+        // Before any thread or child exists: all of them inherit CPU 0.
+        let ok = Command::new("taskset")
+            .args(["-p", "-c", "0", &std::process::id().to_string()])
+            .stdout(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "--pin needs taskset (util-linux)");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     rt.block_on(async move {
         let ca = TestCa::new();
@@ -656,13 +779,17 @@ fn main() {
             backend,
             _backend_proc: backend_proc,
         };
-        let token = env.jwt_key.sign(&env.issuer.claims_with(RESOURCE, serde_json::json!({"scope": "tools:read"})));
+        // Valid for the whole run (a full run with a soak takes more than half an hour): an
+        // expired token would turn every later (b) and (c) request into a 401.
+        let exp = common::issuer::unix_now() + 24 * 3600;
+        let token = env.jwt_key.sign(&env.issuer.claims_with(RESOURCE, serde_json::json!({"scope": "tools:read", "exp": exp})));
         println!(
-            "load: {}s per run, {} rounds, {:?} driver, gateway and backend in separate processes, {} cores",
+            "load: {}s per run, {} rounds, {:?} driver, gateway and backend in separate processes, {} cores{}",
             opts.seconds,
             opts.rounds,
             opts.driver,
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            if PIN.load(Ordering::Relaxed) { " (gateway pinned to CPU 1, the rest to CPU 0)" } else { "" }
         );
         for &size in &opts.sizes {
             let mut peak = None;
