@@ -138,7 +138,12 @@ pub fn decode(token: &str) -> Result<Jws<'_>, CompactError> {
     let (Some(h), Some(c), Some(signature), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return Err(CompactError::NotCompact);
     };
-    let header: RawHeader = serde_json::from_slice(&b64(h, "header")?).map_err(|e| CompactError::NotJoseHeader(e.to_string()))?;
+    let header_json = b64(h, "header")?;
+    let header: RawHeader = serde_json::from_slice(&header_json).map_err(|e| CompactError::NotJoseHeader(e.to_string()))?;
+    // RFC 7515 §5.2 step 4: the header must be UTF-8 and a completely valid JSON object. A
+    // derived struct also reads a JSON array, and serde_json skips the members it ignores
+    // without checking their UTF-8, so the whole header is read once more as an object.
+    serde_json::from_slice::<Map<String, Value>>(&header_json).map_err(|e| CompactError::NotJoseHeader(e.to_string()))?;
     // RFC 9068 §4: the resource server MUST check `typ`; media types are case-insensitive.
     let typ = header.typ.as_deref().unwrap_or("");
     if !typ.eq_ignore_ascii_case("at+jwt") && !typ.eq_ignore_ascii_case("application/at+jwt") {
