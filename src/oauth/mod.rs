@@ -14,6 +14,7 @@
 //! RFC 6750 §3.1 `invalid_request` (400, mcp-auth.md §3 "malformed auth request"), not
 //! `invalid_token`: the client sent no token we could judge.
 
+mod compact;
 mod introspection;
 mod issuer;
 mod jwks;
@@ -23,12 +24,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::AUTHORIZATION;
 use http::{HeaderMap, Uri};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use url::Url;
 
+use self::compact::CompactError;
 use crate::config::{self, FieldError};
 use crate::pipeline::UnixTime;
 use crate::telemetry::TokenMetrics;
@@ -138,6 +139,24 @@ pub enum TokenError {
         /// What failed (URL, status, error).
         reason: String,
     },
+}
+
+impl From<CompactError> for TokenError {
+    /// `compact` names what is wrong with the header or token; the stage adds its prefix and
+    /// shortens quoted client text, so the texts are those the stage always gave.
+    fn from(e: CompactError) -> TokenError {
+        match e {
+            CompactError::MalformedHeader(why) => TokenError::MalformedHeader(why),
+            CompactError::TooLong
+            | CompactError::NotCompact
+            | CompactError::NotBase64url { .. }
+            | CompactError::NotJoseHeader(_)
+            | CompactError::ClaimsNotObject(_) => TokenError::Malformed(e.to_string()),
+            CompactError::WrongType { typ } => TokenError::WrongType { typ: short(&typ) },
+            CompactError::UnsupportedAlgorithm { alg } => TokenError::UnsupportedAlgorithm { alg: short(&alg) },
+            CompactError::CriticalHeader => TokenError::CriticalHeader,
+        }
+    }
 }
 
 /// Shortens client-supplied text quoted in errors (kid, typ, iss) to 64 characters.
@@ -335,7 +354,7 @@ impl TokenVerifier {
             }
             self.metrics.token_cache(false);
         }
-        let (verified, max_ttl) = if token::looks_like_jwt(token) || self.introspection.is_none() {
+        let (verified, max_ttl) = if compact::looks_like_jwt(token) || self.introspection.is_none() {
             (self.verify_jwt(token, now).await?, None)
         } else if let Some(i) = &self.introspection {
             (i.introspect(token, &self.rules, now).await?, Some(INTROSPECTION_MAX_TTL))
@@ -367,29 +386,10 @@ impl TokenVerifier {
     }
 }
 
-/// The token of `Authorization: Bearer <token68>` (RFC 6750 §2.1; scheme case-insensitive,
-/// RFC 9110 §11.1). `Ok(None)` when there is no `Authorization` header.
+/// The token of `Authorization: Bearer <token68>` (`compact::bearer_token`). `Ok(None)` when
+/// there is no `Authorization` header.
 pub(crate) fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, TokenError> {
-    let mut values = headers.get_all(AUTHORIZATION).iter();
-    let Some(value) = values.next() else { return Ok(None) };
-    if values.next().is_some() {
-        return Err(TokenError::MalformedHeader("sent more than once"));
-    }
-    let value = value.to_str().map_err(|_| TokenError::MalformedHeader("not ASCII"))?;
-    let (scheme, rest) = value.split_once(' ').ok_or(TokenError::MalformedHeader("expected \"Bearer <token>\""))?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return Err(TokenError::MalformedHeader("scheme is not Bearer"));
-    }
-    let token = rest.trim_start_matches(' ');
-    if token.is_empty() {
-        return Err(TokenError::MalformedHeader("empty token"));
-    }
-    // b64token = 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="
-    let body = token.trim_end_matches('=');
-    if body.is_empty() || !body.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~+/".contains(&b)) {
-        return Err(TokenError::MalformedHeader("token is not a token68"));
-    }
-    Ok(Some(token))
+    Ok(compact::bearer_token(headers)?)
 }
 
 fn https_url(field: &str, s: &str) -> Result<Url, FieldError> {

@@ -1,5 +1,6 @@
 use std::time::Duration;
 
+use http::header::AUTHORIZATION;
 use http::HeaderValue;
 use serde_json::json;
 
@@ -59,6 +60,65 @@ fn bearer_header_forms() {
     let mut twice = h("Bearer a");
     twice.append(AUTHORIZATION, HeaderValue::from_static("Bearer b"));
     assert_eq!(bearer_token(&twice), Err(TokenError::MalformedHeader("sent more than once")));
+}
+
+/// The refusal texts clients see in `reason` for a malformed header or token, pinned so that
+/// moving the parsing (`compact`) cannot change a byte of them.
+#[test]
+fn malformed_header_and_token_refusal_texts_are_stable() {
+    let h = |v: &[u8]| {
+        let mut m = HeaderMap::new();
+        m.insert(AUTHORIZATION, HeaderValue::from_bytes(v).expect("value"));
+        m
+    };
+    let mut twice = h(b"Bearer a");
+    twice.append(AUTHORIZATION, HeaderValue::from_static("Bearer b"));
+    let header_cases: [(HeaderMap, &str); 6] = [
+        (twice, "sent more than once"),
+        (h(b"Bearer \xe9t\xe9"), "not ASCII"),
+        (h(b"Bearer"), "expected \"Bearer <token>\""),
+        (h(b"Basic dXNlcjpwYXNz"), "scheme is not Bearer"),
+        (h(b"Bearer    "), "empty token"),
+        (h(b"Bearer a,b"), "token is not a token68"),
+    ];
+    for (headers, why) in header_cases {
+        let err = bearer_token(&headers).expect_err(why);
+        assert_eq!(err.to_string(), format!("Authorization header is malformed: {why}"));
+    }
+    let header = |v: serde_json::Value| test_keys::b64(v.to_string().as_bytes());
+    let good = header(json!({"alg": "EdDSA", "typ": "at+jwt"}));
+    let claims = test_keys::b64(claims(NOW).to_string().as_bytes());
+    let long_typ = "x".repeat(100);
+    let token_cases = [
+        ("a".repeat(compact::MAX_TOKEN_LEN + 1), "token is malformed: token longer than 16384 bytes".to_owned()),
+        ("a.b".into(), "token is malformed: not a JWS compact serialization (three dot-separated parts)".into()),
+        ("a.b.c.d".into(), "token is malformed: not a JWS compact serialization (three dot-separated parts)".into()),
+        ("!!.a.b".into(), "token is malformed: header is not base64url".into()),
+        (
+            format!("{}.a.b", header(json!([1]))),
+            "token is malformed: header is not a JOSE header: invalid type: integer `1`, expected a string at line 1 column 2".into(),
+        ),
+        (
+            format!("{}.a.b", header(json!({"typ": "at+jwt"}))),
+            "token is malformed: header is not a JOSE header: missing field `alg` at line 1 column 16".into(),
+        ),
+        (format!("{}.{claims}.s", header(json!({"alg": "EdDSA", "typ": "JWT"}))), "token type \"JWT\" is not at+jwt".into()),
+        (format!("{}.{claims}.s", header(json!({"alg": "EdDSA", "typ": long_typ}))), format!("token type {:?} is not at+jwt", &long_typ[..64])),
+        (format!("{}.{claims}.s", header(json!({"alg": "none", "typ": "at+jwt"}))), "token algorithm \"none\" is not accepted".into()),
+        (format!("{}.{claims}.s", header(json!({"alg": "EdDSA", "typ": "at+jwt", "crit": ["exp"]}))), "token header has critical extensions".into()),
+        (format!("{good}.!!.s"), "token is malformed: claims is not base64url".into()),
+        (
+            format!("{good}.{}.s", test_keys::b64(b"[1]")),
+            "token is malformed: claims are not a JSON object: invalid type: sequence, expected a map at line 1 column 0".into(),
+        ),
+        (
+            format!("{good}.{}.s", test_keys::b64(b"{\"a\":")),
+            "token is malformed: claims are not a JSON object: EOF while parsing a value at line 1 column 5".into(),
+        ),
+    ];
+    for (t, text) in token_cases {
+        assert_eq!(token::decode(&t).expect_err(&text).to_string(), text, "{t:.40}");
+    }
 }
 
 #[tokio::test]

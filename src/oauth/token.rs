@@ -1,5 +1,6 @@
-//! JWT access tokens (RFC 9068), PRODUCT.md stage 7: the header rules, the signature check
-//! against one issuer key, and the claim checks (`iss`, `aud`, `exp`, `nbf`, `iat`, scopes).
+//! JWT access tokens (RFC 9068), PRODUCT.md stage 7: the signature check against one issuer
+//! key and the claim checks (`iss`, `aud`, `exp`, `nbf`, `iat`, scopes), after `compact` read
+//! the token's shape and applied the header rules.
 //!
 //! Pure functions: no I/O, and time is the request's `now` (never the clock). The key comes
 //! from `jwks`; this module trusts only that key and the configured issuer and audience.
@@ -7,15 +8,12 @@
 //! [`Profile::Introspection`].
 
 use jsonwebtoken::Algorithm;
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::compact::{self, Alg};
 use super::jwks::{KeyKind, PublicKey};
 use super::{short, TokenError, VerifiedToken};
 use crate::pipeline::UnixTime;
-
-/// Longest token accepted; anything longer is refused before decoding.
-pub(crate) const MAX_TOKEN_LEN: usize = 16 * 1024;
 
 /// What a token is checked against, built once from `[oauth]`.
 #[derive(Debug, Clone)]
@@ -37,15 +35,6 @@ pub(crate) enum Profile {
     Introspection,
 }
 
-/// The JOSE header members the gateway reads (RFC 7515 §4.1).
-#[derive(Debug, Deserialize)]
-struct RawHeader {
-    alg: String,
-    typ: Option<String>,
-    kid: Option<String>,
-    crit: Option<Value>,
-}
-
 /// A decoded, not yet verified JWT.
 #[derive(Debug)]
 pub(crate) struct Jwt<'a> {
@@ -58,48 +47,18 @@ pub(crate) struct Jwt<'a> {
     claims: Map<String, Value>,
 }
 
-/// Whether `token` has the JWS compact shape (three parts); otherwise it is treated as opaque.
-pub(crate) fn looks_like_jwt(token: &str) -> bool {
-    token.bytes().filter(|b| *b == b'.').count() == 2
-}
-
-/// Decodes the header and claims and applies the header rules. Nothing here trusts the token:
-/// the signature is checked by [`verify_signature`] before the claims are believed.
+/// Decodes the header and claims and applies the header rules (`compact::decode`). Nothing
+/// here trusts the token: the signature is checked by [`verify_signature`] before the claims
+/// are believed.
 pub(crate) fn decode(token: &str) -> Result<Jwt<'_>, TokenError> {
-    if token.len() > MAX_TOKEN_LEN {
-        return Err(TokenError::Malformed(format!("token longer than {MAX_TOKEN_LEN} bytes")));
-    }
-    let mut parts = token.split('.');
-    let (Some(h), Some(c), Some(sig), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
-        return Err(TokenError::Malformed("not a JWS compact serialization (three dot-separated parts)".into()));
+    let jws = compact::decode(token)?;
+    let alg = match jws.alg {
+        Alg::Rs256 => Algorithm::RS256,
+        Alg::Ps256 => Algorithm::PS256,
+        Alg::Es256 => Algorithm::ES256,
+        Alg::EdDsa => Algorithm::EdDSA,
     };
-    let header: RawHeader = serde_json::from_slice(&b64(h, "header")?).map_err(|e| TokenError::Malformed(format!("header is not a JOSE header: {e}")))?;
-    // RFC 9068 §4: the resource server MUST check `typ`; media types are case-insensitive.
-    let typ = header.typ.as_deref().unwrap_or("");
-    if !typ.eq_ignore_ascii_case("at+jwt") && !typ.eq_ignore_ascii_case("application/at+jwt") {
-        return Err(TokenError::WrongType { typ: short(typ) });
-    }
-    let alg = accepted_algorithm(&header.alg)?;
-    // RFC 7515 §4.1.11: extensions we do not understand must make the token invalid.
-    if header.crit.is_some() {
-        return Err(TokenError::CriticalHeader);
-    }
-    let claims: Map<String, Value> =
-        serde_json::from_slice(&b64(c, "claims")?).map_err(|e| TokenError::Malformed(format!("claims are not a JSON object: {e}")))?;
-    let signing_input = &token[..h.len() + 1 + c.len()];
-    Ok(Jwt { alg, kid: header.kid, signing_input, signature: sig, claims })
-}
-
-/// RS256, PS256, ES256, EdDSA only. `none` (RFC 8725 §3.1) and HMAC (the public key used as a
-/// shared secret, RFC 8725 §2.1) are refused by name.
-fn accepted_algorithm(alg: &str) -> Result<Algorithm, TokenError> {
-    match alg {
-        "RS256" => Ok(Algorithm::RS256),
-        "PS256" => Ok(Algorithm::PS256),
-        "ES256" => Ok(Algorithm::ES256),
-        "EdDSA" => Ok(Algorithm::EdDSA),
-        other => Err(TokenError::UnsupportedAlgorithm { alg: short(other) }),
-    }
+    Ok(Jwt { alg, kid: jws.kid, signing_input: jws.signing_input, signature: jws.signature, claims: jws.claims })
 }
 
 /// The key kind an algorithm needs.
@@ -110,11 +69,6 @@ pub(crate) fn key_kind(alg: Algorithm) -> Option<KeyKind> {
         Algorithm::EdDSA => Some(KeyKind::Ed25519),
         _ => None,
     }
-}
-
-fn b64(part: &str, what: &str) -> Result<Vec<u8>, TokenError> {
-    use base64::Engine as _;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part).map_err(|_| TokenError::Malformed(format!("{what} is not base64url")))
 }
 
 /// Checks the signature with `key`, which must be of the kind `jwt.alg` needs (the caller

@@ -115,11 +115,29 @@ fn critical_header_extensions_are_refused() {
 
 #[test]
 fn garbage_is_malformed() {
-    for t in ["abc", "a.b", "a.b.c.d", "!!.!!.!!", &"a".repeat(MAX_TOKEN_LEN + 1)] {
+    for t in ["abc", "a.b", "a.b.c.d", "!!.!!.!!", &"a".repeat(compact::MAX_TOKEN_LEN + 1)] {
         assert!(matches!(decode(t), Err(TokenError::Malformed(_))), "{t:.20}");
     }
     let h = test_keys::b64(br#"{"alg":"EdDSA","typ":"at+jwt"}"#);
     assert!(matches!(decode(&format!("{h}.{}.x", test_keys::b64(b"[1]"))), Err(TokenError::Malformed(_))));
+}
+
+/// Found by fuzz/fuzz_targets/jwt_compact.rs: a header with invalid UTF-8 in a member the
+/// gateway does not read, or the members as a JSON array, was accepted as a JOSE header
+/// (RFC 7515 §5.2 step 4 wants a completely valid JSON object).
+#[test]
+fn header_that_is_not_a_valid_json_object_is_malformed() {
+    let claims = test_keys::b64(claims().to_string().as_bytes());
+    let text = |header: &[u8]| decode(&format!("{}.{claims}.s", test_keys::b64(header))).map(|_| ()).map_err(|e| e.to_string());
+    assert_eq!(
+        text(b"{\"alg\":\"EdDSA\",\"typ\":\"at+jwt\",\"x\":\"\xe3\x8e8\"}"),
+        Err("token is malformed: header is not a JOSE header: invalid unicode code point at line 1 column 36".into())
+    );
+    assert_eq!(
+        text(br#"["EdDSA","at+jwt",null,null]"#),
+        Err("token is malformed: header is not a JOSE header: invalid type: sequence, expected a map at line 1 column 0".into())
+    );
+    assert_eq!(text(r#"{"alg":"EdDSA","typ":"at+jwt","x":"é"}"#.as_bytes()), Ok(()));
 }
 
 #[test]

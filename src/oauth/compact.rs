@@ -1,0 +1,174 @@
+//! The compact forms a bearer token arrives in (PRODUCT.md stage 7, before any key is used):
+//! `Authorization: Bearer <token68>` (RFC 6750 §2.1) and the JWS compact serialization of a
+//! JWT (RFC 7515 §7.1): three base64url parts, a JOSE header and a JSON claims object, with the
+//! header rules that need no key (RFC 9068 §4 `typ`, the accepted `alg`, RFC 7515 §4.1.11
+//! `crit`).
+//!
+//! It trusts nothing: every byte comes from the client, and a decoded token is only a claim
+//! until `token::verify_signature` checks it. The file depends on http, base64, serde,
+//! serde_json and thiserror only, so `fuzz/` compiles this very source; the stage maps
+//! [`CompactError`] to `TokenError` without changing a byte of the refusal texts.
+
+use base64::Engine as _;
+use http::header::AUTHORIZATION;
+use http::HeaderMap;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// Longest token accepted; anything longer is refused before decoding.
+pub const MAX_TOKEN_LEN: usize = 16 * 1024;
+
+/// Why a header or token could not be read, in the stage's words (without its prefixes).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompactError {
+    /// `Authorization` is not `Bearer <token68>` or is sent twice; the text says which.
+    #[error("{0}")]
+    MalformedHeader(&'static str),
+    /// The token is longer than [`MAX_TOKEN_LEN`].
+    #[error("token longer than {MAX_TOKEN_LEN} bytes")]
+    TooLong,
+    /// The token does not have exactly three dot-separated parts.
+    #[error("not a JWS compact serialization (three dot-separated parts)")]
+    NotCompact,
+    /// The header or claims part is not unpadded base64url.
+    #[error("{part} is not base64url")]
+    NotBase64url {
+        /// `header` or `claims`.
+        part: &'static str,
+    },
+    /// The header is not a JSON object with a string `alg` (serde_json's position message).
+    #[error("header is not a JOSE header: {0}")]
+    NotJoseHeader(String),
+    /// The claims are not a JSON object (serde_json's position message).
+    #[error("claims are not a JSON object: {0}")]
+    ClaimsNotObject(String),
+    /// `typ` is absent or not `at+jwt` (RFC 9068 §4).
+    #[error("token type {typ:?} is not at+jwt")]
+    WrongType {
+        /// The `typ` sent, in full (empty when absent).
+        typ: String,
+    },
+    /// `alg` is not RS256, PS256, ES256 or EdDSA.
+    #[error("token algorithm {alg:?} is not accepted")]
+    UnsupportedAlgorithm {
+        /// The `alg` sent, in full.
+        alg: String,
+    },
+    /// The header has `crit` extensions, which the gateway does not implement.
+    #[error("token header has critical extensions")]
+    CriticalHeader,
+}
+
+/// The signature algorithms the gateway accepts. `none` (RFC 8725 §3.1) and HMAC (the public
+/// key used as a shared secret, RFC 8725 §2.1) are not among them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alg {
+    /// RSASSA-PKCS1-v1_5 with SHA-256.
+    Rs256,
+    /// RSASSA-PSS with SHA-256.
+    Ps256,
+    /// ECDSA P-256 with SHA-256.
+    Es256,
+    /// Ed25519 (RFC 8037).
+    EdDsa,
+}
+
+/// A JWT whose shape and header rules passed; nothing in it is verified yet.
+#[derive(Debug)]
+pub struct Jws<'a> {
+    /// The accepted `alg`.
+    pub alg: Alg,
+    /// The header's `kid`, if any.
+    pub kid: Option<String>,
+    /// `header.claims` exactly as sent: the bytes the signature covers (RFC 7515 §5.2).
+    pub signing_input: &'a str,
+    /// The third part, still base64url.
+    pub signature: &'a str,
+    /// The decoded claims object.
+    pub claims: Map<String, Value>,
+}
+
+/// The JOSE header members the gateway reads (RFC 7515 §4.1).
+#[derive(Debug, Deserialize)]
+struct RawHeader {
+    alg: String,
+    typ: Option<String>,
+    kid: Option<String>,
+    crit: Option<Value>,
+}
+
+/// The token of `Authorization: Bearer <token68>` (RFC 6750 §2.1; scheme case-insensitive,
+/// RFC 9110 §11.1). `Ok(None)` when there is no `Authorization` header.
+pub fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, CompactError> {
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    let Some(value) = values.next() else { return Ok(None) };
+    if values.next().is_some() {
+        return Err(CompactError::MalformedHeader("sent more than once"));
+    }
+    let value = value.to_str().map_err(|_| CompactError::MalformedHeader("not ASCII"))?;
+    let (scheme, rest) = value.split_once(' ').ok_or(CompactError::MalformedHeader("expected \"Bearer <token>\""))?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(CompactError::MalformedHeader("scheme is not Bearer"));
+    }
+    let token = rest.trim_start_matches(' ');
+    if token.is_empty() {
+        return Err(CompactError::MalformedHeader("empty token"));
+    }
+    // b64token = 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="
+    let body = token.trim_end_matches('=');
+    if body.is_empty() || !body.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~+/".contains(&b)) {
+        return Err(CompactError::MalformedHeader("token is not a token68"));
+    }
+    Ok(Some(token))
+}
+
+/// Whether `token` has the JWS compact shape (three parts); otherwise it is treated as opaque.
+pub fn looks_like_jwt(token: &str) -> bool {
+    token.bytes().filter(|b| *b == b'.').count() == 2
+}
+
+/// Decodes the header and claims and applies the header rules, in the order the refusals are
+/// documented: length, shape, header, `typ`, `alg`, `crit`, claims. Nothing here trusts the
+/// token: the caller checks the signature over [`Jws::signing_input`] before believing a claim.
+pub fn decode(token: &str) -> Result<Jws<'_>, CompactError> {
+    if token.len() > MAX_TOKEN_LEN {
+        return Err(CompactError::TooLong);
+    }
+    let mut parts = token.split('.');
+    let (Some(h), Some(c), Some(signature), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return Err(CompactError::NotCompact);
+    };
+    let header_json = b64(h, "header")?;
+    let header: RawHeader = serde_json::from_slice(&header_json).map_err(|e| CompactError::NotJoseHeader(e.to_string()))?;
+    // RFC 7515 §5.2 step 4: the header must be UTF-8 and a completely valid JSON object. A
+    // derived struct also reads a JSON array, and serde_json skips the members it ignores
+    // without checking their UTF-8, so the whole header is read once more as an object.
+    serde_json::from_slice::<Map<String, Value>>(&header_json).map_err(|e| CompactError::NotJoseHeader(e.to_string()))?;
+    // RFC 9068 §4: the resource server MUST check `typ`; media types are case-insensitive.
+    let typ = header.typ.as_deref().unwrap_or("");
+    if !typ.eq_ignore_ascii_case("at+jwt") && !typ.eq_ignore_ascii_case("application/at+jwt") {
+        return Err(CompactError::WrongType { typ: typ.to_owned() });
+    }
+    let alg = accepted_algorithm(&header.alg)?;
+    // RFC 7515 §4.1.11: extensions we do not understand must make the token invalid.
+    if header.crit.is_some() {
+        return Err(CompactError::CriticalHeader);
+    }
+    let claims: Map<String, Value> = serde_json::from_slice(&b64(c, "claims")?).map_err(|e| CompactError::ClaimsNotObject(e.to_string()))?;
+    let signing_input = &token[..h.len() + 1 + c.len()];
+    Ok(Jws { alg, kid: header.kid, signing_input, signature, claims })
+}
+
+fn accepted_algorithm(alg: &str) -> Result<Alg, CompactError> {
+    match alg {
+        "RS256" => Ok(Alg::Rs256),
+        "PS256" => Ok(Alg::Ps256),
+        "ES256" => Ok(Alg::Es256),
+        "EdDSA" => Ok(Alg::EdDsa),
+        other => Err(CompactError::UnsupportedAlgorithm { alg: other.to_owned() }),
+    }
+}
+
+fn b64(part: &str, what: &'static str) -> Result<Vec<u8>, CompactError> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part).map_err(|_| CompactError::NotBase64url { part: what })
+}
