@@ -24,29 +24,10 @@ tier := "verified" if {
 	not input.agent.id in data.catalog.partner_agents
 }
 
-# Tools each tier may call.
-tier_tools contains t if some t in data.catalog.read_tools
-
-tier_tools contains t if {
-	tier in {"verified", "partner"}
-	some t in data.catalog.write_tools
-}
-
-tier_tools contains t if {
-	tier == "partner"
-	some t in data.catalog.partner_tools
-}
-
-# Per-agent additions, keyed by the verified agent id (never by anything the client claims).
-tier_tools contains t if {
-	input.agent.verified
-	some t in object.get(data.catalog.agent_tools, input.agent.id, [])
-}
-
 is_tool_call if input.mcp.method == "tools/call"
 
-# Membership is checked list by list rather than through tier_tools, so a decision never
-# builds the whole set (the same answer, a third of the work).
+# Tools each tier may call. Membership is checked list by list (rather than by building the
+# set of every tool the tier may call) so a decision does a third of the work.
 tool_allowed if input.mcp.tool in data.catalog.read_tools
 
 tool_allowed if {
@@ -59,6 +40,7 @@ tool_allowed if {
 	input.mcp.tool in data.catalog.partner_tools
 }
 
+# Per-agent additions, keyed by the verified agent id (never by anything the client claims).
 tool_allowed if {
 	input.agent.verified
 	input.mcp.tool in object.get(data.catalog.agent_tools, input.agent.id, [])

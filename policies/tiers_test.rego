@@ -54,7 +54,7 @@ test_per_agent_allow_list_adds_tools_for_that_agent_only if {
 
 test_partner_tier_reaches_payments if {
 	tier == "partner" with input as req(partner, no_token, call("payments.send", {}))
-	"payments.send" in tier_tools with input as req(partner, no_token, call("payments.send", {}))
+	tool_allowed with input as req(partner, no_token, call("payments.send", {}))
 }
 
 test_unknown_tools_are_refused_at_every_tier if {

@@ -222,7 +222,7 @@ impl VerifiedToken {
     }
     /// [`Self::claims`] as a policy value (converted once per verified token).
     pub fn policy_claims(&self) -> &regorus::Value {
-        self.0.policy_claims.get_or_init(|| regorus::Value::from(Value::Object(self.0.claims.clone())))
+        self.0.policy_claims.get_or_init(|| crate::policy::input::json_object(&self.0.claims))
     }
     /// The OAuth client the token was issued to (`client_id`, or `azp`).
     pub fn client_id(&self) -> Option<&str> {

@@ -77,7 +77,7 @@ fn obj(entries: Vec<(&str, Value)>) -> Value {
 /// A JSON object as a policy value, converted straight from the parsed body (no clone of it
 /// first: tool arguments can be most of a large body). Like regorus's own conversion, a value
 /// it cannot represent is undefined.
-fn json_object(map: &serde_json::Map<String, serde_json::Value>) -> Value {
+pub(crate) fn json_object(map: &serde_json::Map<String, serde_json::Value>) -> Value {
     <Value as serde::Deserialize>::deserialize(map).unwrap_or(Value::Undefined)
 }
 
