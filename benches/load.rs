@@ -338,33 +338,24 @@ async fn measure_builtin(authority: &str, pid: Option<u32>, requests: Requests, 
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let cpu_before = pid.map(cpu_seconds).unwrap_or(0.0);
     let started = Instant::now();
-    let mut tasks = Vec::new();
+    let mut workers = tokio::task::JoinSet::new();
     for _ in 0..connections {
         let (client, requests, next, uri, body) = (client.clone(), requests.clone(), next.clone(), uri.clone(), body.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut hist = Histogram::default();
-            let (mut done, mut errors) = (0usize, 0usize);
+        workers.spawn(async move {
+            let mut tally = Tally::default();
             while Instant::now() < deadline {
                 let Some(headers) = requests.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
                 let t = Instant::now();
-                match send(&client, &uri, headers, body.clone()).await {
-                    true => {
-                        hist.record(t.elapsed().as_micros() as u64);
-                        done += 1;
-                    }
-                    false => errors += 1,
-                }
+                let ok = match client.request(post(uri.clone(), headers, body.clone())).await {
+                    Ok(resp) => answered_200(resp).await,
+                    Err(_) => false,
+                };
+                tally.count(ok, t);
             }
-            (hist, done, errors)
-        }));
+            tally
+        });
     }
-    let (mut all, mut done, mut errors) = (Histogram::default(), 0, 0);
-    for t in tasks {
-        let (h, d, e) = t.await.unwrap();
-        all.merge(&h);
-        done += d;
-        errors += e;
-    }
+    let Tally { hist: all, done, errors } = gather(workers).await;
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = pid.map(cpu_seconds).unwrap_or(0.0) - cpu_before;
     let ran_out = matches!(&requests, Requests::Pool { heads, cycle: false } if next.load(Ordering::Relaxed) >= heads.len());
@@ -378,19 +369,51 @@ async fn measure_builtin(authority: &str, pid: Option<u32>, requests: Requests, 
     }
 }
 
-/// Sends one request; true when it was answered 200 and read to the end.
-async fn send(client: &Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>, uri: &http::Uri, headers: HeaderMap, body: Bytes) -> bool {
+/// The POST of one request.
+fn post(uri: http::Uri, headers: HeaderMap, body: Bytes) -> Request<Full<Bytes>> {
     let mut req = Request::new(Full::new(body));
     *req.method_mut() = http::Method::POST;
-    *req.uri_mut() = uri.clone();
+    *req.uri_mut() = uri;
     *req.headers_mut() = headers;
-    match client.request(req).await {
-        Ok(resp) => {
-            let ok = resp.status() == 200;
-            resp.into_body().collect().await.is_ok() && ok
+    req
+}
+
+/// True when the answer is 200 and its body was read to the end.
+async fn answered_200(resp: http::Response<hyper::body::Incoming>) -> bool {
+    let ok = resp.status() == 200;
+    resp.into_body().collect().await.is_ok() && ok
+}
+
+/// One worker's (or, merged, one run's) answered requests and failures.
+#[derive(Default)]
+struct Tally {
+    hist: Histogram,
+    done: usize,
+    errors: usize,
+}
+
+impl Tally {
+    /// Counts a request timed from `since`: its latency when it succeeded, an error otherwise.
+    fn count(&mut self, ok: bool, since: Instant) {
+        if ok {
+            self.hist.record(since.elapsed().as_micros() as u64);
+            self.done += 1;
+        } else {
+            self.errors += 1;
         }
-        Err(_) => false,
     }
+}
+
+/// Waits for every worker and merges their tallies.
+async fn gather(mut workers: tokio::task::JoinSet<Tally>) -> Tally {
+    let mut all = Tally::default();
+    while let Some(t) = workers.join_next().await {
+        let t = t.unwrap();
+        all.hist.merge(&t.hist);
+        all.done += t.done;
+        all.errors += t.errors;
+    }
+    all
 }
 
 /// Runs wrk with `connections` connections for `seconds`, replaying the pool `requests`
@@ -504,7 +527,7 @@ async fn measure_open(authority: &str, heads: Vec<HeaderMap>, body: Bytes, rate:
     for _ in 0..connections {
         let (rx, body, host, authority) = (rx.clone(), body.clone(), host.clone(), authority.to_owned());
         workers.spawn(async move {
-            let (mut hist, mut done, mut errors) = (Histogram::default(), 0usize, 0usize);
+            let mut tally = Tally::default();
             let stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
             stream.set_nodelay(true).unwrap();
             let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
@@ -513,28 +536,16 @@ async fn measure_open(authority: &str, heads: Vec<HeaderMap>, body: Bytes, rate:
                 let job = rx.lock().await.recv().await;
                 let Some((mut headers, released)) = job else { break };
                 headers.insert(http::header::HOST, host.clone());
-                let mut req = Request::new(Full::new(body.clone()));
-                *req.method_mut() = http::Method::POST;
-                *req.uri_mut() = http::Uri::from_static("/mcp");
-                *req.headers_mut() = headers;
                 let ok = match sender.ready().await {
-                    Ok(()) => match sender.send_request(req).await {
-                        Ok(resp) => {
-                            let status = resp.status();
-                            resp.into_body().collect().await.is_ok() && status == 200
-                        }
+                    Ok(()) => match sender.send_request(post(http::Uri::from_static("/mcp"), headers, body.clone())).await {
+                        Ok(resp) => answered_200(resp).await,
                         Err(_) => false,
                     },
                     Err(_) => false,
                 };
-                if ok {
-                    hist.record(released.elapsed().as_micros() as u64);
-                    done += 1;
-                } else {
-                    errors += 1;
-                }
+                tally.count(ok, released);
             }
-            (hist, done, errors)
+            tally
         });
     }
     let start = tokio::time::Instant::now();
@@ -553,13 +564,7 @@ async fn measure_open(authority: &str, heads: Vec<HeaderMap>, body: Bytes, rate:
         }
     }
     drop(tx);
-    let (mut hist, mut done, mut errors) = (Histogram::default(), 0, 0);
-    while let Some(r) = workers.join_next().await {
-        let (h, d, e) = r.unwrap();
-        hist.merge(&h);
-        done += d;
-        errors += e;
-    }
+    let Tally { hist, done, errors } = gather(workers).await;
     Sample {
         rps: done as f64 / start.elapsed().as_secs_f64(),
         p50_us: hist.quantile(0.5),
