@@ -25,7 +25,7 @@
 //! itself and puts the driver, wrk and the backend on CPU 0.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver: a panic is a failed run
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/suite/common/mod.rs"]
 #[allow(unused_imports)]
 mod common;
 

@@ -3,7 +3,7 @@
 //! installed (scripts/test.sh installs it).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/redis.rs"]
+#[path = "../tests/suite/common/redis.rs"]
 mod redis_server;
 
 use std::hint::black_box;

@@ -4,11 +4,11 @@
 //! HTTPS test issuer on 127.0.0.1; its JWKS is fetched once before measuring.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-#[path = "../tests/common/issuer.rs"]
+#[path = "../tests/suite/common/issuer.rs"]
 mod issuer;
-#[path = "../tests/common/keys.rs"]
+#[path = "../tests/suite/common/keys.rs"]
 mod keys;
-#[path = "../tests/common/pki.rs"]
+#[path = "../tests/suite/common/pki.rs"]
 mod pki;
 
 use criterion::{criterion_group, criterion_main, Criterion};

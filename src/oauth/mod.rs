@@ -404,7 +404,7 @@ fn https_url(field: &str, s: &str) -> Result<Url, FieldError> {
 }
 
 #[cfg(test)]
-#[path = "../../tests/common/keys.rs"]
+#[path = "../../tests/suite/common/keys.rs"]
 mod test_keys;
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! Every denial test proves the upstream received nothing.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::issuer::{self, Issuer};
 use common::keys::{self, SigningKey};

@@ -1,6 +1,6 @@
 //! RFC 9728 protected-resource metadata, at the root and path-suffixed well-known URIs.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
-mod common;
+use crate::common;
 
 use common::{client, config, Gateway, Upstream};
 

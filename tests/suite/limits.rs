@@ -1,7 +1,7 @@
 //! Bad input gets a precise refusal and the gateway keeps serving: bodies over the limit
 //! (declared or chunked), huge headers, too many headers, slow bodies.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! TLS termination with rustls: a certificate from a CA made in the test.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
-mod common;
+use crate::common;
 
 use common::pki::TestCa;
 use common::{Gateway, Upstream};

@@ -1,7 +1,7 @@
 //! The binary: `check` validates and names what is wrong; `run` serves and shuts down
 //! gracefully on SIGTERM, finishing in-flight requests.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

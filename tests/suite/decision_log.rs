@@ -1,7 +1,7 @@
 //! One JSON line per request with the PRODUCT.md fields, and never a token, a signature, a
 //! body or tool arguments.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
-mod common;
+use crate::common;
 
 use common::{client, config_without_policy, decision_lines, temp_path, Gateway, Upstream};
 

@@ -1,6 +1,6 @@
 //! Stage 8 through the real gateway: JSON-RPC parsing, MCP headers, batches, GET/DELETE.
 #![allow(clippy::unwrap_used)]
-mod common;
+use crate::common;
 
 use common::policy::{config_logging, tool_call};
 use common::{client, config, Gateway, Upstream};

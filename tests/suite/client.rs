@@ -2,7 +2,7 @@
 //! the directory file it wrote, and requests signed by `portcullis::client` and by
 //! `portcullis request` pass a real gateway (signatures required) to the example backend.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

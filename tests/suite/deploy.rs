@@ -1,7 +1,6 @@
 //! The deployment artifacts under deploy/ refer only to files that exist, and their paths,
 //! ports and config keys match the code: every config they carry passes `portcullis check`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
-mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Monitor mode decides and logs exactly like enforce mode but forwards: proven with a
 //! Content-Digest that does not match the body (stage 2).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
-mod common;
+use crate::common;
 
 use common::{client, config_without_policy, decision_lines, temp_path, Gateway, Upstream};
 

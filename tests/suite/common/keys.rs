@@ -1,5 +1,5 @@
 //! Issuer signing keys made in the test (RSA 2048, EC P-256, Ed25519 via aws-lc-rs) and JWT
-//! minting with jsonwebtoken's encoder. Shared by the integration tests (`tests/common`) and
+//! minting with jsonwebtoken's encoder. Shared by the integration tests (`tests/suite/common`) and
 //! the unit tests of `src/oauth` (included there with `#[path]`).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 

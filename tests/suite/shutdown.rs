@@ -1,7 +1,7 @@
 //! Graceful shutdown through the library entry point: readiness drops first, held streams get
 //! the grace period and no more.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

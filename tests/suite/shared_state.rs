@@ -1,7 +1,7 @@
 //! Several instances, one truth: two gateways sharing one real Redis refuse each other's
 //! replays, fail closed with 503 when Redis is down, and recover when it is back.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! signed, unsigned, unknown-agent and refused requests) writes its decision log; the binary
 //! summarises it as text and as one HTML page, and headless Chromium renders the page's charts.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

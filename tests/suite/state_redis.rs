@@ -1,7 +1,7 @@
 //! The Redis connection under the shared stores: atomic first use, fail closed when Redis is
 //! down, recovery without a restart when it comes back.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! span whose `request_id` is the refusal body's and the decision log's, with one child span
 //! per pipeline stage.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};

@@ -2,7 +2,7 @@
 //! real HTTPS key directory (certificate from a CA made in the test), with requests signed by
 //! the library's own `Signer` at the real clock.
 #![allow(clippy::unwrap_used)]
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

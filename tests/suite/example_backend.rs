@@ -1,7 +1,7 @@
 //! The example MCP backend behind the real gateway: initialize, tools/list, tools/call,
 //! notifications, and the identity the backend received.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 

@@ -2,7 +2,7 @@
 //! X-Forwarded-* set, MCP session headers kept both ways, SSE streamed event by event,
 //! upstream failures answered with 502/504 and a JSON body.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Stage 9 through the real gateway: allow, deny with reason, scopes, policy errors, hot
 #![allow(clippy::unwrap_used)]
 //! reload (good and bad), monitor mode.
-mod common;
+use crate::common;
 
 use common::policy::{config_logging, eventually, rego, tool_call, PolicyDir};
 use common::{client, config, Gateway, Upstream};

@@ -1,7 +1,7 @@
 //! Stage 10 through the real gateway: each quota kind to the 429 boundary (N allowed, N+1
 #![allow(clippy::unwrap_used)]
 //! refused with the right Retry-After), all-or-nothing spending, monitor mode.
-mod common;
+use crate::common;
 
 use common::policy::{config_logging, rego, tool_call, PolicyDir};
 use common::{client, config, Gateway, Upstream};

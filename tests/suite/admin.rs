@@ -1,6 +1,6 @@
 //! The admin listener: health, readiness, Prometheus metrics with outcomes and stage latency.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
-mod common;
+use crate::common;
 
 use common::{client, config_without_policy, Gateway, Upstream};
 
