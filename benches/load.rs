@@ -518,7 +518,7 @@ async fn gateway_p99s() -> Option<String> {
 /// connection counts: no coordinated omission). A fixed set of connections, like real agents
 /// keep: opening one per late request turns a short stall into a burst of new connections
 /// that overflows the accept queue, and the dropped SYNs cost a 1 s retransmission each.
-async fn measure_open(authority: &str, heads: Vec<HeaderMap>, body: Bytes, rate: f64, seconds: f64, connections: usize) -> Sample {
+async fn measure_open(authority: &str, pid: Option<u32>, heads: Vec<HeaderMap>, body: Bytes, rate: f64, seconds: f64, connections: usize) -> Sample {
     let total = ((rate * seconds) as usize).min(heads.len());
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<(HeaderMap, Instant)>();
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
@@ -548,6 +548,7 @@ async fn measure_open(authority: &str, heads: Vec<HeaderMap>, body: Bytes, rate:
             tally
         });
     }
+    let cpu_before = pid.map(cpu_seconds).unwrap_or(0.0);
     let start = tokio::time::Instant::now();
     let mut heads = heads.into_iter().take(total);
     let mut sent = 0usize;
@@ -565,11 +566,12 @@ async fn measure_open(authority: &str, heads: Vec<HeaderMap>, body: Bytes, rate:
     }
     drop(tx);
     let Tally { hist, done, errors } = gather(workers).await;
+    let cpu = pid.map(cpu_seconds).unwrap_or(0.0) - cpu_before;
     Sample {
         rps: done as f64 / start.elapsed().as_secs_f64(),
         p50_us: hist.quantile(0.5),
         p99_us: hist.quantile(0.99),
-        cpu_us_per_req: 0.0,
+        cpu_us_per_req: cpu * 1e6 / done.max(1) as f64,
         errors,
         ran_out: false,
     }
@@ -686,35 +688,46 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
     let connections = opts.connections[0];
     println!("\n{size} B bodies, open loop at {rate:.0} req/s over {connections} connections for {} s:", opts.seconds);
     println!(
-        "  {:<18} {:>9} {:>9} {:>16} {:>7} {:>22}  p99 inside the gateway ≤ µs",
-        "scenario", "p50 µs", "p99 µs", "p99 added µs", "errors", "gateway run-queue wait"
+        "  {:<18} {:>9} {:>9} {:>16} {:>7} {:>12} {:>22}  p99 inside the gateway ≤ µs",
+        "scenario", "p50 µs", "p99 µs", "p99 added µs", "errors", "CPU µs/req", "gateway run-queue wait"
     );
     let mut direct_p99 = 0;
+    // Gateway CPU per request at this one rate, (a), (b), (c): at a rate below its peak the
+    // pass-through pays more per request (fewer requests share each wake-up and syscall).
+    let mut cpu = Vec::new();
     for scenario in [Scenario::Direct, Scenario::Bare, Scenario::Full, Scenario::TokenPolicy] {
         let (gw, addr) = start(env, scenario);
         let warm = pool(env, scenario, &addr, &body, token, 200);
-        let _ = measure_open(&addr, warm, body.clone(), 200.0, 1.0, connections).await;
-        let heads = pool(env, scenario, &addr, &body, token, (rate * opts.seconds) as usize + 1);
         let pid = gw.as_ref().map(|g| g.0.id());
+        let _ = measure_open(&addr, None, warm, body.clone(), 200.0, 1.0, connections).await;
+        let heads = pool(env, scenario, &addr, &body, token, (rate * opts.seconds) as usize + 1);
         let wait_before = pid.map(runqueue_wait_seconds).unwrap_or(0.0);
-        let s = measure_open(&addr, heads, body.clone(), rate, opts.seconds, connections).await;
+        let s = measure_open(&addr, pid, heads, body.clone(), rate, opts.seconds, connections).await;
         let wait = pid.map(runqueue_wait_seconds).unwrap_or(0.0) - wait_before;
         if scenario == Scenario::Direct {
             direct_p99 = s.p99_us;
         }
         let wait = if pid.is_some() { format!("{:.0} µs/req", wait * 1e6 / (s.rps * opts.seconds).max(1.0)) } else { "-".to_owned() };
         let inside = if pid.is_some() { gateway_p99s().await.unwrap_or_else(|| "?".into()) } else { "-".to_owned() };
+        let cpu_col = if pid.is_some() { format!("{:.1}", s.cpu_us_per_req) } else { "-".to_owned() };
         println!(
-            "  {:<18} {:>9} {:>9} {:>16} {:>7} {:>22}  {}",
+            "  {:<18} {:>9} {:>9} {:>16} {:>7} {:>12} {:>22}  {}",
             scenario.name(),
             s.p50_us,
             s.p99_us,
             s.p99_us as i64 - direct_p99 as i64,
             s.errors,
+            cpu_col,
             wait,
             inside
         );
+        if pid.is_some() {
+            cpu.push(s.cpu_us_per_req);
+        }
         drop(gw);
+    }
+    if let [a, b, c] = cpu[..] {
+        println!("  CPU/req at this rate: (b)/(a) {:.2}, (c)/(a) {:.2}; (b) − (a) = {:.1} µs", b / a, c / a, b - a);
     }
 }
 
