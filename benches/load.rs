@@ -18,11 +18,13 @@
 //! (b)/(a) and (c)/(a) with min/median/max over the rounds.
 //!
 //! Then, open loop at half and a quarter of the measured peak of (b) (or `--rate R` req/s):
-//! p50/p99 of the backend alone and of (a), (b), (c), the p99 each adds over the backend, and
-//! how long the gateway's threads waited for a CPU per request (this machine's contention). `--soak S` then
+//! p50/p99 of the backend alone and of (a), (b), (c), the p99 each adds over the backend, the
+//! gateway's CPU per request at that rate, and how long the gateway's threads waited for a CPU
+//! per request (this machine's contention). `--rounds 0 --rate R` runs only that. `--soak S` then
 //! runs the full chain at peak for S seconds (signing each request as it goes) and reports the
 //! gateway's RSS over time. `--perf DIR` records each measured gateway with `perf record`. `--pin` gives the gateway CPU 1 to
-//! itself and puts the driver, wrk and the backend on CPU 0.
+//! itself and puts the driver, wrk and the backend on CPU 0. `BENCH_GATEWAY_WORKERS=N` gives the
+//! gateway (only) N tokio workers.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver: a panic is a failed run
 
 #[path = "../tests/suite/common/mod.rs"]
@@ -173,6 +175,11 @@ fn spawn(args: &[&str], marker: &str) -> (Proc, String) {
     } else {
         Command::new(BIN)
     };
+    if gateway {
+        if let Ok(n) = std::env::var("BENCH_GATEWAY_WORKERS") {
+            command.env("TOKIO_WORKER_THREADS", n);
+        }
+    }
     let mut child = command.args(args).env("RUST_LOG", "warn,portcullis=info").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("portcullis binary");
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
