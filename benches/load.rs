@@ -283,6 +283,9 @@ struct Sample {
     errors: usize,
     /// The (non-cycling) pool ran out before the deadline.
     ran_out: bool,
+    /// Open loop: 99% of requests were released together with at most this many others
+    /// (timer wake-ups come in 1 ms steps, and later when this process waits for a CPU).
+    burst_p99: usize,
 }
 
 fn body_of(size: usize) -> Bytes {
@@ -373,6 +376,7 @@ async fn measure_builtin(authority: &str, pid: Option<u32>, requests: Requests, 
         cpu_us_per_req: cpu * 1e6 / done.max(1) as f64,
         errors,
         ran_out,
+        burst_p99: 0,
     }
 }
 
@@ -480,6 +484,7 @@ fn measure_wrk(dir: &std::path::Path, authority: &str, pid: u32, requests: &Requ
         cpu_us_per_req: cpu * 1e6 / done.max(1) as f64,
         errors,
         ran_out: field("exhausted") > 0.0,
+        burst_p99: 0,
     }
 }
 
@@ -559,18 +564,22 @@ async fn measure_open(authority: &str, pid: Option<u32>, heads: Vec<HeaderMap>, 
     let start = tokio::time::Instant::now();
     let mut heads = heads.into_iter().take(total);
     let mut sent = 0usize;
+    let mut bursts = Vec::new();
     while sent < total {
         tokio::time::sleep_until(start + Duration::from_secs_f64(sent as f64 / rate)).await;
         // Release every request whose time has come, stamped now: late timer wake-ups (1 ms
         // granularity) are not the gateway's latency, waiting for a connection is.
         let now = Instant::now();
         let due = ((start.elapsed().as_secs_f64() * rate) as usize + 1).min(total);
+        let before = sent;
         while sent < due {
             let Some(h) = heads.next() else { break };
             tx.send((h, now)).unwrap();
             sent += 1;
         }
+        bursts.extend(std::iter::repeat_n(sent - before, sent - before));
     }
+    bursts.sort_unstable();
     drop(tx);
     let Tally { hist, done, errors } = gather(workers).await;
     let cpu = pid.map(cpu_seconds).unwrap_or(0.0) - cpu_before;
@@ -581,6 +590,7 @@ async fn measure_open(authority: &str, pid: Option<u32>, heads: Vec<HeaderMap>, 
         cpu_us_per_req: cpu * 1e6 / done.max(1) as f64,
         errors,
         ran_out: false,
+        burst_p99: bursts.get(bursts.len() * 99 / 100).copied().unwrap_or(0),
     }
 }
 
@@ -695,8 +705,8 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
     let connections = opts.connections[0];
     println!("\n{size} B bodies, open loop at {rate:.0} req/s over {connections} connections for {} s:", opts.seconds);
     println!(
-        "  {:<18} {:>9} {:>9} {:>16} {:>7} {:>12} {:>22}  p99 inside the gateway ≤ µs",
-        "scenario", "p50 µs", "p99 µs", "p99 added µs", "errors", "CPU µs/req", "gateway run-queue wait"
+        "  {:<18} {:>9} {:>9} {:>16} {:>7} {:>12} {:>10} {:>22}  p99 inside the gateway ≤ µs",
+        "scenario", "p50 µs", "p99 µs", "p99 added µs", "errors", "CPU µs/req", "burst p99", "gateway run-queue wait"
     );
     let mut direct_p99 = 0;
     // Gateway CPU per request at this one rate, (a), (b), (c): at a rate below its peak the
@@ -718,13 +728,14 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
         let inside = if pid.is_some() { gateway_p99s().await.unwrap_or_else(|| "?".into()) } else { "-".to_owned() };
         let cpu_col = if pid.is_some() { format!("{:.1}", s.cpu_us_per_req) } else { "-".to_owned() };
         println!(
-            "  {:<18} {:>9} {:>9} {:>16} {:>7} {:>12} {:>22}  {}",
+            "  {:<18} {:>9} {:>9} {:>16} {:>7} {:>12} {:>10} {:>22}  {}",
             scenario.name(),
             s.p50_us,
             s.p99_us,
             s.p99_us as i64 - direct_p99 as i64,
             s.errors,
             cpu_col,
+            s.burst_p99,
             wait,
             inside
         );
