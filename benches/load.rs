@@ -17,7 +17,8 @@
 //! /proc alone. Prints req/s, p50/p99 latency, gateway CPU µs per request, and the ratios
 //! (b)/(a) and (c)/(a) with min/median/max over the rounds.
 //!
-//! Then, open loop at half and a quarter of the measured peak of (b) (or `--rate R` req/s):
+//! Then, once per round, open loop at half and a quarter of the measured peak of (b) (or
+//! `--rate R` req/s), with min/median/max of the p99 added over the rounds:
 //! p50/p99 of the backend alone and of (a), (b), (c), the p99 each adds over the backend, the
 //! gateway's CPU per request at that rate, and how long the gateway's threads waited for a CPU
 //! per request (this machine's contention). `--rounds 0 --rate R` runs only that. `--soak S` then
@@ -699,11 +700,12 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
     min_median_max(&mut results[1].iter().map(|s| s.rps).collect::<Vec<_>>()).1
 }
 
-/// Open-loop latency at `rate` for the backend alone and each scenario.
-async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f64) {
+/// Open-loop latency at `rate` for the backend alone and each scenario; returns the p99 that
+/// (a), (b) and (c) added over the backend alone, in µs.
+async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f64, round: usize) -> Vec<f64> {
     let body = body_of(size);
     let connections = opts.connections[0];
-    println!("\n{size} B bodies, open loop at {rate:.0} req/s over {connections} connections for {} s:", opts.seconds);
+    println!("\n{size} B bodies, open loop at {rate:.0} req/s over {connections} connections for {} s (round {round}):", opts.seconds);
     println!(
         "  {:<18} {:>9} {:>9} {:>16} {:>7} {:>12} {:>10} {:>22}  p99 inside the gateway ≤ µs",
         "scenario", "p50 µs", "p99 µs", "p99 added µs", "errors", "CPU µs/req", "burst p99", "gateway run-queue wait"
@@ -712,6 +714,7 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
     // Gateway CPU per request at this one rate, (a), (b), (c): at a rate below its peak the
     // pass-through pays more per request (fewer requests share each wake-up and syscall).
     let mut cpu = Vec::new();
+    let mut added = Vec::new();
     for scenario in [Scenario::Direct, Scenario::Bare, Scenario::Full, Scenario::TokenPolicy] {
         let (gw, addr) = start(env, scenario);
         let warm = pool(env, scenario, &addr, &body, token, 200);
@@ -741,12 +744,14 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
         );
         if pid.is_some() {
             cpu.push(s.cpu_us_per_req);
+            added.push(s.p99_us as f64 - direct_p99 as f64);
         }
         drop(gw);
     }
     if let [a, b, c] = cpu[..] {
         println!("  CPU/req at this rate: (b)/(a) {:.2}, (c)/(a) {:.2}; (b) − (a) = {:.1} µs", b / a, c / a, b - a);
     }
+    added
 }
 
 /// The full chain at peak for `seconds`, signing as it goes; prints the gateway's RSS.
@@ -833,8 +838,23 @@ fn main() {
                     (None, Some(p)) => vec![p / 2.0, p / 4.0],
                     (None, None) => Vec::new(),
                 };
+                // As many rounds as the closed loop ran (at least one), each running the backend
+                // alone, (a), (b), (c) in turn: the tail is the least repeatable figure here.
+                let rounds = opts.rounds.max(1);
                 for rate in rates {
-                    latency_at(&opts, &env, &token, size, rate).await;
+                    let mut added: Vec<Vec<f64>> = Vec::new();
+                    for round in 0..rounds {
+                        added.push(latency_at(&opts, &env, &token, size, rate, round).await);
+                    }
+                    let summary: Vec<String> = ["(a)", "(b)", "(c)"]
+                        .iter()
+                        .enumerate()
+                        .map(|(i, name)| {
+                            let (lo, mid, hi) = min_median_max(&mut added.iter().map(|r| r[i]).collect::<Vec<_>>());
+                            format!("{name} {:.0} / {:.0} / {:.0}", lo, mid, hi)
+                        })
+                        .collect();
+                    println!("\n{size} B at {rate:.0} req/s, p99 added µs over {rounds} rounds (min / median / max): {}", summary.join(", "));
                 }
             }
         }
