@@ -727,9 +727,15 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
         if scenario == Scenario::Direct {
             direct_p99 = s.p99_us;
         }
-        let wait = if pid.is_some() { format!("{:.0} µs/req", wait * 1e6 / (s.rps * opts.seconds).max(1.0)) } else { "-".to_owned() };
-        let inside = if pid.is_some() { gateway_p99s().await.unwrap_or_else(|| "?".into()) } else { "-".to_owned() };
-        let cpu_col = if pid.is_some() { format!("{:.1}", s.cpu_us_per_req) } else { "-".to_owned() };
+        // The gateway's own columns; the backend alone has none.
+        let (cpu_col, wait, inside) = if pid.is_some() {
+            cpu.push(s.cpu_us_per_req);
+            added.push(s.p99_us as f64 - direct_p99 as f64);
+            let wait = format!("{:.0} µs/req", wait * 1e6 / (s.rps * opts.seconds).max(1.0));
+            (format!("{:.1}", s.cpu_us_per_req), wait, gateway_p99s().await.unwrap_or_else(|| "?".into()))
+        } else {
+            ("-".to_owned(), "-".to_owned(), "-".to_owned())
+        };
         println!(
             "  {:<18} {:>9} {:>9} {:>16} {:>7} {:>12} {:>10} {:>22}  {}",
             scenario.name(),
@@ -742,10 +748,6 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
             wait,
             inside
         );
-        if pid.is_some() {
-            cpu.push(s.cpu_us_per_req);
-            added.push(s.p99_us as f64 - direct_p99 as f64);
-        }
         drop(gw);
     }
     if let [a, b, c] = cpu[..] {

@@ -5,7 +5,6 @@
 //! One binary rather than one per file: every test binary links the whole dependency tree, and
 //! twenty-five of them took ~8.5 GB of disk and most of the link time of a clean build. Run one
 //! area with `cargo test --test suite proxy::`.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 mod common;
 
