@@ -14,6 +14,7 @@
 //! `directory_min_ttl` after an attempt (so unknown keyids and a failing directory cannot cause
 //! a fetch storm). Time is passed in by the caller.
 
+mod document;
 mod fetch;
 
 use std::collections::{HashMap, HashSet};
