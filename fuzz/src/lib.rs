@@ -1,17 +1,29 @@
 //! The gateway's parsers of untrusted bytes, compiled from the very source files of the main
-//! crate without the rest of the gateway, so a sanitizer build takes a minute instead of
-//! compiling TLS, Rego and Redis clients:
+//! crate without the rest of the gateway, so a sanitizer build takes a minute or two instead of
+//! compiling TLS, Rego's whole interpreter and Redis clients:
 //!
-//! - `src/signature/{error,parse,base}.rs`: `Signature-Input`, `Signature`, `Signature-Agent`
-//!   and the signature base (http, sfv, url, base64, thiserror);
+//! - `src/signature/{error,parse,base,jwk}.rs`: `Signature-Input`, `Signature`,
+//!   `Signature-Agent`, the signature base and JWKs (http, sfv, url, base64, ed25519-dalek,
+//!   sha2, serde_json, thiserror);
+//! - `src/digest.rs`: `Content-Digest` (http, sfv, sha2, thiserror);
 //! - `src/mcp.rs`: the JSON-RPC body and the MCP transport headers (http, bytes, base64,
 //!   serde_json, thiserror);
 //! - `src/oauth/compact.rs`: `Authorization: Bearer` and the JWS compact form of a JWT (http,
-//!   base64, serde, serde_json, thiserror).
+//!   base64, serde, serde_json, thiserror);
+//! - `src/oauth/documents.rs`: the issuer's JWK Set, its `Cache-Control` and its metadata's
+//!   `jwks_uri` (jsonwebtoken without a crypto backend: building a key from its components
+//!   does no cryptography, url, serde);
+//! - `src/directory/document.rs`: an agent's key directory and its `Cache-Control` (the JWK
+//!   code above, tracing).
 //!
-//! If any of them ever imports more of the crate, depend on `portcullis = { path = ".." }`
-//! instead.
+//! Each is mounted at the same path as in the main crate, so its `crate::`/`super::` imports
+//! resolve here too. If any of them ever imports more of the crate, split the pure parsing out
+//! again (as `document.rs`/`documents.rs` were split from their fetches) or depend on
+//! `portcullis = { path = ".." }`, whose sanitizer build compiles the whole gateway.
 
+#[path = "../../src/digest.rs"]
+pub mod digest;
+pub mod directory;
 #[path = "../../src/mcp.rs"]
 pub mod mcp;
 pub mod oauth;
