@@ -172,3 +172,18 @@ fn a_mismatch_quotes_at_most_64_characters_of_a_client_value() {
     let McpError::HeaderMismatch { reason, .. } = err else { panic!("{err:?}") };
     assert!(reason.contains(&format!("{:?}", "x".repeat(64))) && reason.len() < 200, "{reason}");
 }
+
+/// Found by fuzz/fuzz_targets/mcp_parse.rs: serde_json's default number parser may be one ulp
+/// off, so a numeric id was read, and echoed in a refusal, as another number than the one the
+/// client (JavaScript, Python: correctly rounded) holds: here the id JavaScript writes for the
+/// double 3.333133333333233e46 came back as 3.3331333333332327e46.
+#[test]
+fn a_numeric_id_is_read_as_the_nearest_double() {
+    let body = br#"{"jsonrpc":"2.0","id":3.333133333333233e46,"method":"tools/list"}"#;
+    let req = parse(&Method::POST, &HeaderMap::new(), &Bytes::from_static(body)).expect("parsed");
+    assert_eq!(req.messages[0].id, Some(json!(3.333133333333233e46)));
+    let refused = parse(&Method::POST, &HeaderMap::new(), &Bytes::from_static(br#"{"jsonrpc":"1.0","id":3.333133333333233e46}"#));
+    let echoed = serde_json::to_string(&refused.expect_err("not 2.0").id()).expect("serializes");
+    // Read back as a correctly rounding client reads it.
+    assert_eq!(echoed.parse::<f64>(), Ok(3.333133333333233e46), "{echoed}");
+}
