@@ -149,11 +149,13 @@ impl Slot {
 pub(crate) fn compile(source: &Source, query: &str, evaluator: PolicyEvaluator) -> Result<Loaded, LoadError> {
     let set = load::SourceSet::read(source, false)?;
     let mut engine = set.compile()?;
+    // The first evaluation prepares the engine (slow in a debug build on a busy machine): it
+    // is the operator's own policy on an empty input, so it runs without the request limit.
+    engine.set_input(Value::new_object());
+    engine.eval_rule(query.to_owned()).map_err(|e| LoadError::Compile(format!("policy.query {query:?}: {e}")))?;
     // Tool arguments are attacker-controlled input to the policy: a policy that iterates
     // over them must not hold a request thread for long. Over the limit → policy_error.
     engine.set_execution_timer_config(EVALUATION_TIME_LIMIT);
-    engine.set_input(Value::new_object());
-    engine.eval_rule(query.to_owned()).map_err(|e| LoadError::Compile(format!("policy.query {query:?}: {e}")))?;
     let rvm = match evaluator {
         PolicyEvaluator::Interpreter => None,
         PolicyEvaluator::Rvm => Some(rvm::RvmProgram::compile(&mut engine.clone(), query)?),
