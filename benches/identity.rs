@@ -73,7 +73,7 @@ required = false
             .unwrap();
         signer.sign_request(&mut req, now).unwrap();
         let (head, body) = req.into_parts();
-        Inbound { head, body: Bytes::from(body), now, peer: ([127, 0, 0, 1], 1).into(), is_tls: true, request_id: "bench".into() }
+        Inbound::new(head, Bytes::from(body), now, ([127, 0, 0, 1], 1).into(), true, "bench".into()).unwrap()
     };
     let mut g = c.benchmark_group("identity_1kib_mcp_post");
     g.bench_function("stages_2_to_6_static_key", |b| {

@@ -241,11 +241,13 @@ struct Env {
     _backend_proc: Proc,
 }
 
-fn config_for(env: &Env, scenario: Scenario) -> String {
+/// The gateway's config, listening on `port`: agents sign for the address they send to, so
+/// `127.0.0.1:<port>` is listed as its own authority beside `public_url`'s.
+fn config_for(env: &Env, scenario: Scenario, port: u16) -> String {
     let jwk = ed25519_public_jwk(&env.agent_key.verifying_key());
     let signatures = match scenario {
         Scenario::Full => format!(
-            "[signatures]\nrequired = true\n[[signatures.keys]]\nagent = {AGENT:?}\njwk = {{ kty = \"OKP\", crv = \"Ed25519\", x = {:?} }}\n",
+            "[signatures]\nrequired = true\nauthority = [\"127.0.0.1:{port}\"]\n[[signatures.keys]]\nagent = {AGENT:?}\njwk = {{ kty = \"OKP\", crv = \"Ed25519\", x = {:?} }}\n",
             jwk["x"].as_str().unwrap()
         ),
         _ => "[signatures]\nrequired = false\n".to_owned(),
@@ -259,7 +261,7 @@ fn config_for(env: &Env, scenario: Scenario) -> String {
         _ => format!("[policy]\npaths = [{:?}]\nwatch = false\n", env.policies.path()),
     };
     format!(
-        "mode = \"enforce\"\n[listen]\naddr = \"127.0.0.1:0\"\npublic_url = {RESOURCE:?}\n[upstream]\nurl = \"http://{}\"\n[limits]\nmax_body = \"1MiB\"\n[admin]\naddr = \"{ADMIN}\"\n[log]\ndecisions = \"off\"\nlevel = \"warn,portcullis=info\"\n{signatures}{oauth}{policy}",
+        "mode = \"enforce\"\n[listen]\naddr = \"127.0.0.1:{port}\"\npublic_url = {RESOURCE:?}\n[upstream]\nurl = \"http://{}\"\n[limits]\nmax_body = \"1MiB\"\n[admin]\naddr = \"{ADMIN}\"\n[log]\ndecisions = \"off\"\nlevel = \"warn,portcullis=info\"\n{signatures}{oauth}{policy}",
         env.backend
     )
 }
@@ -270,7 +272,9 @@ fn start(env: &Env, scenario: Scenario) -> (Option<Proc>, String) {
         return (None, env.backend.clone());
     }
     let path = env.dir.path().join(format!("{scenario:?}.toml"));
-    std::fs::write(&path, config_for(env, scenario)).unwrap();
+    // A free port chosen here (the gateway binds it right after; a bench, not a test).
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    std::fs::write(&path, config_for(env, scenario, port)).unwrap();
     let (gw, addr) = spawn(&["run", "--config", path.to_str().unwrap()], "Portcullis listening addr=");
     (Some(gw), addr)
 }

@@ -79,7 +79,7 @@ fn bench(c: &mut Criterion) {
     });
     c.bench_function("input_build", |b| b.iter(|| black_box(input(&pay, Some(partner), Some(token)).documents())));
 
-    let docs = input(&pay, Some(partner), Some(token)).documents();
+    let docs = input(&pay, Some(partner), Some(token)).documents().unwrap();
     let doc = docs[0].clone();
     let set = SourceSet::read(&Source::Bundled, false).unwrap();
     let mut engine = set.compile().unwrap();

@@ -38,21 +38,14 @@ fn signed_mcp_post() -> (Inbound, Signer) {
         .unwrap();
     signer.sign_request(&mut req, UnixTime(Duration::from_secs(NOW))).unwrap();
     let (head, body) = req.into_parts();
-    let inbound = Inbound {
-        head,
-        body: Bytes::from(body),
-        now: UnixTime(Duration::from_secs(NOW)),
-        peer: ([127, 0, 0, 1], 1).into(),
-        is_tls: true,
-        request_id: "bench".into(),
-    };
+    let inbound = Inbound::new(head, Bytes::from(body), UnixTime(Duration::from_secs(NOW)), ([127, 0, 0, 1], 1).into(), true, "bench".into()).unwrap();
     (inbound, signer)
 }
 
 fn stages(c: &mut Criterion) {
     let (req, signer) = signed_mcp_post();
     let key = signer.verifying_key();
-    let verifier = SignatureVerifier::new(&RawSignatures::default()).unwrap();
+    let verifier = SignatureVerifier::new(&RawSignatures { authority: vec![req.authority.clone()], ..RawSignatures::default() }).unwrap();
     let digest = DigestCheck::new(true);
     let headers = &req.head.headers;
     let member = || {

@@ -122,6 +122,12 @@ pub enum Denial {
         /// What failed, naming the store.
         reason: String,
     },
+    /// The path is neither the MCP endpoint nor one of `upstream.extra_paths` (before any stage).
+    #[error("no MCP endpoint at this path")]
+    NotFound,
+    /// The request's authority cannot be read one way only (before any stage).
+    #[error("{0}")]
+    BadTarget(#[from] crate::target::TargetError),
 }
 
 impl Denial {
@@ -143,6 +149,8 @@ impl Denial {
             Denial::AccessDenied { .. } => "agent_access_denied",
             Denial::RateLimited { .. } => "rate_limit_exceeded",
             Denial::StateUnavailable { .. } => "state_unavailable",
+            Denial::NotFound => "not_found",
+            Denial::BadTarget(_) => "bad_request",
         }
     }
 
@@ -161,6 +169,8 @@ impl Denial {
             Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } | Denial::Policy(_) => StatusCode::FORBIDDEN,
             Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Denial::NotFound => StatusCode::NOT_FOUND,
+            Denial::BadTarget(_) => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -341,7 +351,9 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         | Denial::ReplayedSignature
         | Denial::Mcp(_)
         | Denial::Policy(_)
-        | Denial::AccessDenied { .. } => {}
+        | Denial::AccessDenied { .. }
+        | Denial::NotFound
+        | Denial::BadTarget(_) => {}
     }
     let body = match denial {
         // A JSON-RPC client expects a JSON-RPC error object (JSON-RPC 2.0 §5.1, MCP -32020).

@@ -31,5 +31,6 @@ pub mod report;
 pub mod server;
 pub mod signature;
 pub mod state;
+pub mod target;
 pub mod telemetry;
 pub mod tls;

@@ -20,7 +20,7 @@ use crate::digest::{DigestCheck, VerifiedDigest};
 use crate::directory::KeyResolver;
 use crate::mcp::{self, McpRequest};
 use crate::oauth::{TokenVerifier, VerifiedToken};
-use crate::policy::{AgentView, Policy, PolicyInput, RequestView, TokenView};
+use crate::policy::{AgentView, Policy, PolicyError, PolicyInput, RequestView, TokenView};
 use crate::quota::{QuotaError, QuotaSpec, Quotas};
 use crate::replay::ReplayGuard;
 use crate::signature::{SignatureError, SignatureVerifier, VerifiedSignature};
@@ -42,6 +42,26 @@ pub struct Inbound {
     pub is_tls: bool,
     /// The id quoted in the refusal body, the decision log and the `x-request-id` header.
     pub request_id: String,
+    /// The authority the request is addressed to, derived once at the edge
+    /// ([`crate::target::authority`]): the signature base, the policy input and
+    /// `X-Forwarded-Host` all read this, never `Host` again.
+    pub authority: String,
+}
+
+impl Inbound {
+    /// A request with its authority derived from `head` ([`crate::target::authority`]); the
+    /// server derives it itself, before reading the body.
+    pub fn new(
+        head: http::request::Parts,
+        body: Bytes,
+        now: UnixTime,
+        peer: SocketAddr,
+        is_tls: bool,
+        request_id: String,
+    ) -> Result<Inbound, crate::target::TargetError> {
+        let authority = crate::target::authority(&head, is_tls)?;
+        Ok(Inbound { head, body, now, peer, is_tls, request_id, authority })
+    }
 }
 
 /// Seconds and nanoseconds since the Unix epoch.
@@ -328,10 +348,13 @@ fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Result<Vec<
     let empty = McpRequest::default();
     let (decided, scopes) = stage_span(Stage::Policy).in_scope(|| {
         let agent = seen.agent.as_ref().map(|a| AgentView { id: a.agent(), keyid: a.keyid(), tag: a.tag() });
+        let claims = match seen.token.as_ref().map(|t| t.policy_claims()).transpose() {
+            Ok(c) => c,
+            Err(e) => return (Err(PolicyError::Input { version: stages.policy.version(), reason: format!("token claims: {e}") }), Ok(())),
+        };
         let token =
-            seen.token.as_ref().map(|t| TokenView { iss: t.iss(), sub: t.sub().unwrap_or(""), aud: t.aud(), scopes: t.scopes(), claims: t.policy_claims() });
-        let host = req.head.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).or(req.head.uri.authority().map(|a| a.as_str())).unwrap_or("");
-        let request = RequestView { method: req.head.method.as_str(), path: req.head.uri.path(), host };
+            seen.token.as_ref().zip(claims).map(|(t, claims)| TokenView { iss: t.iss(), sub: t.sub().unwrap_or(""), aud: t.aud(), scopes: t.scopes(), claims });
+        let request = RequestView { method: req.head.method.as_str(), path: req.head.uri.path(), host: &req.authority };
         let input = PolicyInput { request, agent, token, mcp: seen.mcp.as_ref().unwrap_or(&empty), now: req.now };
         let decided = stages.policy.decide(&input);
         let scopes = decided.as_ref().map(|d| check_scopes(&d.verdict.required_scopes, token.as_ref())).unwrap_or(Ok(()));

@@ -5,7 +5,9 @@
 //! query are kept; hop-by-hop headers (RFC 9110 §7.6.1) are removed both ways; the inbound
 //! `Authorization` is dropped unless `oauth.forward_token` and the token was verified (MCP: no
 //! token passthrough); the verified user goes up as `x-portcullis-subject`/`-scopes`; every
-//! inbound `x-portcullis-*` is dropped so a client can never choose its own identity headers.
+//! inbound `x-portcullis-*` (and every name with `_`, which CGI-style stacks fold into `-`) is
+//! dropped so a client can never choose its own identity headers. `X-Forwarded-Host` is the
+//! authority the gateway decided on.
 //! Response bodies are passed frame by frame as they arrive (SSE unbuffered).
 
 use std::time::Duration;
@@ -73,14 +75,13 @@ impl Upstream {
     /// `permission` is the proof that the request may go (a permit, or a monitored denial).
     pub async fn forward(&self, req: Inbound, permission: Forward, seen: &Evidence) -> Result<Response<ResponseBody>, UpstreamError> {
         drop(permission);
-        let Inbound { head, body, peer, is_tls, request_id, .. } = req;
+        let Inbound { head, body, peer, is_tls, request_id, authority, .. } = req;
         let path_and_query = head.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
         let uri: Uri = format!("http://{}{}{}", self.authority, self.base_path, path_and_query)
             .parse()
             .map_err(|e| UpstreamError::Failed(format!("cannot build upstream URI: {e}")))?;
 
         let mut headers = head.headers;
-        let inbound_host = headers.get(HOST).cloned().or_else(|| head.uri.authority().and_then(|a| HeaderValue::from_str(a.as_str()).ok()));
         strip_hop_by_hop(&mut headers);
         headers.remove(HOST);
         // MCP: no token passthrough. Even with `forward_token`, only a token the gateway
@@ -88,7 +89,7 @@ impl Upstream {
         if !self.forward_token || seen.token.is_none() {
             headers.remove(AUTHORIZATION);
         }
-        let spoofed: Vec<HeaderName> = headers.keys().filter(|k| k.as_str().starts_with(IDENTITY_PREFIX)).cloned().collect();
+        let spoofed: Vec<HeaderName> = headers.keys().filter(|k| is_spoofable(k)).cloned().collect();
         for name in spoofed.into_iter().chain(CLIENT_FORWARDING.map(HeaderName::from_static)) {
             headers.remove(name);
         }
@@ -97,7 +98,8 @@ impl Upstream {
             headers.insert(HeaderName::from_static("x-forwarded-for"), v);
         }
         headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static(if is_tls { "https" } else { "http" }));
-        if let Some(host) = inbound_host {
+        // The authority the gateway decided on (the one the signature covers and policy saw).
+        if let Ok(host) = HeaderValue::from_str(&authority) {
             headers.insert(HeaderName::from_static("x-forwarded-host"), host);
         }
         if let Ok(v) = HeaderValue::from_str(&request_id) {
@@ -126,6 +128,17 @@ impl Upstream {
         strip_hop_by_hop(&mut parts.headers);
         Ok(Response::from_parts(parts, body.boxed()))
     }
+}
+
+/// An inbound header that never goes upstream: a copy of the gateway's own identity headers,
+/// or any name with `_`. CGI, WSGI and Rack fold `_` and `-` into one variable
+/// (`x_portcullis_agent` and `x-portcullis-agent` are both `HTTP_X_PORTCULLIS_AGENT`), so an
+/// underscore name can stand in for a header the gateway set, stripped or decided on
+/// (`x_forwarded_for`, `mcp_session_id`, `transfer_encoding`). Dropping every one is nginx's
+/// default (`underscores_in_headers off`) and closes the class rather than a list of it.
+fn is_spoofable(name: &HeaderName) -> bool {
+    let n = name.as_str();
+    n.starts_with(IDENTITY_PREFIX) || n.contains('_')
 }
 
 /// The verified user as identity headers: `x-portcullis-subject` and `x-portcullis-scopes`
@@ -194,6 +207,16 @@ mod tests {
         join_cookies(&mut h);
         assert_eq!(h.get_all(COOKIE).iter().count(), 1);
         assert_eq!(h[COOKIE], "a=1; b=2");
+    }
+
+    #[test]
+    fn identity_copies_and_underscore_names_are_spoofable() {
+        for n in ["x-portcullis-agent", "x_portcullis_agent", "x_forwarded_for", "mcp_session_id", "transfer_encoding", "x-custom_header"] {
+            assert!(is_spoofable(&HeaderName::from_static(n)), "{n}");
+        }
+        for n in ["x-custom", "mcp-session-id", "content-type", "x-portcullis"] {
+            assert!(!is_spoofable(&HeaderName::from_static(n)), "{n}");
+        }
     }
 
     #[test]

@@ -75,6 +75,8 @@ pub(crate) struct Shared {
     challenge: Challenge,
     prm: Bytes,
     prm_paths: Vec<String>,
+    /// The paths forwarded (the MCP endpoint and `upstream.extra_paths`).
+    routes: crate::target::Routes,
     pub(crate) is_shutting_down: AtomicBool,
 }
 
@@ -108,13 +110,19 @@ impl Running {
 /// Builds every stage, binds the listeners and starts serving. Returns once bound, so the
 /// addresses are known (port 0 picks a free port).
 pub async fn start(config: Config) -> Result<Running, StartError> {
+    let listener = TcpListener::bind(config.listen.addr).await.map_err(|source| StartError::Bind { what: "listen.addr", addr: config.listen.addr, source })?;
+    start_on(config, listener).await
+}
+
+/// [`start`] on a listener the caller bound (instead of `listen.addr`): the caller knows the
+/// port before the config is final, e.g. to list `127.0.0.1:<port>` in `signatures.authority`.
+pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, StartError> {
     let stages = Stages::build(&config)?;
     let mut metrics = Metrics::new();
     metrics.register_policy_health(stages.policy.health().reload_errors.clone(), stages.policy.health().last_reload_ok.clone());
     let policy_reloader = stages.policy.spawn_reloader();
     let tls = config.listen.tls.as_ref().map(tls::acceptor).transpose()?;
     let log = DecisionLog::open(&config.log.decisions).map_err(|source| StartError::DecisionLog { path: format!("{:?}", config.log.decisions), source })?;
-    let listener = TcpListener::bind(config.listen.addr).await.map_err(|source| StartError::Bind { what: "listen.addr", addr: config.listen.addr, source })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { what: "listen.addr", addr: config.listen.addr, source })?;
     let admin_listener = match config.admin {
         Some(a) => Some(TcpListener::bind(a).await.map_err(|source| StartError::Bind { what: "admin.addr", addr: a, source })?),
@@ -143,6 +151,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         log,
         prm,
         prm_paths,
+        routes: crate::target::Routes::new(&config.listen.public_url, &config.upstream.extra_paths),
         is_shutting_down: AtomicBool::new(false),
         config,
     });
@@ -281,18 +290,27 @@ impl Shared {
             // Only the decision log reads it: no second parse of Signature-Agent without one.
             let claimed_agent = if self.log.is_on() { crate::telemetry::claimed_agent(&head.headers) } else { None };
             let mut seen = Evidence::default();
+            // The path and the authority, read once (PRODUCT.md decisions 3 and 9): a request
+            // for another path, or one whose authority reads two ways, is refused before any
+            // stage and before its body is read.
+            let authority =
+                if self.routes.serves(head.uri.path()) { crate::target::authority(&head, is_tls).map_err(Denial::from) } else { Err(Denial::NotFound) };
             let read_started = Instant::now();
-            let body = self.read_body(&head, body).instrument(crate::pipeline::stage_span(Stage::Body)).await;
+            let body = match &authority {
+                Ok(_) => self.read_body(&head, body).instrument(crate::pipeline::stage_span(Stage::Body)).await,
+                Err(_) => Ok(Bytes::new()),
+            };
             seen.timings.record(Stage::Body, read_started.elapsed());
 
             let mut upstream_error = None;
-            let (outcome, summary, resp) = match body {
+            let (outcome, summary, resp) = match authority.and_then(|a| Ok((a, body?))) {
                 // Stage 1 is a resource bound, not a decision: a body the gateway refused to
                 // hold (or never fully received) cannot be forwarded, so it is refused in both
-                // modes and never reaches `apply_mode`.
+                // modes and never reaches `apply_mode`. Likewise a path or authority the
+                // backend could read otherwise than the gateway.
                 Err(denial) => self.refuse(&denial, &request_id),
-                Ok(body) => {
-                    let inbound = Inbound { head, body, now, peer, is_tls, request_id: request_id.clone() };
+                Ok((authority, body)) => {
+                    let inbound = Inbound { head, body, now, peer, is_tls, request_id: request_id.clone(), authority };
                     let decision = pipeline::check(&inbound, &self.stages, &mut seen).await;
                     match decision::apply_mode(self.config.mode, decision) {
                         Verdict::Refuse(denial) => self.refuse(&denial, &request_id),

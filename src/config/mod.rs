@@ -109,7 +109,8 @@ pub struct Config {
     pub upstream: Upstream,
     /// Size and time limits on client input.
     pub limits: Limits,
-    /// Agent identity settings (stages 2–6), as written; the identity stage validates keys.
+    /// Agent identity settings (stages 2–6), as written except `authority`, which always lists
+    /// the normalized authorities (public_url's by default); the identity stage validates keys.
     pub signatures: RawSignatures,
     /// User authority settings (stage 7).
     pub oauth: OAuth,
@@ -160,6 +161,8 @@ pub struct Upstream {
     pub pool_max_idle: usize,
     /// Idle pooled connection lifetime.
     pub pool_idle_timeout: Duration,
+    /// Paths forwarded besides the MCP endpoint (canonical, checked).
+    pub extra_paths: Vec<String>,
 }
 
 /// Validated `[limits]`.
@@ -299,6 +302,28 @@ impl Config {
             if !(1..=10_000).contains(&raw.limits.max_streams_per_connection) { Err("must be between 1 and 10000".into()) } else { Ok(()) },
         );
         check("upstream.pool_idle_timeout", nonzero(raw.upstream.pool_idle_timeout.0));
+        for (i, p) in raw.upstream.extra_paths.iter().enumerate() {
+            if !crate::target::is_canonical_path(p) {
+                check(
+                    &format!("upstream.extra_paths[{i}]"),
+                    Err(format!("{p:?} is not a canonical absolute path (no empty, . or .. segment, trailing slash, %-encoding or query)")),
+                );
+            }
+        }
+        // `@authority` is the gateway's own: the listed names, else public_url's (decision 3).
+        let mut signatures = raw.signatures;
+        let scheme = public_url.as_ref().map(|u| u.scheme().to_owned()).unwrap_or_default();
+        let mut authorities = Vec::new();
+        for (i, a) in signatures.authority.iter().enumerate() {
+            match crate::target::normalize(a, &scheme) {
+                Some(n) => authorities.push(n),
+                None => check(&format!("signatures.authority[{i}]"), Err(format!("{a:?} is not a host[:port]"))),
+            }
+        }
+        if signatures.authority.is_empty() {
+            authorities.extend(public_url.as_ref().ok().and_then(crate::target::url_authority));
+        }
+        signatures.authority = authorities;
         if let Some(issuer) = &raw.oauth.issuer {
             check("oauth.issuer", parse_url(issuer, &["https"]).map(|_| ()));
         }
@@ -363,6 +388,7 @@ impl Config {
                     response_timeout: raw.upstream.response_timeout.0,
                     pool_max_idle: raw.upstream.pool_max_idle,
                     pool_idle_timeout: raw.upstream.pool_idle_timeout.0,
+                    extra_paths: raw.upstream.extra_paths,
                 },
                 limits: Limits {
                     max_body: raw.limits.max_body.0,
@@ -374,7 +400,7 @@ impl Config {
                     max_connections: raw.limits.max_connections,
                     max_streams_per_connection: raw.limits.max_streams_per_connection,
                 },
-                signatures: raw.signatures,
+                signatures,
                 oauth: OAuth { raw: raw.oauth, audience },
                 policy: raw.policy,
                 state: RawState { ca: raw.state.ca.as_ref().map(|c| base_dir.join(c)), ..raw.state },

@@ -48,6 +48,20 @@ pub struct RawConfig {
     pub log: RawLog,
 }
 
+/// A string or a list of strings.
+fn string_or_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged, expecting = "a string or a list of strings")]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
+}
+
 fn default_mode() -> Mode {
     Mode::Enforce
 }
@@ -86,6 +100,10 @@ pub struct RawUpstream {
     /// timeout (Node.js and uvicorn: 5 s), or a request may be written to a closing socket.
     #[serde(default = "d_pool_idle_timeout")]
     pub pool_idle_timeout: HumanDuration,
+    /// Paths forwarded besides the MCP endpoint (`listen.public_url`'s path), each exactly as
+    /// written; any other path is refused with 404 before any stage.
+    #[serde(default)]
+    pub extra_paths: Vec<String>,
 }
 
 fn d_connect_timeout() -> HumanDuration {
@@ -201,8 +219,11 @@ pub struct RawSignatures {
     /// Refuse signatures without `nonce`.
     #[serde(default)]
     pub require_nonce: bool,
-    /// The `@authority` agents sign, when a TLS terminator rewrites `Host`.
-    pub authority: Option<String>,
+    /// The `@authority` values a signature may cover: this gateway's own names (a string or a
+    /// list). Empty (the default): the authority of `listen.public_url`. A signature over any
+    /// other authority is refused, so one captured on another service does not verify here.
+    #[serde(default, deserialize_with = "string_or_list")]
+    pub authority: Vec<String>,
     /// Static keys: no directory fetch.
     #[serde(default)]
     pub keys: Vec<RawStaticKey>,
@@ -231,7 +252,7 @@ impl Default for RawSignatures {
             directory_ca: None,
             accept_legacy_agent: true,
             require_nonce: false,
-            authority: None,
+            authority: Vec::new(),
             keys: Vec::new(),
             directory_timeout: d_directory_timeout(),
             directory_min_ttl: d_directory_min_ttl(),

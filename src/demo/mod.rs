@@ -134,17 +134,21 @@ fn write_policies(dir: &Path, agent: &str) -> Result<PathBuf, DemoError> {
 }
 
 /// The gateway config the demo runs (also written to `dir/gateway-<mode>.toml`).
-fn gateway_toml(mode: &str, backend: SocketAddr, agent: &str, issuer: &str, log: &Path) -> String {
+/// `addr` is where it listens: agents reach it there, so that authority is the gateway's own
+/// beside the public URL's (`signatures.authority`).
+fn gateway_toml(mode: &str, addr: SocketAddr, backend: SocketAddr, agent: &str, issuer: &str, log: &Path) -> String {
+    let public_authority = url::Url::parse(DEMO_RESOURCE).ok().and_then(|u| u.host_str().map(str::to_owned)).unwrap_or_default();
     format!(
         r#"# portcullis demo: the {mode}-mode gateway
 mode = "{mode}"
 [listen]
-addr = "127.0.0.1:0"
+addr = "{addr}"
 public_url = "{DEMO_RESOURCE}"
 [upstream]
 url = "http://{backend}"
 [signatures]
 required = true
+authority = ["{public_authority}", "{addr}"]
 trusted_agents = ["{agent}"]
 directory_ca = "ca.pem"
 [oauth]
@@ -191,11 +195,18 @@ impl Demo {
 
     async fn gateway(dir: &Path, mode: &'static str, backend: SocketAddr, agent: &str, issuer: &str) -> Result<DemoGateway, DemoError> {
         let log = dir.join(format!("decisions-{mode}.jsonl"));
-        let text = gateway_toml(mode, backend, agent, issuer, &log);
+        let bind = SocketAddr::from(([127, 0, 0, 1], 0));
+        let listener = tokio::net::TcpListener::bind(bind)
+            .await
+            .map_err(|source| DemoError::Gateway { mode, source: crate::server::StartError::Bind { what: "listen.addr", addr: bind, source } })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| DemoError::Gateway { mode, source: crate::server::StartError::Bind { what: "listen.addr", addr: bind, source } })?;
+        let text = gateway_toml(mode, addr, backend, agent, issuer, &log);
         let path = dir.join(format!("gateway-{mode}.toml"));
         write(&path, &text)?;
         let config = Config::load(&path)?;
-        let running = crate::server::start(config).await.map_err(|source| DemoError::Gateway { mode, source })?;
+        let running = crate::server::start_on(config, listener).await.map_err(|source| DemoError::Gateway { mode, source })?;
         Ok(DemoGateway { mode, url: format!("http://{}/mcp", running.addr), log, running })
     }
 

@@ -178,7 +178,7 @@ struct Inner {
     claims: Map<String, Value>,
     /// `claims` as the policy input holds them, converted on first use: a cached token is
     /// decided on many times.
-    policy_claims: std::sync::OnceLock<regorus::Value>,
+    policy_claims: std::sync::OnceLock<Result<regorus::Value, crate::policy::ConvertError>>,
     client_id: Option<String>,
     exp: u64,
     nbf: Option<u64>,
@@ -221,9 +221,10 @@ impl VerifiedToken {
     pub fn claims(&self) -> &Map<String, Value> {
         &self.0.claims
     }
-    /// [`Self::claims`] as a policy value (converted once per verified token).
-    pub fn policy_claims(&self) -> &regorus::Value {
-        self.0.policy_claims.get_or_init(|| crate::policy::input::json_object(&self.0.claims))
+    /// [`Self::claims`] as a policy value (converted once per verified token). An error
+    /// (claims nested too deep) must refuse the request, never leave the claims undefined.
+    pub fn policy_claims(&self) -> Result<&regorus::Value, crate::policy::ConvertError> {
+        self.0.policy_claims.get_or_init(|| crate::policy::convert::json_object(&self.0.claims)).as_ref().map_err(Clone::clone)
     }
     /// The OAuth client the token was issued to (`client_id`, or `azp`).
     pub fn client_id(&self) -> Option<&str> {

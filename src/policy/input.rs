@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use regorus::Value;
 
+use super::convert::{json_object, ConvertError};
 use crate::mcp::{McpMessage, McpRequest};
 use crate::pipeline::UnixTime;
 
@@ -74,26 +75,20 @@ fn obj(entries: Vec<(&str, Value)>) -> Value {
     Value::from(map)
 }
 
-/// A JSON object as a policy value, converted straight from the parsed body (no clone of it
-/// first: tool arguments can be most of a large body). Like regorus's own conversion, a value
-/// it cannot represent is undefined.
-pub(crate) fn json_object(map: &serde_json::Map<String, serde_json::Value>) -> Value {
-    <Value as serde::Deserialize>::deserialize(map).unwrap_or(Value::Undefined)
-}
-
 fn strings(list: &[String]) -> Value {
     Value::from(list.iter().map(|x| s(x)).collect::<Vec<_>>())
 }
 
 impl PolicyInput<'_> {
     /// The input documents to evaluate: one per JSON-RPC message (a batch is decided element
-    /// by element), or one with `mcp.kind = "none"` for a request without a body.
-    pub fn documents(&self) -> Vec<Value> {
+    /// by element), or one with `mcp.kind = "none"` for a request without a body. Arguments
+    /// that cannot be converted are an error (the request is refused), never undefined.
+    pub fn documents(&self) -> Result<Vec<Value>, ConvertError> {
         let base = self.base();
         if self.mcp.messages.is_empty() {
-            return vec![with_mcp(&base, self.mcp_none())];
+            return Ok(vec![with_mcp(&base, self.mcp_none())]);
         }
-        self.mcp.messages.iter().map(|m| with_mcp(&base, self.mcp_message(m))).collect()
+        self.mcp.messages.iter().map(|m| Ok(with_mcp(&base, self.mcp_message(m)?))).collect()
     }
 
     /// Everything but `mcp`.
@@ -136,7 +131,7 @@ impl PolicyInput<'_> {
         obj(e)
     }
 
-    fn mcp_message(&self, m: &McpMessage) -> Value {
+    fn mcp_message(&self, m: &McpMessage) -> Result<Value, ConvertError> {
         let mut e = vec![("kind", s(m.kind.as_str()))];
         if let Some(v) = &m.method {
             e.push(("method", s(v)));
@@ -148,7 +143,7 @@ impl PolicyInput<'_> {
             e.push(("tool", s(v)));
         }
         if let Some(v) = &m.arguments {
-            e.push(("arguments", json_object(v)));
+            e.push(("arguments", json_object(v)?));
         }
         if let Some(v) = &m.uri {
             e.push(("uri", s(v)));
@@ -160,7 +155,7 @@ impl PolicyInput<'_> {
             e.push(("name", s(v)));
         }
         self.transport(&mut e);
-        obj(e)
+        Ok(obj(e))
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use regorus::{Engine, Value};
+use regorus::Engine;
 
 /// The bundled example policies (policies/ in the repository), without their tests.
 pub const BUNDLED: &[(&str, &str)] = &[
@@ -124,7 +124,9 @@ impl SourceSet {
     pub fn compile(&self) -> Result<Engine, LoadError> {
         let mut engine = Engine::new();
         for f in &self.data {
-            let v = Value::from_json_str(&f.text).map_err(|e| LoadError::Data { path: f.name.clone(), reason: e.to_string() })?;
+            // The same literal conversion as the request input: every key stays a key.
+            let json: serde_json::Value = serde_json::from_str(&f.text).map_err(|e| LoadError::Data { path: f.name.clone(), reason: e.to_string() })?;
+            let v = super::convert::json_value(&json).map_err(|e| LoadError::Data { path: f.name.clone(), reason: e.to_string() })?;
             if v.as_object().is_err() {
                 return Err(LoadError::Data { path: f.name.clone(), reason: "the document must be a JSON object".to_owned() });
             }

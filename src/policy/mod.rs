@@ -11,6 +11,7 @@
 //! MCP view from the parser. It trusts nothing in the policy's answer: the decision is parsed
 //! strictly, and an evaluation error or malformed decision is a refusal (`policy_error`).
 
+pub mod convert;
 pub mod input;
 pub mod load;
 mod reload;
@@ -25,6 +26,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use regorus::{Engine, Value};
 
+pub use convert::ConvertError;
 pub use input::{AgentView, PolicyInput, RequestView, TokenView};
 pub use load::{LoadError, Source};
 pub use verdict::PolicyVerdict;
@@ -43,6 +45,15 @@ pub enum PolicyError {
         /// regorus's message.
         reason: String,
     },
+    /// The input could not be converted (e.g. tool arguments nested too deep): refused, since
+    /// an input the policy cannot see must not be decided on.
+    #[error("policy {version}: input not convertible: {reason}")]
+    Input {
+        /// The policy set's version.
+        version: String,
+        /// What could not be converted (never the value itself).
+        reason: String,
+    },
     /// The decision is undefined or does not follow the decision contract.
     #[error("policy {version}: {reason}")]
     MalformedDecision {
@@ -57,7 +68,7 @@ impl PolicyError {
     /// The policy set that failed.
     pub fn version(&self) -> &str {
         match self {
-            PolicyError::Evaluation { version, .. } | PolicyError::MalformedDecision { version, .. } => version,
+            PolicyError::Evaluation { version, .. } | PolicyError::Input { version, .. } | PolicyError::MalformedDecision { version, .. } => version,
         }
     }
 }
@@ -138,11 +149,13 @@ impl Slot {
 pub(crate) fn compile(source: &Source, query: &str, evaluator: PolicyEvaluator) -> Result<Loaded, LoadError> {
     let set = load::SourceSet::read(source, false)?;
     let mut engine = set.compile()?;
+    // The first evaluation prepares the engine (slow in a debug build on a busy machine): it
+    // is the operator's own policy on an empty input, so it runs without the request limit.
+    engine.set_input(Value::new_object());
+    engine.eval_rule(query.to_owned()).map_err(|e| LoadError::Compile(format!("policy.query {query:?}: {e}")))?;
     // Tool arguments are attacker-controlled input to the policy: a policy that iterates
     // over them must not hold a request thread for long. Over the limit → policy_error.
     engine.set_execution_timer_config(EVALUATION_TIME_LIMIT);
-    engine.set_input(Value::new_object());
-    engine.eval_rule(query.to_owned()).map_err(|e| LoadError::Compile(format!("policy.query {query:?}: {e}")))?;
     let rvm = match evaluator {
         PolicyEvaluator::Interpreter => None,
         PolicyEvaluator::Rvm => Some(rvm::RvmProgram::compile(&mut engine.clone(), query)?),
@@ -205,7 +218,8 @@ impl Policy {
         let loaded = self.slot.current.load();
         let version = &loaded.version;
         let mut merged: Option<PolicyVerdict> = None;
-        for doc in input.documents() {
+        let documents = input.documents().map_err(|e| PolicyError::Input { version: version.clone(), reason: e.to_string() })?;
+        for doc in documents {
             let v = self.evaluate(&loaded, doc)?;
             if !v.allow {
                 return Ok(Decided { verdict: v, version: version.clone() });

@@ -137,4 +137,8 @@ pub enum SignatureError {
         /// The key that was tried.
         keyid: String,
     },
+    /// The request is addressed to an authority that is not this gateway's
+    /// (`signatures.authority`): its signature was made for another service.
+    #[error("the request's authority is not this gateway's (signatures.authority)")]
+    ForeignAuthority,
 }

@@ -144,7 +144,7 @@ impl Signer {
         let agent_url = StringRef::from_str(&self.agent).map_err(|_| SignError::InvalidAgent(self.agent.clone()))?;
         let _ = sfv::DictSerializer::with_buffer(&mut agent).bare_item(KeyRef::constant(LABEL), agent_url);
         set(parts, SIGNATURE_AGENT, &agent)?;
-        let covered = self.covered(body.is_empty(), now)?;
+        let covered = self.covered(body.is_empty(), parts.uri.query().is_some(), now)?;
         let scheme = parts.uri.scheme_str().unwrap_or("https");
         let view = RequestView { method: &parts.method, uri: &parts.uri, headers: &parts.headers, scheme, authority: None };
         let base = signature_base(&MessageView::Request(view), &covered)?;
@@ -156,9 +156,13 @@ impl Signer {
     }
 
     /// The Signature-Input member: components, then `created expires keyid alg nonce tag`.
-    fn covered(&self, is_empty_body: bool, now: UnixTime) -> Result<InnerList, SignError> {
-        let mut items = Vec::with_capacity(self.components.len());
-        for c in &self.components {
+    /// A request with a query also covers `@query` (the gateway requires it: a query changed
+    /// in transit must not verify), unless `@query` or `@target-uri` is covered already.
+    fn covered(&self, is_empty_body: bool, has_query: bool, now: UnixTime) -> Result<InnerList, SignError> {
+        let mut items = Vec::with_capacity(self.components.len() + 1);
+        let covers_query = self.components.iter().any(|c| c == "@query" || c == "@target-uri");
+        let query = (has_query && !covers_query).then(|| "@query".to_owned());
+        for c in self.components.iter().chain(query.iter()) {
             if c == CONTENT_DIGEST && is_empty_body {
                 continue;
             }

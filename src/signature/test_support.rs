@@ -55,16 +55,18 @@ pub fn inbound(text: &str, now: u64, is_tls: bool) -> Inbound {
     let mut req = http::Request::builder().method(m.method.unwrap()).uri(m.uri.unwrap()).body(()).unwrap();
     *req.headers_mut() = m.headers;
     let (head, ()) = req.into_parts();
-    Inbound { head, body: m.body, now: UnixTime(Duration::from_secs(now)), peer: ([127, 0, 0, 1], 1).into(), is_tls, request_id: "test".to_owned() }
+    let authority = crate::target::authority(&head, is_tls).unwrap_or_default();
+    Inbound { head, body: m.body, now: UnixTime(Duration::from_secs(now)), peer: ([127, 0, 0, 1], 1).into(), is_tls, request_id: "test".to_owned(), authority }
 }
 
-/// `[signatures]` defaults with the given components and a max age (seconds).
+/// `[signatures]` defaults for a gateway that is every host the vectors and tests address.
+pub fn raw_signatures() -> RawSignatures {
+    RawSignatures { authority: ["example.com", "example.org", "mcp.example.com"].map(String::from).to_vec(), ..RawSignatures::default() }
+}
+
+/// [`raw_signatures`] with the given components and a max age (seconds).
 pub fn config(components: &[&str], max_age: u64) -> RawSignatures {
-    RawSignatures {
-        components: components.iter().map(|c| (*c).to_owned()).collect(),
-        max_age: HumanDuration(Duration::from_secs(max_age)),
-        ..RawSignatures::default()
-    }
+    RawSignatures { components: components.iter().map(|c| (*c).to_owned()).collect(), max_age: HumanDuration(Duration::from_secs(max_age)), ..raw_signatures() }
 }
 
 /// The RFC 9421 test key, by name, as its JWK.
@@ -84,6 +86,7 @@ pub fn ed25519_signing_key() -> ed25519_dalek::SigningKey {
 pub fn inbound_from(req: http::Request<Vec<u8>>, now: u64) -> Inbound {
     let (head, body) = req.into_parts();
     Inbound {
+        authority: crate::target::authority(&head, true).unwrap_or_default(),
         head,
         body: Bytes::from(body),
         now: UnixTime(Duration::from_secs(now)),

@@ -32,7 +32,8 @@ pub struct SignatureVerifier {
     skew: u64,
     accepts_legacy_agent: bool,
     requires_nonce: bool,
-    authority: Option<String>,
+    /// The gateway's own authorities, normalized: `@authority` must be one of them.
+    authorities: Vec<String>,
     accept_signature: String,
 }
 
@@ -65,11 +66,17 @@ impl SignatureVerifier {
         if cfg.max_age.0.as_secs() == 0 {
             errors.push(FieldError::new("signatures.max_age", "must be at least 1s"));
         }
-        let authority = cfg.authority.as_deref().map(|a| a.to_ascii_lowercase());
-        if let Some(a) = &authority {
-            if a.parse::<http::uri::Authority>().is_err() || a.contains('@') {
-                errors.push(FieldError::new("signatures.authority", format!("{a:?} is not a host[:port]")));
+        // The config normalized these (public_url's authority by default); a list built by
+        // hand is checked the same way.
+        let mut authorities = Vec::new();
+        for a in &cfg.authority {
+            match crate::target::normalize(a, "https") {
+                Some(n) if n == a.as_str() => authorities.push(n),
+                _ => errors.push(FieldError::new("signatures.authority", format!("{a:?} is not a lowercase host[:port]"))),
             }
+        }
+        if cfg.authority.is_empty() {
+            errors.push(FieldError::new("signatures.authority", "names no authority (the default is listen.public_url's)"));
         }
         if !errors.is_empty() {
             return Err(errors);
@@ -83,7 +90,7 @@ impl SignatureVerifier {
             skew: cfg.clock_skew.0.as_secs(),
             accepts_legacy_agent: cfg.accept_legacy_agent,
             requires_nonce: cfg.require_nonce,
-            authority,
+            authorities,
             accept_signature,
         })
     }
@@ -105,15 +112,21 @@ impl SignatureVerifier {
             (None, Some(_)) => return Err(SignatureError::Malformed("Signature without Signature-Input".to_owned())),
         };
         let member = pick_tagged(parse_signatures(&input, &signature)?, &self.tag)?;
+        // Decision 3: a signature is only for this gateway. The base is built over the
+        // request's own authority, so one signed for another service fails here, by name,
+        // rather than as a bad signature.
+        if !self.authorities.contains(&req.authority) {
+            return Err(SignatureError::ForeignAuthority);
+        }
         let params = Params::read(&member)?;
         self.check_params(&params, req.now.secs())?;
-        self.check_coverage(&member.covered, !req.body.is_empty())?;
+        self.check_coverage(&member.covered, !req.body.is_empty(), req.head.uri.query().is_some())?;
         let view = RequestView {
             method: &req.head.method,
             uri: &req.head.uri,
             headers,
             scheme: if req.is_tls { "https" } else { "http" },
-            authority: self.authority.as_deref(),
+            authority: Some(&req.authority),
         };
         let base = signature_base(&MessageView::Request(view), &member.covered)?;
         let agent = self.agent(&member.covered, headers)?;
@@ -160,9 +173,16 @@ impl SignatureVerifier {
     }
 
     /// Required coverage (PRODUCT.md decision 2; WBA profile: `@authority`/`@target-uri` and the
-    /// Signature-Agent member). `content-digest` only when the request has a body.
-    fn check_coverage(&self, covered: &InnerList, has_body: bool) -> Result<(), SignatureError> {
-        let covers = |name: &str| covered.items.iter().any(|i| item_name(i) == Some(name));
+    /// Signature-Agent member). `content-digest` only when the request has a body, `@query`
+    /// (or `@target-uri`, which holds it) only when the request has a query.
+    ///
+    /// A component counts as covered only *as required*: with no parameters, except the
+    /// Signature-Agent member, which takes exactly `;key="…"` (or none for the legacy form).
+    /// `"content-digest";key="md5"` signs one dictionary member, `;bs` or `;sf` another
+    /// serialization, `;req`/`;tr` another message part: none of them binds what the stage
+    /// after it checks, so none counts.
+    fn check_coverage(&self, covered: &InnerList, has_body: bool, has_query: bool) -> Result<(), SignatureError> {
+        let covers = |name: &str| covered.items.iter().any(|i| item_name(i) == Some(name) && i.params.is_empty());
         if !(covers("@authority") || covers("@target-uri")) {
             return Err(SignatureError::MissingComponent("@authority or @target-uri".to_owned()));
         }
@@ -172,7 +192,10 @@ impl SignatureVerifier {
         if self.requires_digest && has_body && !covers("content-digest") {
             return Err(SignatureError::MissingComponent("content-digest".to_owned()));
         }
-        if !covers(SIGNATURE_AGENT) {
+        if has_query && !(covers("@query") || covers("@target-uri")) {
+            return Err(SignatureError::MissingComponent("@query (the request has a query)".to_owned()));
+        }
+        if !covered.items.iter().any(is_agent_member) {
             return Err(SignatureError::MissingComponent("signature-agent".to_owned()));
         }
         Ok(())
@@ -182,7 +205,7 @@ impl SignatureVerifier {
     /// (any key, not only the label: PRODUCT.md decision 1); a bare `"signature-agent"` names a
     /// legacy sf-string. The base was already built, so the field and member exist.
     fn agent(&self, covered: &InnerList, headers: &http::HeaderMap) -> Result<AgentRef, SignatureError> {
-        let mut covering = covered.items.iter().filter(|i| item_name(i) == Some(SIGNATURE_AGENT));
+        let mut covering = covered.items.iter().filter(|i| is_agent_member(i));
         let (Some(item), None) = (covering.next(), covering.next()) else {
             return Err(SignatureError::UnusableAgent("the signature covers more than one Signature-Agent member".to_owned()));
         };
@@ -205,6 +228,17 @@ impl SignatureVerifier {
         }
         Ok(agent)
     }
+}
+
+/// `"signature-agent"` covered as the profile asks: bare (legacy sf-string) or with exactly
+/// one parameter, `key`, naming a dictionary member.
+fn is_agent_member(item: &Item) -> bool {
+    item_name(item) == Some(SIGNATURE_AGENT)
+        && match item.params.len() {
+            0 => true,
+            1 => matches!(item.params.get("key"), Some(BareItem::String(_))),
+            _ => false,
+        }
 }
 
 fn item_name(item: &Item) -> Option<&str> {

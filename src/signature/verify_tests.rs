@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::config::HumanDuration;
 use crate::pipeline::UnixTime;
 use crate::signature::signer::{Nonce, Signer};
-use crate::signature::test_support::{case, config, ed25519_signing_key, edit_header, inbound, inbound_from, mcp_post};
+use crate::signature::test_support::{case, config, ed25519_signing_key, edit_header, inbound, inbound_from, mcp_post, raw_signatures};
 use crate::signature::{AgentForm, AgentKind, BaseError, SignatureError, SignatureVerifier};
 
 const NOW: u64 = 1_784_980_800;
@@ -13,7 +13,7 @@ const AGENT: &str = "https://agent.example";
 const BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_weather","arguments":{"location":"Seattle, WA"}}}"#;
 
 fn default_verifier() -> SignatureVerifier {
-    SignatureVerifier::new(&crate::config::RawSignatures::default()).unwrap()
+    SignatureVerifier::new(&raw_signatures()).unwrap()
 }
 
 fn signer() -> Signer {
@@ -150,7 +150,7 @@ fn absent_profile_parameter_is_named() {
         let mut req = signed(&signer(), NOW);
         edit_header(&mut req, "signature-input", &from, "");
         let v = if param == "tag" {
-            SignatureVerifier::new(&crate::config::RawSignatures { tag: "x".into(), ..Default::default() }).unwrap()
+            SignatureVerifier::new(&crate::config::RawSignatures { tag: "x".into(), ..raw_signatures() }).unwrap()
         } else {
             default_verifier()
         };
@@ -196,7 +196,7 @@ fn hmac_or_rsa_alg_is_unsupported() {
 
 #[test]
 fn nonce_required_when_configured() {
-    let v = SignatureVerifier::new(&crate::config::RawSignatures { require_nonce: true, ..Default::default() }).unwrap();
+    let v = SignatureVerifier::new(&crate::config::RawSignatures { require_nonce: true, ..raw_signatures() }).unwrap();
     assert_eq!(prepare_err(&v, &signed(&signer().with_nonce(Nonce::None), NOW)), SignatureError::NonceRequired);
     assert!(v.prepare(&signed(&signer(), NOW)).is_ok());
 }
@@ -257,7 +257,7 @@ fn bad_config_fields_are_all_named() {
         tag: String::new(),
         components: vec!["@status".into(), "Content-Type".into(), "@authority".into(), "signature-agent".into()],
         max_age: HumanDuration(Duration::ZERO),
-        authority: Some("mcp.example.com/path".into()),
+        authority: vec!["mcp.example.com/path".into()],
         ..Default::default()
     };
     let errs = SignatureVerifier::new(&cfg).unwrap_err();
@@ -266,12 +266,25 @@ fn bad_config_fields_are_all_named() {
 }
 
 #[test]
-fn configured_authority_is_what_agents_sign() {
-    let cfg = crate::config::RawSignatures { authority: Some("MCP.example.com".into()), ..Default::default() };
-    let mut req = signed(&signer(), NOW);
-    req.head.headers.insert("host", "10.0.0.7:8080".parse().unwrap());
-    let pending = SignatureVerifier::new(&cfg).unwrap().prepare(&req).unwrap().unwrap();
+fn only_the_gateways_own_authorities_verify() {
+    // Signed for mcp.example.com (Host): a gateway that is mcp.example.com verifies it...
+    let req = signed(&signer(), NOW);
+    assert_eq!(req.authority, "mcp.example.com");
+    let own = crate::config::RawSignatures { authority: vec!["other.example".into(), "mcp.example.com".into()], ..Default::default() };
+    let pending = SignatureVerifier::new(&own).unwrap().prepare(&req).unwrap().unwrap();
     pending.verify(&ed25519_signing_key().verifying_key(), AGENT).unwrap();
-    let pending = default_verifier().prepare(&req).unwrap().unwrap();
-    assert!(pending.verify(&ed25519_signing_key().verifying_key(), AGENT).is_err());
+    // ...another service trusting the same agent refuses it, by name, before any key is used.
+    let elsewhere = crate::config::RawSignatures { authority: vec!["other.example".into()], ..Default::default() };
+    assert_eq!(prepare_err(&SignatureVerifier::new(&elsewhere).unwrap(), &req), SignatureError::ForeignAuthority);
+    // And the base is over the request's authority: one re-addressed to this gateway fails.
+    let mut moved = signed(&signer(), NOW);
+    moved.authority = "other.example".into();
+    let pending = SignatureVerifier::new(&own).unwrap().prepare(&moved).unwrap().unwrap();
+    assert!(matches!(pending.verify(&ed25519_signing_key().verifying_key(), AGENT), Err(SignatureError::BadSignature { .. })));
+}
+
+#[test]
+fn a_verifier_without_an_authority_is_a_config_error() {
+    let errs = SignatureVerifier::new(&crate::config::RawSignatures::default()).unwrap_err();
+    assert!(errs.iter().any(|e| e.field == "signatures.authority"), "{errs:?}");
 }

@@ -55,14 +55,12 @@ impl UnsignedMessage for TheirRequest {
 }
 
 fn inbound(head: http::request::Parts, body: &str, now: u64) -> Inbound {
-    Inbound {
-        head,
-        body: Bytes::from(body.to_owned()),
-        now: UnixTime(Duration::from_secs(now)),
-        peer: ([127, 0, 0, 1], 1).into(),
-        is_tls: true,
-        request_id: "interop".into(),
-    }
+    Inbound::new(head, Bytes::from(body.to_owned()), UnixTime(Duration::from_secs(now)), ([127, 0, 0, 1], 1).into(), true, "interop".into()).unwrap()
+}
+
+/// The default profile at a gateway whose own authority is the one `req` is addressed to.
+fn verifier(req: &Inbound) -> SignatureVerifier {
+    SignatureVerifier::new(&RawSignatures { authority: vec![req.authority.clone()], ..RawSignatures::default() }).unwrap()
 }
 
 fn their_signed_request() -> Inbound {
@@ -96,7 +94,7 @@ fn body_digest_constant_is_right() {
 #[test]
 fn web_bot_auth_signature_verifies_with_portcullis() {
     let req = their_signed_request();
-    let pending = SignatureVerifier::new(&RawSignatures::default()).unwrap().prepare(&req).unwrap().unwrap();
+    let pending = verifier(&req).prepare(&req).unwrap().unwrap();
     assert_eq!(pending.agent().unwrap().origin(), AGENT);
     assert_eq!(pending.nonce(), Some("interop-nonce-1"));
     let verified = pending.verify(&key().verifying_key(), AGENT).unwrap();
@@ -107,7 +105,7 @@ fn web_bot_auth_signature_verifies_with_portcullis() {
 fn web_bot_auth_signature_over_other_path_fails_with_portcullis() {
     let mut req = their_signed_request();
     req.head.uri = "/admin".parse().unwrap();
-    let pending = SignatureVerifier::new(&RawSignatures::default()).unwrap().prepare(&req).unwrap().unwrap();
+    let pending = verifier(&req).prepare(&req).unwrap().unwrap();
     assert!(pending.verify(&key().verifying_key(), AGENT).is_err());
 }
 

@@ -9,6 +9,7 @@
 mod common;
 
 mod admin;
+mod attacks;
 mod cli;
 mod client;
 mod decision_log;

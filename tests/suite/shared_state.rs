@@ -42,20 +42,19 @@ impl Pair {
         Pair { upstream, a, b, signer: Signer::new(key, AGENT).unwrap() }
     }
 
-    /// A request signed now; the same headers can be sent to either gateway, since both are
-    /// the same `@authority` only when the Host matches: sign for the gateway it goes to.
+    /// A request signed now for the public name both instances serve (`mcp.example.com`,
+    /// `listen.public_url`'s, as behind a load balancer), sent to `gw` with that `Host`.
     fn signed_for(&self, gw: &Gateway) -> reqwest::RequestBuilder {
-        let mut req = http::Request::builder().method("POST").uri(gw.url("/mcp")).body(BODY.as_bytes().to_vec()).unwrap();
+        let mut req = http::Request::builder().method("POST").uri("http://mcp.example.com/mcp").body(BODY.as_bytes().to_vec()).unwrap();
         self.signer.sign_request(&mut req, UnixTime::now()).unwrap();
         let (parts, body) = req.into_parts();
-        client().post(gw.url("/mcp")).headers(parts.headers).body(body)
+        client().post(gw.url("/mcp")).headers(parts.headers).header("host", "mcp.example.com").body(body)
     }
 }
 
-/// Re-sends the exact headers and body to `gw`, keeping the Host the signature covered.
+/// Re-sends the exact headers (the covered `Host` among them) and body to `gw`.
 fn replay_to(gw: &Gateway, original: &reqwest::Request) -> reqwest::RequestBuilder {
-    let mut headers = original.headers().clone();
-    headers.insert("host", original.url().authority().parse().unwrap());
+    let headers = original.headers().clone();
     let body = original.body().and_then(|b| b.as_bytes()).unwrap().to_vec();
     client().post(gw.url("/mcp")).headers(headers).body(body)
 }

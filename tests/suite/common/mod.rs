@@ -169,6 +169,7 @@ public_url = "https://mcp.example.com/mcp"
 url = "{upstream_url}"
 connect_timeout = "1s"
 response_timeout = "1s"
+{TEST_PATHS}
 [admin]
 addr = "127.0.0.1:0"
 [log]
@@ -206,9 +207,23 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub async fn start(config: Config) -> Gateway {
+    /// Starts `config` on a fresh 127.0.0.1 port. Tests address the gateway there, so that
+    /// authority is listed as its own (`signatures.authority`) beside the configured ones.
+    pub async fn start(mut config: Config) -> Gateway {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        config.signatures.authority.push(listener.local_addr().unwrap().to_string());
+        Gateway::start_on(config, listener).await
+    }
+
+    /// Starts `config` as written: its `signatures.authority` is exactly what it says.
+    pub async fn start_exact(config: Config) -> Gateway {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Gateway::start_on(config, listener).await
+    }
+
+    async fn start_on(config: Config, listener: TcpListener) -> Gateway {
         trace_init();
-        let running = server::start(config).await.unwrap();
+        let running = server::start_on(config, listener).await.unwrap();
         let addr = running.addr;
         let admin = running.admin_addr.unwrap();
         Gateway { running: Some(running), addr, admin }
@@ -262,6 +277,9 @@ pub async fn closed_port() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     l.local_addr().unwrap()
 }
+
+/// `extra_paths` for the test upstream's special paths (`/sse`, `/slow`, `/delay`).
+pub const TEST_PATHS: &str = "extra_paths = [\"/sse\", \"/slow\", \"/delay\"]";
 
 /// The gateway's Prometheus text.
 pub async fn metrics(gw: &Gateway) -> String {
