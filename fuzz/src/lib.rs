@@ -14,7 +14,9 @@
 //!   `jwks_uri` (jsonwebtoken without a crypto backend: building a key from its components
 //!   does no cryptography, url, serde);
 //! - `src/directory/document.rs`: an agent's key directory and its `Cache-Control` (the JWK
-//!   code above, tracing).
+//!   code above, tracing);
+//! - `src/policy/convert.rs`: JSON to a policy value (regorus, only as much of it as its
+//!   `Value` needs).
 //!
 //! Each is mounted at the same path as in the main crate, so its `crate::`/`super::` imports
 //! resolve here too. If any of them ever imports more of the crate, split the pure parsing out
@@ -27,4 +29,5 @@ pub mod directory;
 #[path = "../../src/mcp.rs"]
 pub mod mcp;
 pub mod oauth;
+pub mod policy;
 pub mod signature;
