@@ -16,7 +16,8 @@
 //! - `src/directory/document.rs`: an agent's key directory and its `Cache-Control` (the JWK
 //!   code above, tracing);
 //! - `src/policy/convert.rs`: JSON to a policy value (regorus, only as much of it as its
-//!   `Value` needs).
+//!   `Value` needs);
+//! - `src/target.rs`: the request target's authority, `Host` and paths (http, url).
 //!
 //! Each is mounted at the same path as in the main crate, so its `crate::`/`super::` imports
 //! resolve here too. If any of them ever imports more of the crate, split the pure parsing out
@@ -31,3 +32,5 @@ pub mod mcp;
 pub mod oauth;
 pub mod policy;
 pub mod signature;
+#[path = "../../src/target.rs"]
+pub mod target;
