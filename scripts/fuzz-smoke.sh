@@ -51,7 +51,9 @@ for t in "${targets[@]}"; do
   # -timeout: one input running longer than 10 s is a hang; -rss_limit_mb: libFuzzer's default.
   if ! cargo fuzz run "$t" "$work/corpus/$t" -- -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 >"$work/$t.log" 2>&1; then
-    tail -n 60 "$work/$t.log"
+    # The panic or sanitizer report, then libFuzzer's end (the input, in base64 when short).
+    grep -m 3 -A 4 -E 'panicked at|==ERROR:' "$work/$t.log" || true
+    tail -n 40 "$work/$t.log"
     failed+=("$t")
     continue
   fi
