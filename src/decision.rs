@@ -21,6 +21,7 @@ use crate::oauth::TokenError;
 use crate::policy::PolicyError;
 use crate::quota::QuotaError;
 use crate::replay::ReplayError;
+use crate::session::SessionError;
 use crate::signature::SignatureError;
 
 /// The body type of every response the gateway sends (refusals and streamed upstream bodies).
@@ -116,7 +117,15 @@ pub enum Denial {
         /// When the bucket will allow the request again.
         retry_after: Duration,
     },
-    /// The shared state store (replay cache, quotas) cannot be reached; fail closed.
+    /// The request's `Mcp-Session-Id` names no session of its identity (unknown, ended, expired,
+    /// another identity's) or is malformed (decision 9). 404, as MCP answers an unknown session.
+    #[error("{0}")]
+    SessionNotFound(SessionError),
+    /// The backend issued a session id already bound to another identity (decision 9): its
+    /// answer is withheld.
+    #[error("{0}")]
+    SessionConflict(SessionError),
+    /// The shared state store (replay cache, sessions, quotas) cannot be reached; fail closed.
     #[error("state store unavailable: {reason}")]
     StateUnavailable {
         /// What failed, naming the store.
@@ -148,6 +157,8 @@ impl Denial {
             Denial::InsufficientScope { .. } => "insufficient_scope",
             Denial::AccessDenied { .. } => "agent_access_denied",
             Denial::RateLimited { .. } => "rate_limit_exceeded",
+            Denial::SessionNotFound(_) => "session_not_found",
+            Denial::SessionConflict(_) => "session_conflict",
             Denial::StateUnavailable { .. } => "state_unavailable",
             Denial::NotFound => "not_found",
             Denial::BadTarget(_) => "bad_request",
@@ -168,6 +179,8 @@ impl Denial {
             | Denial::InvalidToken(_) => StatusCode::UNAUTHORIZED,
             Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } | Denial::Policy(_) => StatusCode::FORBIDDEN,
             Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Denial::SessionNotFound(_) => StatusCode::NOT_FOUND,
+            Denial::SessionConflict(_) => StatusCode::BAD_GATEWAY,
             Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Denial::NotFound => StatusCode::NOT_FOUND,
             Denial::BadTarget(_) => StatusCode::BAD_REQUEST,
@@ -194,6 +207,17 @@ impl From<ReplayError> for Denial {
             ReplayError::Replayed => Denial::ReplayedSignature,
             // Fail closed, naming the store: no claim of replay protection without a record.
             ReplayError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
+        }
+    }
+}
+
+impl From<SessionError> for Denial {
+    fn from(e: SessionError) -> Denial {
+        match e {
+            SessionError::NotFound | SessionError::Malformed => Denial::SessionNotFound(e),
+            SessionError::Conflict => Denial::SessionConflict(e),
+            // Fail closed, naming the store: no session is vouched for without a record.
+            SessionError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
         }
     }
 }
@@ -349,6 +373,8 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         | Denial::Signature(_)
         | Denial::KeyResolution(_)
         | Denial::ReplayedSignature
+        | Denial::SessionNotFound(_)
+        | Denial::SessionConflict(_)
         | Denial::Mcp(_)
         | Denial::Policy(_)
         | Denial::AccessDenied { .. }

@@ -96,6 +96,8 @@ fn every_denial_has_a_code_and_status() {
         Denial::AccessDenied { reason: "x".into() },
         Denial::RateLimited { retry_after: Duration::ZERO },
         Denial::StateUnavailable { reason: "redis down".into() },
+        Denial::SessionNotFound(SessionError::NotFound),
+        Denial::SessionConflict(SessionError::Conflict),
         Denial::Mcp(McpError::NotJson("eof".into())),
         Denial::Mcp(McpError::InvalidRequest { id: None, reason: "x".into() }),
         Denial::Mcp(McpError::HeaderMismatch { id: None, reason: "x".into() }),
@@ -117,6 +119,8 @@ fn every_denial_has_a_code_and_status() {
         (403, "agent_access_denied"),
         (429, "rate_limit_exceeded"),
         (503, "state_unavailable"),
+        (404, "session_not_found"),
+        (502, "session_conflict"),
         (400, "parse_error"),
         (400, "invalid_request"),
         (400, "header_mismatch"),
@@ -145,6 +149,19 @@ async fn agent_credential_refusals_carry_accept_signature() {
     let resp = respond(&Denial::ReplayedSignature, "r", &challenge());
     assert!(resp.headers().get("accept-signature").is_none());
     assert_eq!(body_json(resp).await["error"], "replayed_signature");
+}
+
+#[test]
+fn session_errors_map_to_not_found_conflict_or_state_unavailable() {
+    for e in [SessionError::NotFound, SessionError::Malformed] {
+        let d = Denial::from(e);
+        assert_eq!((d.status().as_u16(), d.code()), (404, "session_not_found"));
+    }
+    let d = Denial::from(SessionError::Conflict);
+    assert_eq!((d.status().as_u16(), d.code()), (502, "session_conflict"));
+    let d = Denial::from(SessionError::Store(crate::state::StoreError::Unavailable { store: "redis://x".into(), reason: "down".into() }));
+    assert_eq!((d.status().as_u16(), d.code()), (503, "state_unavailable"));
+    assert!(d.reason().contains("redis://x"), "{}", d.reason());
 }
 
 #[test]

@@ -29,6 +29,7 @@ pub mod quota;
 pub mod replay;
 pub mod report;
 pub mod server;
+pub mod session;
 pub mod signature;
 pub mod state;
 pub mod target;

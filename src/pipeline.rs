@@ -23,6 +23,7 @@ use crate::oauth::{TokenVerifier, VerifiedToken};
 use crate::policy::{AgentView, Policy, PolicyError, PolicyInput, RequestView, TokenView};
 use crate::quota::{QuotaError, QuotaSpec, Quotas};
 use crate::replay::ReplayGuard;
+use crate::session::{self, SessionGuard};
 use crate::signature::{SignatureError, SignatureVerifier, VerifiedSignature};
 use crate::state::Stores;
 use crate::telemetry::FetchLabels;
@@ -93,6 +94,8 @@ pub enum Stage {
     Replay,
     /// 7: OAuth bearer token.
     Token,
+    /// Decision 9: `Mcp-Session-Id` bound to its owner (check, and binding on the response).
+    Session,
     /// 8: JSON-RPC parse.
     Mcp,
     /// 9: Rego policy.
@@ -105,8 +108,8 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in pipeline order.
-    pub const ALL: [Stage; 9] =
-        [Stage::Body, Stage::Digest, Stage::Signature, Stage::Replay, Stage::Token, Stage::Mcp, Stage::Policy, Stage::Quota, Stage::Upstream];
+    pub const ALL: [Stage; 10] =
+        [Stage::Body, Stage::Digest, Stage::Signature, Stage::Replay, Stage::Token, Stage::Session, Stage::Mcp, Stage::Policy, Stage::Quota, Stage::Upstream];
 
     /// The name in logs and metric labels.
     pub fn as_str(self) -> &'static str {
@@ -116,6 +119,7 @@ impl Stage {
             Stage::Signature => "signature",
             Stage::Replay => "replay",
             Stage::Token => "token",
+            Stage::Session => "session",
             Stage::Mcp => "mcp",
             Stage::Policy => "policy",
             Stage::Quota => "quota",
@@ -222,6 +226,8 @@ pub struct Stages {
     stores: Stores,
     /// Stage 7; `None` when `[oauth]` names no issuer and tokens are not required.
     token: Option<TokenVerifier>,
+    /// Decision 9: session ids bound to their owner.
+    sessions: SessionGuard,
     /// Stage 9 (public for the admin endpoints: reload health, version).
     pub policy: Policy,
     /// `policy.enabled`: whether stages 8–10 run.
@@ -257,6 +263,7 @@ impl Stages {
             directory,
             replay: ReplayGuard::new(sig, stores.replay.clone()),
             token,
+            sessions: SessionGuard::new(stores.session.clone(), config.state.session_ttl.0),
             policy,
             is_policy_enabled: config.policy.enabled,
             quotas: Quotas::new(stores.quota.clone()),
@@ -310,6 +317,11 @@ pub async fn check(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Decis
             })
             .await?;
     }
+    // Decision 9: once the identity is verified, a session is only its owner's.
+    if req.head.headers.contains_key(crate::mcp::SESSION_ID) {
+        let owner = session::owner(seen);
+        seen.timed_async(Stage::Session, stages.sessions.check(&req.head.headers, &owner)).await?;
+    }
     if !stages.is_policy_enabled {
         return Ok(Permit::granted());
     }
@@ -324,6 +336,22 @@ pub async fn check(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Decis
     }
     spent?;
     Ok(Permit::granted())
+}
+
+/// Decision 9, on the backend's response head (before it is passed on): binds a new
+/// `Mcp-Session-Id` to the identity `seen` verified, or removes an ended session's binding.
+pub async fn settle_session(
+    stages: &Stages,
+    exchange: &session::Exchange,
+    status: http::StatusCode,
+    headers: &http::HeaderMap,
+    seen: &mut Evidence,
+) -> Result<(), Denial> {
+    if !exchange.needs_settling(status, headers) {
+        return Ok(());
+    }
+    let owner = session::owner(seen);
+    Ok(seen.timed_async(Stage::Session, stages.sessions.settle(exchange, status, headers, &owner)).await?)
 }
 
 /// Stages 3–5: parse and check the signature, resolve its key, verify it. `Ok(None)`: the

@@ -322,6 +322,7 @@ impl Shared {
                                     (Outcome::WouldDeny, Some((d.code(), d.reason())))
                                 }
                             };
+                            let exchange = crate::session::Exchange::of(&inbound.head);
                             let started = Instant::now();
                             let result = self.upstream.forward(inbound, fwd, &seen).instrument(crate::pipeline::stage_span(Stage::Upstream)).await;
                             seen.timings.record(Stage::Upstream, started.elapsed());
@@ -335,7 +336,7 @@ impl Shared {
                                     r
                                 }
                             };
-                            (outcome, summary, resp)
+                            self.settle_session(&exchange, &mut seen, (outcome, summary, resp), &request_id).await
                         }
                     }
                 }
@@ -377,6 +378,29 @@ impl Shared {
     fn refuse(&self, denial: &Denial, request_id: &str) -> (Outcome, Option<(&'static str, String)>, Response<ResponseBody>) {
         info!(error.code = denial.code(), "Request denied");
         (Outcome::Deny, Some((denial.code(), denial.reason())), decision::respond(denial, request_id, &self.challenge))
+    }
+
+    /// Decision 9: binds a session id the backend just issued to the request's identity before
+    /// the client sees it. A binding that cannot be made is a refusal like any other: the
+    /// backend's answer is withheld in enforce mode, passed on and logged in monitor mode.
+    async fn settle_session(
+        &self,
+        exchange: &crate::session::Exchange,
+        seen: &mut Evidence,
+        sent: (Outcome, Option<(&'static str, String)>, Response<ResponseBody>),
+        request_id: &str,
+    ) -> (Outcome, Option<(&'static str, String)>, Response<ResponseBody>) {
+        let (outcome, summary, resp) = sent;
+        let settled = pipeline::settle_session(&self.stages, exchange, resp.status(), resp.headers(), seen).await;
+        let Err(denial) = settled else { return (outcome, summary, resp) };
+        match decision::apply_mode(self.config.mode, Err(denial)) {
+            Verdict::Refuse(d) => self.refuse(&d, request_id),
+            Verdict::Forward(Forward::Monitored(d)) => {
+                info!(error.code = d.code(), "Response would be refused (monitor mode)");
+                (Outcome::WouldDeny, summary.or(Some((d.code(), d.reason()))), resp)
+            }
+            Verdict::Forward(Forward::Permitted(_)) => (outcome, summary, resp),
+        }
     }
 
     /// Stage 1: the whole body, within `limits.max_body` and `limits.body_timeout`.

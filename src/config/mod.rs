@@ -362,6 +362,8 @@ impl Config {
         check("state.connect_timeout", nonzero(raw.state.connect_timeout.0));
         check("state.command_timeout", nonzero(raw.state.command_timeout.0));
         check("state.max_replay_entries", if raw.state.max_replay_entries == 0 { Err("must be at least 1".into()) } else { Ok(()) });
+        check("state.session_ttl", nonzero(raw.state.session_ttl.0));
+        check("state.max_sessions", if raw.state.max_sessions == 0 { Err("must be at least 1".into()) } else { Ok(()) });
         if let Some(endpoint) = &raw.log.otlp_endpoint {
             check(
                 "log.otlp_endpoint",

@@ -449,6 +449,12 @@ pub struct RawState {
     /// Most quota buckets the memory store holds; beyond it new keys fail closed (503).
     #[serde(default = "d_max_quota_keys")]
     pub max_quota_keys: usize,
+    /// How long an `Mcp-Session-Id` binding lives without being used; each use restarts it.
+    #[serde(default = "d_session_ttl")]
+    pub session_ttl: HumanDuration,
+    /// Most session bindings the memory store holds; when full, new sessions fail closed (503).
+    #[serde(default = "d_max_sessions")]
+    pub max_sessions: usize,
 }
 
 impl Default for RawState {
@@ -461,6 +467,8 @@ impl Default for RawState {
             ca: None,
             max_replay_entries: d_max_replay_entries(),
             max_quota_keys: d_max_quota_keys(),
+            session_ttl: d_session_ttl(),
+            max_sessions: d_max_sessions(),
         }
     }
 }
@@ -476,6 +484,13 @@ fn d_store_command_timeout() -> HumanDuration {
 }
 
 fn d_max_quota_keys() -> usize {
+    100_000
+}
+
+fn d_session_ttl() -> HumanDuration {
+    HumanDuration(Duration::from_secs(24 * 3600))
+}
+fn d_max_sessions() -> usize {
     100_000
 }
 

@@ -1,4 +1,5 @@
-//! The Redis store: replay records and quota counters shared by every gateway instance.
+//! The Redis store: replay records, quota counters and session bindings shared by every gateway
+//! instance.
 //!
 //! One lazily opened, auto-reconnecting connection (`redis::aio::ConnectionManager`) per
 //! gateway, with a connect timeout and a per-command timeout. A command that fails or times out
@@ -13,6 +14,7 @@ use tokio::sync::OnceCell;
 
 use super::quota::{QuotaOutcome, QuotaStore};
 use super::replay::ReplayStore;
+use super::session::{Binding, OwnerKey, SessionKey, SessionStore};
 use super::StoreError;
 use crate::pipeline::UnixTime;
 
@@ -220,6 +222,86 @@ impl ReplayStore for RedisStore {
     }
 }
 
+/// Session bindings, one Lua script per operation so each read-decide-write is atomic across
+/// instances. KEYS[1] = `prefix + "session:" + base64url(SHA-256(session id))`; ARGV[1] = the
+/// owner digest (base64url); ARGV[2] = idle lifetime in ms.
+/// BIND: 1 = bound to ARGV[1] now (lifetime restarted), 2 = another owner holds it.
+const SESSION_BIND_LUA: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then return 2 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+";
+
+/// VERIFY: 0 = unbound, 1 = bound to ARGV[1] (lifetime restarted), 2 = another owner holds it.
+const SESSION_VERIFY_LUA: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 0 end
+if cur ~= ARGV[1] then return 2 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+";
+
+/// UNBIND: 1 = removed ARGV[1]'s binding, 0 = none to remove.
+const SESSION_UNBIND_LUA: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+";
+
+fn millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+impl RedisStore {
+    async fn session_script(
+        &self,
+        lua: &'static str,
+        cell: &std::sync::OnceLock<redis::Script>,
+        session: &SessionKey,
+        owner: &OwnerKey,
+        ttl: Option<Duration>,
+    ) -> Result<i64, StoreError> {
+        let script = cell.get_or_init(|| redis::Script::new(lua));
+        let mut inv = script.key(self.key("session", &session.encoded()));
+        inv.arg(owner.encoded());
+        if let Some(ttl) = ttl {
+            inv.arg(millis(ttl));
+        }
+        self.script(&inv).await
+    }
+
+    fn binding(&self, reply: i64) -> Result<Binding, StoreError> {
+        match reply {
+            0 => Ok(Binding::Unbound),
+            1 => Ok(Binding::Owner),
+            2 => Ok(Binding::Other),
+            other => Err(self.unavailable(format!("unexpected session script reply {other}"))),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for RedisStore {
+    async fn bind(&self, session: &SessionKey, owner: &OwnerKey, ttl: Duration) -> Result<Binding, StoreError> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let reply = self.session_script(SESSION_BIND_LUA, &SCRIPT, session, owner, Some(ttl)).await?;
+        self.binding(reply)
+    }
+
+    async fn verify(&self, session: &SessionKey, owner: &OwnerKey, ttl: Duration) -> Result<Binding, StoreError> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let reply = self.session_script(SESSION_VERIFY_LUA, &SCRIPT, session, owner, Some(ttl)).await?;
+        self.binding(reply)
+    }
+
+    async fn unbind(&self, session: &SessionKey, owner: &OwnerKey) -> Result<bool, StoreError> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        Ok(self.session_script(SESSION_UNBIND_LUA, &SCRIPT, session, owner, None).await? == 1)
+    }
+}
+
 /// The URL with any password replaced, so it can be logged.
 fn redacted(url: &str) -> String {
     match url::Url::parse(url) {
@@ -278,6 +360,35 @@ mod contract_tests {
         crate::state::replay::contract::second_use_is_a_replay(s.as_ref()).await;
         crate::state::replay::contract::distinct_keys_are_independent(s.as_ref()).await;
         crate::state::replay::contract::concurrent_first_uses_admit_exactly_one(s.clone(), 100).await;
+    }
+
+    #[tokio::test]
+    async fn redis_store_meets_the_session_contract() {
+        use crate::state::session::contract;
+        let server = redis_server::RedisServer::start();
+        let s = store(&server);
+        contract::a_session_belongs_to_the_owner_that_bound_it(s.as_ref()).await;
+        contract::unknown_sessions_are_unbound_and_sessions_are_independent(s.as_ref()).await;
+        contract::only_the_owner_unbinds(s.as_ref()).await;
+        contract::concurrent_binds_have_exactly_one_winner(s.clone(), 100).await;
+        // Real time: steps of 1.2 s against a 2 s lifetime leave 0.8 s for scheduling delays.
+        contract::a_binding_expires_after_ttl_without_use(s.as_ref(), Duration::from_secs(2), tokio::time::sleep).await;
+    }
+
+    #[tokio::test]
+    async fn session_keys_hold_digests_only_and_carry_a_ttl() {
+        use crate::state::session::{OwnerKey, SessionKey};
+        let server = redis_server::RedisServer::start();
+        let s = store(&server);
+        let session = SessionKey::of(b"secret-session-id");
+        s.bind(&session, &OwnerKey::of(Some("https://agent.example"), None, Some("user-1842")), Duration::from_secs(30)).await.expect("bind");
+        let keys: Vec<String> = s.query(redis::cmd("KEYS").arg("*")).await.expect("keys");
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        assert!(keys[0].ends_with(&session.encoded()) && !keys[0].contains("secret"), "{keys:?}");
+        let value: String = s.query(redis::cmd("GET").arg(&keys[0])).await.expect("get");
+        assert!(!value.contains("agent") && !value.contains("user-1842"), "the owner is stored as a digest: {value}");
+        let ttl: i64 = s.query(redis::cmd("PTTL").arg(&keys[0])).await.expect("pttl");
+        assert!((29_000..=30_000).contains(&ttl), "{ttl}");
     }
 
     #[tokio::test]

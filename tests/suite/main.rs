@@ -28,6 +28,7 @@ mod protected_resource;
 mod proxy;
 mod quotas;
 mod report;
+mod sessions;
 mod shared_state;
 mod shutdown;
 mod signatures;
