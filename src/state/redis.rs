@@ -42,6 +42,9 @@ pub struct RedisStore {
     settings: RedisSettings,
     /// The URL without credentials, for error messages and logs.
     label: String,
+    /// Whether the last command failed: the log says so once per outage (the counter counts
+    /// every failure), not once per request.
+    is_down: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -65,7 +68,7 @@ impl RedisStore {
         }
         .map_err(|e| format!("invalid Redis URL: {e}"))?;
         let label = redacted(&settings.url);
-        Ok(RedisStore { errors: Default::default(), client, conn: OnceCell::new(), settings, label })
+        Ok(RedisStore { errors: Default::default(), client, conn: OnceCell::new(), settings, label, is_down: Default::default() })
     }
 
     /// The store's URL without credentials.
@@ -88,10 +91,22 @@ impl RedisStore {
         self.errors.clone()
     }
 
+    /// A failed command: counted every time, logged at the start of an outage only (a WARN
+    /// per request would be a log storm at request rate while Redis is down).
     fn unavailable(&self, reason: impl std::fmt::Display) -> StoreError {
         self.errors.inc();
-        tracing::warn!(store = %self.label, error = %reason, "State store unavailable");
+        if !self.is_down.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(store = %self.label, error = %reason, "State store unavailable; requests that need it are refused (503) until it answers again");
+        }
         StoreError::Unavailable { store: self.label.clone(), reason: reason.to_string() }
+    }
+
+    /// A command answered: ends an outage, saying so once.
+    fn answered<T>(&self, v: T) -> T {
+        if self.is_down.load(std::sync::atomic::Ordering::Relaxed) && self.is_down.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(store = %self.label, "State store answers again");
+        }
+        v
     }
 
     async fn connection(&self) -> Result<ConnectionManager, StoreError> {
@@ -114,7 +129,7 @@ impl RedisStore {
     pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
         let mut conn = self.connection().await?;
         match tokio::time::timeout(self.settings.command_timeout, cmd.query_async::<T>(&mut conn)).await {
-            Ok(Ok(v)) => Ok(v),
+            Ok(Ok(v)) => Ok(self.answered(v)),
             Ok(Err(e)) => Err(self.unavailable(e)),
             Err(_) => Err(self.unavailable(format!("no answer within {:?}", self.settings.command_timeout))),
         }
@@ -124,7 +139,7 @@ impl RedisStore {
     pub async fn script<T: redis::FromRedisValue>(&self, invocation: &redis::ScriptInvocation<'_>) -> Result<T, StoreError> {
         let mut conn = self.connection().await?;
         match tokio::time::timeout(self.settings.command_timeout, invocation.invoke_async::<T>(&mut conn)).await {
-            Ok(Ok(v)) => Ok(v),
+            Ok(Ok(v)) => Ok(self.answered(v)),
             Ok(Err(e)) => Err(self.unavailable(e)),
             Err(_) => Err(self.unavailable(format!("no answer within {:?}", self.settings.command_timeout))),
         }
@@ -439,5 +454,51 @@ mod tests {
             ca_pem: None,
         });
         assert!(err.is_err());
+    }
+}
+
+#[cfg(test)]
+mod outage_log_tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// Collects formatted log lines.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().map_err(|_| std::io::Error::other("poisoned"))?.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_outage_is_logged_once_and_counted_every_time() {
+        let lines = Lines::default();
+        let sink = lines.clone();
+        let subscriber = tracing_subscriber::fmt().with_writer(move || sink.clone()).with_ansi(false).finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        // Nothing listens there: every command fails.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(1);
+        let store = RedisStore::new(RedisSettings {
+            url: format!("redis://127.0.0.1:{port}"),
+            prefix: "outage:".into(),
+            connect_timeout: Duration::from_millis(200),
+            command_timeout: Duration::from_millis(200),
+            ca_pem: None,
+        })
+        .expect("valid url");
+        for _ in 0..5 {
+            assert!(store.set_once("k", Duration::from_secs(1)).await.is_err());
+        }
+        assert_eq!(store.error_counter().get(), 5, "every failure is counted");
+        let text = String::from_utf8(lines.0.lock().map(|l| l.clone()).unwrap_or_default()).unwrap_or_default();
+        assert_eq!(text.matches("State store unavailable").count(), 1, "one warning per outage:\n{text}");
     }
 }
