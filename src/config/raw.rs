@@ -114,9 +114,15 @@ pub struct RawLimits {
     /// Most header lines accepted on an HTTP/1.1 request.
     #[serde(default = "d_max_headers")]
     pub max_headers: usize,
-    /// Time a client has to send the request head (slow-loris guard).
+    /// Time a client has from connecting to the end of its first request head (TLS handshake,
+    /// protocol detection, the HTTP/2 preface), and to send each later HTTP/1.1 request head
+    /// (slow-loris guard).
     #[serde(default = "d_header_timeout")]
     pub header_timeout: HumanDuration,
+    /// A connection with no request in flight for this long is closed: HTTP/2 with no open
+    /// stream, HTTP/1.1 between requests.
+    #[serde(default = "d_idle_timeout")]
+    pub idle_timeout: HumanDuration,
     /// Time a client has to send the whole body once the head arrived.
     #[serde(default = "d_body_timeout")]
     pub body_timeout: HumanDuration,
@@ -138,6 +144,7 @@ impl Default for RawLimits {
             max_header_bytes: d_max_header_bytes(),
             max_headers: d_max_headers(),
             header_timeout: d_header_timeout(),
+            idle_timeout: d_idle_timeout(),
             body_timeout: d_body_timeout(),
             shutdown_grace: d_shutdown_grace(),
             max_connections: d_max_connections(),
@@ -157,6 +164,9 @@ fn d_max_headers() -> usize {
 }
 fn d_header_timeout() -> HumanDuration {
     HumanDuration(Duration::from_secs(10))
+}
+fn d_idle_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(60))
 }
 fn d_body_timeout() -> HumanDuration {
     HumanDuration(Duration::from_secs(30))
