@@ -98,6 +98,7 @@ fn every_denial_has_a_code_and_status() {
         Denial::StateUnavailable { reason: "redis down".into() },
         Denial::Mcp(McpError::NotJson("eof".into())),
         Denial::Mcp(McpError::InvalidRequest { id: None, reason: "x".into() }),
+        Denial::Mcp(McpError::BatchTooLarge { size: 101, limit: 100 }),
         Denial::Mcp(McpError::HeaderMismatch { id: None, reason: "x".into() }),
         Denial::Policy(PolicyError::Evaluation { version: "v".into(), reason: "x".into() }),
     ];
@@ -119,6 +120,7 @@ fn every_denial_has_a_code_and_status() {
         (503, "state_unavailable"),
         (400, "parse_error"),
         (400, "invalid_request"),
+        (400, "batch_too_large"),
         (400, "header_mismatch"),
         (403, "agent_access_denied"),
     ];

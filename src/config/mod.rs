@@ -183,6 +183,8 @@ pub struct Limits {
     pub max_connections: usize,
     /// HTTP/2 streams per connection bound.
     pub max_streams_per_connection: u32,
+    /// Messages per JSON-RPC batch bound.
+    pub max_batch: usize,
 }
 
 /// Validated `[oauth]` basics; the token stage validates the rest.
@@ -326,6 +328,7 @@ impl Config {
         );
         check("limits.header_timeout", nonzero(raw.limits.header_timeout.0));
         check("limits.idle_timeout", nonzero(raw.limits.idle_timeout.0));
+        check("limits.max_batch", if !(1..=10_000).contains(&raw.limits.max_batch) { Err("must be between 1 and 10000".into()) } else { Ok(()) });
         check("limits.body_timeout", nonzero(raw.limits.body_timeout.0));
         check("admin.addr", admin.as_ref().map(|_| ()).map_err(Clone::clone));
         check("oauth.audience", parse_url(&audience, &["https", "http"]).map(|_| ()));
@@ -377,6 +380,7 @@ impl Config {
                     shutdown_grace: raw.limits.shutdown_grace.0,
                     max_connections: raw.limits.max_connections,
                     max_streams_per_connection: raw.limits.max_streams_per_connection,
+                    max_batch: raw.limits.max_batch,
                 },
                 signatures: raw.signatures,
                 oauth: OAuth { raw: raw.oauth, audience },

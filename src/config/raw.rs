@@ -135,6 +135,9 @@ pub struct RawLimits {
     /// Most concurrent HTTP/2 streams per client connection.
     #[serde(default = "d_max_streams")]
     pub max_streams_per_connection: u32,
+    /// Most messages in one JSON-RPC batch; more → 400 before policy runs.
+    #[serde(default = "d_max_batch")]
+    pub max_batch: usize,
 }
 
 impl Default for RawLimits {
@@ -149,6 +152,7 @@ impl Default for RawLimits {
             shutdown_grace: d_shutdown_grace(),
             max_connections: d_max_connections(),
             max_streams_per_connection: d_max_streams(),
+            max_batch: d_max_batch(),
         }
     }
 }
@@ -179,6 +183,10 @@ fn d_max_connections() -> usize {
 }
 fn d_max_streams() -> u32 {
     100
+}
+/// The MCP reference server's own bound.
+fn d_max_batch() -> usize {
+    crate::mcp::DEFAULT_MAX_BATCH
 }
 
 /// `[signatures]` (stages 2–6).

@@ -1,5 +1,6 @@
 //! Resource exhaustion by unauthenticated clients: connection slots held by sockets that never
-//! finish a request. The gateway keeps answering everyone else. Deadlines in these tests only detect
+//! finish a request, CPU held by large JSON-RPC batches. In each case the gateway keeps
+//! answering everyone else. Deadlines in these tests only detect
 //! hangs; nothing here measures speed.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 use crate::common;
@@ -8,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{client, config_without_policy, Gateway, Upstream};
+use common::{client, config, config_without_policy, Gateway, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
@@ -197,4 +198,139 @@ async fn a_streaming_response_keeps_its_connection_past_the_idle_timeout() {
     let second = tokio::time::timeout(HANG, sse.chunk()).await.unwrap().unwrap().expect("the stream is still open");
     assert!(String::from_utf8_lossy(&second).contains("event 2"));
     gw.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON-RPC batches
+// ---------------------------------------------------------------------------------------------
+
+fn batch(n: usize, element: impl Fn(usize) -> serde_json::Value) -> String {
+    serde_json::Value::Array((0..n).map(element).collect()).to_string()
+}
+
+#[tokio::test]
+async fn batch_over_max_batch_is_400_before_policy_and_not_forwarded() {
+    let upstream = Upstream::start().await;
+    // The policy refuses `forbidden/*`: a 403 would mean it ran on the oversized batch.
+    let p = common::policy::PolicyDir::new(&common::policy::rego(
+        "default allow := true\nallow := false if startswith(input.mcp.method, \"forbidden/\")\ndecision := {\"allow\": allow}",
+    ));
+    let gw = Gateway::start(config(&upstream.url(), &p.toml())).await;
+    let body = batch(101, |i| serde_json::json!({"jsonrpc": "2.0", "method": "forbidden/notify", "params": {"i": i}}));
+    let resp = client().post(gw.url("/mcp")).header("content-type", "application/json").body(body).send().await.unwrap();
+    assert_eq!(resp.status(), 400);
+    assert_eq!(resp.headers()["cache-control"], "no-store");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["jsonrpc"], "2.0");
+    assert_eq!(body["id"], serde_json::Value::Null);
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    assert_eq!(body["error"]["message"], "Invalid Request");
+    assert_eq!(body["error"]["data"]["error"], "batch_too_large");
+    assert_eq!(body["error"]["data"]["reason"], "batch of 101 messages exceeds limits.max_batch = 100");
+    assert!(upstream.seen().is_empty());
+    // At the bound, the batch is decided element by element as before.
+    let allowed = batch(100, |i| serde_json::json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"i": i}}));
+    let resp = client().post(gw.url("/mcp")).header("content-type", "application/json").body(allowed).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let refused = batch(100, |i| serde_json::json!({"jsonrpc": "2.0", "method": if i == 99 { "forbidden/x" } else { "ping" }, "id": i}));
+    let resp = client().post(gw.url("/mcp")).header("content-type", "application/json").body(refused).send().await.unwrap();
+    assert_eq!(resp.status(), 403);
+    assert_eq!(upstream.seen().len(), 1);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn max_batch_is_configurable() {
+    let upstream = Upstream::start().await;
+    let gw = Gateway::start(config(&upstream.url(), "[limits]\nmax_batch = 2\n")).await;
+    let body = batch(3, |i| serde_json::json!({"jsonrpc": "2.0", "method": "ping", "id": i}));
+    let resp = client().post(gw.url("/mcp")).body(body).send().await.unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["data"]["reason"], "batch of 3 messages exceeds limits.max_batch = 2");
+    assert!(upstream.seen().is_empty());
+    gw.shutdown().await;
+}
+
+/// A gateway on its own multi-threaded runtime with two workers, as `portcullis run` has on a
+/// two-core machine, so CPU the gateway spends cannot delay the test's own client.
+struct OwnRuntime {
+    addr: SocketAddr,
+    admin: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl OwnRuntime {
+    fn start(config: portcullis::config::Config) -> OwnRuntime {
+        common::trace_init();
+        let (addrs_tx, addrs_rx) = std::sync::mpsc::channel();
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            rt.block_on(async move {
+                let running = portcullis::server::start(config).await.unwrap();
+                addrs_tx.send((running.addr, running.admin_addr.unwrap())).unwrap();
+                let _ = stop_rx.await;
+                running.shutdown().await;
+            });
+        });
+        let (addr, admin) = addrs_rx.recv().unwrap();
+        OwnRuntime { addr, admin, stop: Some(stop), thread: Some(thread) }
+    }
+}
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Answers `url` within 2 s (a hang detector, not a speed check).
+async fn answers_promptly(url: &str) {
+    let resp = tokio::time::timeout(Duration::from_secs(2), client().get(url).send()).await;
+    let resp = resp.unwrap_or_else(|_| panic!("{url} did not answer within 2 s while batches were evaluated")).unwrap();
+    assert_eq!(resp.status(), 200, "{url}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_metadata_answer_while_large_batches_are_evaluated() {
+    let upstream = Upstream::start().await;
+    // A policy that compares every argument with every other: tens of milliseconds per
+    // message (far below the 250 ms evaluation limit), as an operator's policy inspecting
+    // arguments may well take on hostile ones. 100 such messages hold a core for seconds.
+    let p = common::policy::PolicyDir::new(&common::policy::rego(
+        r#"dupes := count([1 | some a in input.mcp.arguments.items; some b in input.mcp.arguments.items; a == b])
+decision := {"allow": dupes >= 0}"#,
+    ));
+    let gw = OwnRuntime::start(config(&upstream.url(), &p.toml()));
+    let items: Vec<String> = (0..160).map(|i| format!("item-{i:04}")).collect();
+    let body =
+        batch(100, |i| serde_json::json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "search", "arguments": {"items": items}}}));
+    let mut load = JoinSet::new();
+    // More batches than the gateway has workers (or cores): each takes seconds of CPU.
+    for _ in 0..3 {
+        let (url, body) = (format!("http://{}/mcp", gw.addr), body.clone());
+        load.spawn(async move { client().post(url).header("content-type", "application/json").body(body).send().await.unwrap().status() });
+    }
+    // Probe while the batches are being decided.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut probed = 0;
+    while !load.is_empty() && probed < 5 {
+        answers_promptly(&format!("http://{}/healthz", gw.admin)).await;
+        answers_promptly(&format!("http://{}/.well-known/oauth-protected-resource", gw.addr)).await;
+        probed += 1;
+        if let Some(done) = tokio::time::timeout(Duration::from_millis(100), load.join_next()).await.ok().flatten() {
+            assert_eq!(done.unwrap(), 200);
+        }
+    }
+    while let Some(done) = tokio::time::timeout(Duration::from_secs(120), load.join_next()).await.expect("the batches are decided") {
+        assert_eq!(done.unwrap(), 200, "the batches themselves are allowed");
+    }
+    assert_eq!(upstream.seen().len(), 3);
 }
