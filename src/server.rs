@@ -3,8 +3,9 @@
 //!
 //! Each connection: deadlines for every phase and an idle timeout (`connection`). Each request:
 //! read the clock once, give it an id, serve the RFC 9728 document if asked, read the body
-//! whole within `limits.max_body` and `limits.body_timeout`, run the pipeline, apply the mode,
-//! then forward or refuse; finally one decision-log line and the metrics.
+//! whole within `limits.max_body`, `limits.body_timeout` and `limits.max_body_in_flight`
+//! (`body`), run the pipeline, apply the mode, then forward or refuse; finally one
+//! decision-log line and the metrics.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -13,9 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::header::{HeaderValue, CONTENT_LENGTH};
+use http::header::HeaderValue;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
@@ -23,6 +23,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsAcceptor;
 use tracing::{info, info_span, warn, Instrument};
 
+mod body;
 pub(crate) mod connection;
 
 use crate::admin;
@@ -32,6 +33,7 @@ use crate::pipeline::{self, Evidence, Inbound, Stage, Stages, UnixTime};
 use crate::proxy::Upstream;
 use crate::telemetry::{rfc3339, DecisionLog, DecisionRecord, Metrics};
 use crate::tls;
+use body::BodyBudget;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +74,7 @@ pub(crate) struct Shared {
     challenge: Challenge,
     prm: Bytes,
     prm_paths: Vec<String>,
+    body_budget: Arc<BodyBudget>,
     pub(crate) is_shutting_down: AtomicBool,
 }
 
@@ -140,6 +143,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         log,
         prm,
         prm_paths,
+        body_budget: BodyBudget::new(config.limits.max_body_in_flight),
         is_shutting_down: AtomicBool::new(false),
         config,
     });
@@ -256,8 +260,15 @@ impl Shared {
             let claimed_agent = if self.log.is_on() { crate::telemetry::claimed_agent(&head.headers) } else { None };
             let mut seen = Evidence::default();
             let read_started = Instant::now();
-            let body = self.read_body(&head, body).instrument(crate::pipeline::stage_span(Stage::Body)).await;
+            let limits = &self.config.limits;
+            let body =
+                body::read(&head, body, limits.max_body, limits.body_timeout, &self.body_budget).instrument(crate::pipeline::stage_span(Stage::Body)).await;
             seen.timings.record(Stage::Body, read_started.elapsed());
+            // Held until the request is answered: the body is in memory until then.
+            let (body, _reservation) = match body {
+                Ok((bytes, reservation)) => (Ok(bytes), Some(reservation)),
+                Err(denial) => (Err(denial), None),
+            };
 
             let mut upstream_error = None;
             let (outcome, summary, resp) = match body {
@@ -333,25 +344,6 @@ impl Shared {
     fn refuse(&self, denial: &Denial, request_id: &str) -> (Outcome, Option<(&'static str, String)>, Response<ResponseBody>) {
         info!(error.code = denial.code(), "Request denied");
         (Outcome::Deny, Some((denial.code(), denial.reason())), decision::respond(denial, request_id, &self.challenge))
-    }
-
-    /// Stage 1: the whole body, within `limits.max_body` and `limits.body_timeout`.
-    async fn read_body(&self, head: &http::request::Parts, body: Incoming) -> Result<Bytes, Denial> {
-        let limit = self.config.limits.max_body;
-        let declared = head.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit) {
-            return Err(Denial::BodyTooLarge { limit });
-        }
-        let read = Limited::new(body, limit as usize).collect();
-        match tokio::time::timeout(self.config.limits.body_timeout, read).await {
-            Err(_) => Err(Denial::BodyTimeout { after: self.config.limits.body_timeout }),
-            Ok(Ok(collected)) => Ok(collected.to_bytes()),
-            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(Denial::BodyTooLarge { limit }),
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "Request body unreadable");
-                Err(Denial::BodyUnreadable(e.to_string()))
-            }
-        }
     }
 
     /// RFC 9728 protected-resource metadata, at the root well-known path and the

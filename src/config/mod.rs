@@ -183,6 +183,8 @@ pub struct Limits {
     pub max_connections: usize,
     /// HTTP/2 streams per connection bound.
     pub max_streams_per_connection: u32,
+    /// Request body bytes held at once, over all requests.
+    pub max_body_in_flight: u64,
     /// Messages per JSON-RPC batch bound.
     pub max_batch: usize,
 }
@@ -328,6 +330,14 @@ impl Config {
         );
         check("limits.header_timeout", nonzero(raw.limits.header_timeout.0));
         check("limits.idle_timeout", nonzero(raw.limits.idle_timeout.0));
+        check(
+            "limits.max_body_in_flight",
+            if raw.limits.max_body_in_flight.0 < raw.limits.max_body.0 {
+                Err(format!("must be at least limits.max_body ({} bytes), so one largest body fits", raw.limits.max_body.0))
+            } else {
+                Ok(())
+            },
+        );
         check("limits.max_batch", if !(1..=10_000).contains(&raw.limits.max_batch) { Err("must be between 1 and 10000".into()) } else { Ok(()) });
         check("limits.body_timeout", nonzero(raw.limits.body_timeout.0));
         check("admin.addr", admin.as_ref().map(|_| ()).map_err(Clone::clone));
@@ -380,6 +390,7 @@ impl Config {
                     shutdown_grace: raw.limits.shutdown_grace.0,
                     max_connections: raw.limits.max_connections,
                     max_streams_per_connection: raw.limits.max_streams_per_connection,
+                    max_body_in_flight: raw.limits.max_body_in_flight.0,
                     max_batch: raw.limits.max_batch,
                 },
                 signatures: raw.signatures,

@@ -135,6 +135,9 @@ pub struct RawLimits {
     /// Most concurrent HTTP/2 streams per client connection.
     #[serde(default = "d_max_streams")]
     pub max_streams_per_connection: u32,
+    /// Request body bytes held at once, over all requests; past it → 503 `overloaded`.
+    #[serde(default = "d_max_body_in_flight")]
+    pub max_body_in_flight: ByteSize,
     /// Most messages in one JSON-RPC batch; more → 400 before policy runs.
     #[serde(default = "d_max_batch")]
     pub max_batch: usize,
@@ -152,6 +155,7 @@ impl Default for RawLimits {
             shutdown_grace: d_shutdown_grace(),
             max_connections: d_max_connections(),
             max_streams_per_connection: d_max_streams(),
+            max_body_in_flight: d_max_body_in_flight(),
             max_batch: d_max_batch(),
         }
     }
@@ -183,6 +187,12 @@ fn d_max_connections() -> usize {
 }
 fn d_max_streams() -> u32 {
     100
+}
+/// 64 bodies of the default `max_body`: far above what MCP traffic holds at once (requests are
+/// a few KiB and read in microseconds), small enough that a flood of stalled uploads cannot
+/// push the gateway out of memory.
+fn d_max_body_in_flight() -> ByteSize {
+    ByteSize(64 << 20)
 }
 /// The MCP reference server's own bound.
 fn d_max_batch() -> usize {

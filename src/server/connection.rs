@@ -47,8 +47,8 @@ use crate::decision::ResponseBody;
 pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// HTTP/1.1 and HTTP/2 settings from `[limits]`: head size and count, head timeout, streams per
-/// connection (each may hold a body of up to `max_body`), and HTTP/2 keep-alive so dead peers
-/// are noticed.
+/// connection (each may hold a body of up to `max_body`, within `max_body_in_flight` over
+/// all), and HTTP/2 keep-alive so dead peers are noticed.
 pub(crate) fn builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(limits.max_header_bytes).max_headers(limits.max_headers);

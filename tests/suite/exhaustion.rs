@@ -1,6 +1,6 @@
 //! Resource exhaustion by unauthenticated clients: connection slots held by sockets that never
-//! finish a request, CPU held by large JSON-RPC batches. In each case the gateway keeps
-//! answering everyone else. Deadlines in these tests only detect
+//! finish a request, CPU held by large JSON-RPC batches, memory held by stalled uploads. In
+//! each case the gateway keeps answering everyone else. Deadlines in these tests only detect
 //! hangs; nothing here measures speed.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 use crate::common;
@@ -333,4 +333,60 @@ decision := {"allow": dupes >= 0}"#,
         assert_eq!(done.unwrap(), 200, "the batches themselves are allowed");
     }
     assert_eq!(upstream.seen().len(), 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Body bytes in flight
+// ---------------------------------------------------------------------------------------------
+
+async fn in_flight_requests(gw: &Gateway) -> u64 {
+    let text = common::metrics(gw).await;
+    text.lines().find(|l| l.contains("in_flight_requests") && !l.starts_with('#')).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+#[tokio::test]
+async fn stalled_uploads_exhaust_the_body_budget_then_requests_go_through_again() {
+    let upstream = Upstream::start().await;
+    let gw = Gateway::start(config_without_policy(&upstream.url(), "[limits]\nmax_body = \"64KiB\"\nmax_body_in_flight = \"128KiB\"\nbody_timeout = \"2s\"\n"))
+        .await;
+    // Two uploads send most of the largest body, one with Content-Length, one chunked, and
+    // stall: together they hold 126 KiB of the 128 KiB budget.
+    let part = vec![b'a'; 63 << 10];
+    let mut declared = TcpStream::connect(gw.addr).await.unwrap();
+    declared.write_all(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 65536\r\n\r\n").await.unwrap();
+    declared.write_all(&part).await.unwrap();
+    let mut chunked = TcpStream::connect(gw.addr).await.unwrap();
+    chunked.write_all(format!("POST /mcp HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n", part.len()).as_bytes()).await.unwrap();
+    chunked.write_all(&part).await.unwrap();
+    chunked.write_all(b"\r\n").await.unwrap();
+    let started = Instant::now();
+    while in_flight_requests(&gw).await < 2 {
+        assert!(started.elapsed() < HANG, "the stalled uploads reach the gateway");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let resp = client().post(gw.url("/mcp")).body(vec![b'b'; 4 << 10]).send().await.unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    assert_eq!(resp.headers()["cache-control"], "no-store");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "overloaded");
+    assert!(body["reason"].as_str().unwrap().contains("limits.max_body_in_flight"), "{body}");
+    assert!(upstream.seen().is_empty(), "the refused body was not forwarded");
+    // What still fits goes through; a request without a body holds nothing.
+    assert_eq!(client().post(gw.url("/mcp")).body(vec![b'c'; 1 << 10]).send().await.unwrap().status(), 200);
+    assert_eq!(client().get(gw.url("/mcp")).send().await.unwrap().status(), 200);
+
+    // The stalled uploads time out (408) and give their share back.
+    for s in [&mut declared, &mut chunked] {
+        let answer = closed_within(s, HANG).await.expect("the stalled upload is answered");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    }
+    let resp = client().post(gw.url("/mcp")).body(vec![b'd'; 64 << 10]).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(upstream.seen().last().unwrap().body.len(), 64 << 10);
+    assert_eq!(upstream.seen().len(), 3);
+    gw.shutdown().await;
 }
