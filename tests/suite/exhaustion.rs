@@ -145,15 +145,18 @@ async fn silent_half_preface_and_slow_sockets_are_closed_at_the_header_timeout()
 #[tokio::test]
 async fn idle_http1_keep_alive_connection_is_closed_after_the_idle_timeout() {
     let upstream = Upstream::start().await;
-    // The head timeout is longer than the idle timeout, so closing at the idle timeout is this
-    // gateway's doing, not hyper's head timer.
-    let gw = Gateway::start(config_without_policy(&upstream.url(), "[limits]\nheader_timeout = \"30s\"\nidle_timeout = \"1s\"\n")).await;
-    let mut s = TcpStream::connect(gw.addr).await.unwrap();
-    s.write_all(b"GET /.well-known/oauth-protected-resource HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
-    let answer = closed_within(&mut s, Duration::from_secs(1) + Duration::from_secs(5)).await.expect("the idle keep-alive connection is closed");
-    let answer = String::from_utf8_lossy(&answer);
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    gw.shutdown().await;
+    // First the idle timeout is the shorter: closing then is this gateway's doing, not hyper's
+    // head timer. Then the head timeout is: the next request head is due within it (README).
+    for (header_timeout, idle_timeout) in ["30s", "1s"].into_iter().zip(["1s", "60s"]) {
+        let limits = format!("[limits]\nheader_timeout = {header_timeout:?}\nidle_timeout = {idle_timeout:?}\n");
+        let gw = Gateway::start(config_without_policy(&upstream.url(), &limits)).await;
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(b"GET /.well-known/oauth-protected-resource HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+        let answer = closed_within(&mut s, Duration::from_secs(1) + Duration::from_secs(5)).await;
+        let answer = String::from_utf8_lossy(&answer.unwrap_or_else(|| panic!("{limits}: the idle keep-alive connection is closed"))).into_owned();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        gw.shutdown().await;
+    }
 }
 
 /// An HTTP/2 (prior knowledge) connection: the request sender and the connection task, which
