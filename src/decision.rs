@@ -62,6 +62,10 @@ pub enum Denial {
     /// The body stream broke (client reset, malformed chunked encoding) (stage 1).
     #[error("request body could not be read: {0}")]
     BodyUnreadable(String),
+    /// The gateway already holds `limits.max_body_in_flight` bytes of request bodies (stage 1):
+    /// the body is not read, the client may retry shortly.
+    #[error("the gateway is holding as many request bodies as it may (limits.max_body_in_flight); retry shortly")]
+    Overloaded,
     /// `Content-Digest` missing where required, malformed, or not matching the body (stage 2).
     #[error("{0}")]
     Digest(#[from] DigestError),
@@ -146,6 +150,7 @@ impl Denial {
             Denial::BodyTooLarge { .. } => "body_too_large",
             Denial::BodyTimeout { .. } => "body_timeout",
             Denial::BodyUnreadable(_) => "body_unreadable",
+            Denial::Overloaded => "overloaded",
             Denial::Digest(_) | Denial::Signature(_) | Denial::KeyResolution(_) => "invalid_agent_credentials",
             Denial::ReplayedSignature => "replayed_signature",
             Denial::OAuthRequired => "oauth_required",
@@ -181,7 +186,7 @@ impl Denial {
             Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Denial::SessionNotFound(_) => StatusCode::NOT_FOUND,
             Denial::SessionConflict(_) => StatusCode::BAD_GATEWAY,
-            Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             Denial::NotFound => StatusCode::NOT_FOUND,
             Denial::BadTarget(_) => StatusCode::BAD_REQUEST,
         }
@@ -365,7 +370,7 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
             headers.push((HeaderName::from_static("accept-signature"), challenge.accept_signature.clone()));
         }
         Denial::RateLimited { retry_after } => headers.push((RETRY_AFTER, retry_after_secs(*retry_after).to_string())),
-        Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) => headers.push((RETRY_AFTER, "1".to_owned())),
+        Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded => headers.push((RETRY_AFTER, "1".to_owned())),
         Denial::BodyTooLarge { .. }
         | Denial::BodyTimeout { .. }
         | Denial::BodyUnreadable(_)

@@ -84,6 +84,7 @@ fn every_denial_has_a_code_and_status() {
         Denial::BodyTooLarge { limit: 1 },
         Denial::BodyTimeout { after: Duration::from_secs(1) },
         Denial::BodyUnreadable("reset".into()),
+        Denial::Overloaded,
         Denial::Digest(DigestError::Missing),
         Denial::Signature(SignatureError::Missing),
         Denial::KeyResolution(DirectoryError::NoAgent { keyid: "k".into() }),
@@ -100,6 +101,7 @@ fn every_denial_has_a_code_and_status() {
         Denial::SessionConflict(SessionError::Conflict),
         Denial::Mcp(McpError::NotJson("eof".into())),
         Denial::Mcp(McpError::InvalidRequest { id: None, reason: "x".into() }),
+        Denial::Mcp(McpError::BatchTooLarge { size: 101, limit: 100 }),
         Denial::Mcp(McpError::HeaderMismatch { id: None, reason: "x".into() }),
         Denial::Policy(PolicyError::Evaluation { version: "v".into(), reason: "x".into() }),
     ];
@@ -107,6 +109,7 @@ fn every_denial_has_a_code_and_status() {
         (413, "body_too_large"),
         (408, "body_timeout"),
         (400, "body_unreadable"),
+        (503, "overloaded"),
         (401, "invalid_agent_credentials"),
         (401, "invalid_agent_credentials"),
         (401, "invalid_agent_credentials"),
@@ -123,6 +126,7 @@ fn every_denial_has_a_code_and_status() {
         (502, "session_conflict"),
         (400, "parse_error"),
         (400, "invalid_request"),
+        (400, "batch_too_large"),
         (400, "header_mismatch"),
         (403, "agent_access_denied"),
     ];

@@ -24,6 +24,8 @@ pub const METHOD_HEADER: &str = "mcp-method";
 pub const NAME_HEADER: &str = "mcp-name";
 /// The first protocol version whose POSTs must carry `Mcp-Method`/`Mcp-Name`.
 pub const STATELESS_VERSION: &str = "2026-07-28";
+/// The default of `limits.max_batch`: the MCP reference server's own bound.
+pub const DEFAULT_MAX_BATCH: usize = 100;
 
 /// Why the MCP stage refused a request. Each maps to a 400 with a JSON-RPC error object.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -40,6 +42,15 @@ pub enum McpError {
         id: Option<Value>,
         /// What is wrong.
         reason: String,
+    },
+    /// A batch with more messages than `limits.max_batch` (JSON-RPC -32600). Raised before any
+    /// element is read, so policy never runs on it.
+    #[error("batch of {size} messages exceeds limits.max_batch = {limit}")]
+    BatchTooLarge {
+        /// How many messages the batch has.
+        size: usize,
+        /// The configured bound.
+        limit: usize,
     },
     /// `Mcp-Method`/`Mcp-Name`/`MCP-Protocol-Version` disagree with the body, are missing
     /// where the 2026-07-28 transport requires them, or are not decodable (MCP -32020).
@@ -58,6 +69,7 @@ impl McpError {
         match self {
             McpError::NotJson(_) => "parse_error",
             McpError::InvalidRequest { .. } => "invalid_request",
+            McpError::BatchTooLarge { .. } => "batch_too_large",
             McpError::HeaderMismatch { .. } => "header_mismatch",
         }
     }
@@ -66,7 +78,7 @@ impl McpError {
     pub fn jsonrpc_code(&self) -> i64 {
         match self {
             McpError::NotJson(_) => -32700,
-            McpError::InvalidRequest { .. } => -32600,
+            McpError::InvalidRequest { .. } | McpError::BatchTooLarge { .. } => -32600,
             McpError::HeaderMismatch { .. } => -32020,
         }
     }
@@ -75,7 +87,7 @@ impl McpError {
     pub fn jsonrpc_message(&self) -> &'static str {
         match self {
             McpError::NotJson(_) => "Parse error",
-            McpError::InvalidRequest { .. } => "Invalid Request",
+            McpError::InvalidRequest { .. } | McpError::BatchTooLarge { .. } => "Invalid Request",
             McpError::HeaderMismatch { .. } => "Header mismatch",
         }
     }
@@ -83,7 +95,7 @@ impl McpError {
     /// The id for the error object (`null` when unknown, JSON-RPC 2.0 §5).
     pub fn id(&self) -> Value {
         match self {
-            McpError::NotJson(_) => Value::Null,
+            McpError::NotJson(_) | McpError::BatchTooLarge { .. } => Value::Null,
             McpError::InvalidRequest { id, .. } | McpError::HeaderMismatch { id, .. } => id.clone().unwrap_or(Value::Null),
         }
     }
@@ -151,6 +163,9 @@ pub struct McpRequest {
     pub session: Option<String>,
     /// `MCP-Protocol-Version`.
     pub protocol_version: Option<String>,
+    /// The body's size in bytes: the policy stage decides large requests off the async
+    /// workers.
+    pub body_len: usize,
 }
 
 impl McpRequest {
@@ -165,9 +180,20 @@ impl McpRequest {
     }
 }
 
-/// Parses the request's MCP view. Call only after the identity stages passed.
+/// Parses the request's MCP view, with batches of at most [`DEFAULT_MAX_BATCH`] messages. Call
+/// only after the identity stages passed.
 pub fn parse(method: &Method, headers: &HeaderMap, body: &Bytes) -> Result<McpRequest, McpError> {
-    let mut req = McpRequest { session: header_text(headers, SESSION_ID), protocol_version: header_text(headers, PROTOCOL_VERSION), ..McpRequest::default() };
+    parse_bounded(method, headers, body, DEFAULT_MAX_BATCH)
+}
+
+/// [`parse`] with batches of at most `max_batch` messages (`limits.max_batch`).
+pub fn parse_bounded(method: &Method, headers: &HeaderMap, body: &Bytes, max_batch: usize) -> Result<McpRequest, McpError> {
+    let mut req = McpRequest {
+        session: header_text(headers, SESSION_ID),
+        protocol_version: header_text(headers, PROTOCOL_VERSION),
+        body_len: body.len(),
+        ..McpRequest::default()
+    };
     // GET opens an SSE stream and DELETE ends a session (2025-11-25 transport): no JSON-RPC
     // body to read; policy still runs on the HTTP method.
     if body.is_empty() && method != Method::POST {
@@ -179,6 +205,9 @@ pub fn parse(method: &Method, headers: &HeaderMap, body: &Bytes) -> Result<McpRe
             // JSON-RPC 2.0 §6: an empty array is an invalid request.
             if items.is_empty() {
                 return Err(McpError::InvalidRequest { id: None, reason: "empty batch".to_owned() });
+            }
+            if items.len() > max_batch {
+                return Err(McpError::BatchTooLarge { size: items.len(), limit: max_batch });
             }
             req.is_batch = true;
             req.messages = items.into_iter().map(message).collect::<Result<_, _>>()?;

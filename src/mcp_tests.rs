@@ -54,6 +54,19 @@ fn batch_is_parsed_element_by_element() {
 }
 
 #[test]
+fn batch_over_the_bound_is_refused_naming_size_and_limit() {
+    let body = |n: usize| Bytes::from(Value::Array((0..n).map(|_| json!({"jsonrpc": "2.0", "method": "ping"})).collect()).to_string());
+    let ok = parse_bounded(&Method::POST, &HeaderMap::new(), &body(3), 3).expect("at the bound");
+    assert_eq!((ok.messages.len(), ok.body_len), (3, body(3).len()));
+    let e = parse_bounded(&Method::POST, &HeaderMap::new(), &body(4), 3).expect_err("over the bound");
+    assert_eq!(e, McpError::BatchTooLarge { size: 4, limit: 3 });
+    assert_eq!((e.jsonrpc_code(), e.code(), e.jsonrpc_message(), e.id()), (-32600, "batch_too_large", "Invalid Request", Value::Null));
+    assert_eq!(e.to_string(), "batch of 4 messages exceeds limits.max_batch = 3");
+    let e = parse(&Method::POST, &HeaderMap::new(), &body(DEFAULT_MAX_BATCH + 1)).expect_err("the default bound");
+    assert_eq!(e, McpError::BatchTooLarge { size: 101, limit: 100 });
+}
+
+#[test]
 fn non_json_is_a_parse_error_with_null_id() {
     let e = parse(&Method::POST, &HeaderMap::new(), &Bytes::from_static(b"not json")).expect_err("refused");
     assert!(matches!(e, McpError::NotJson(_)));

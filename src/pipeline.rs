@@ -232,6 +232,8 @@ pub struct Stages {
     pub policy: Policy,
     /// `policy.enabled`: whether stages 8–10 run.
     is_policy_enabled: bool,
+    /// `limits.max_batch`, for stage 8.
+    max_batch: usize,
     quotas: Quotas,
 }
 
@@ -266,6 +268,7 @@ impl Stages {
             sessions: SessionGuard::new(stores.session.clone(), config.state.session_ttl.0),
             policy,
             is_policy_enabled: config.policy.enabled,
+            max_batch: config.limits.max_batch,
             quotas: Quotas::new(stores.quota.clone()),
             stores,
         })
@@ -326,8 +329,13 @@ pub async fn check(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Decis
         return Ok(Permit::granted());
     }
     // Stage 8: JSON only now, after the identity stages passed on the raw bytes.
-    seen.mcp = Some(seen.timed(Stage::Mcp, || mcp::parse(&req.head.method, &req.head.headers, &req.body))?);
-    let quotas = authorize(req, stages, seen)?;
+    seen.mcp = Some(seen.timed(Stage::Mcp, || mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch))?);
+    let quotas = {
+        // A batch or a large body is decided off the async workers, one per core at a time;
+        // it waits for its turn here (policy::Policy::turn).
+        let _turn = seen.timed_async(Stage::Policy, stages.policy.turn(seen.mcp.as_ref())).await;
+        authorize(req, stages, seen)?
+    };
     let started = Instant::now();
     let spent = tracing::Instrument::instrument(stages.quotas.spend(&quotas, req.now), stage_span(Stage::Quota)).await;
     seen.timings.record(Stage::Quota, started.elapsed());

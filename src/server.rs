@@ -1,11 +1,12 @@
 //! The server edge: listeners, rustls, hyper, the bounded body read (stage 1), the request
 //! span, and graceful shutdown.
 //!
-//! Each request: read the clock once, give it an id, serve the RFC 9728 document if asked,
-//! read the body whole within `limits.max_body` and `limits.body_timeout`, run the pipeline,
-//! apply the mode, then forward or refuse; finally one decision-log line and the metrics.
+//! Each connection: deadlines for every phase and an idle timeout (`connection`). Each request:
+//! read the clock once, give it an id, serve the RFC 9728 document if asked, read the body
+//! whole within `limits.max_body`, `limits.body_timeout` and `limits.max_body_in_flight`
+//! (`body`), run the pipeline, apply the mode, then forward or refuse; finally one
+//! decision-log line and the metrics.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,20 +14,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::header::{HeaderValue, CONTENT_LENGTH};
+use http::header::HeaderValue;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsAcceptor;
 use tracing::{info, info_span, warn, Instrument};
+
+mod body;
+pub(crate) mod connection;
 
 use crate::admin;
 use crate::config::{Config, ConfigError};
@@ -35,6 +33,7 @@ use crate::pipeline::{self, Evidence, Inbound, Stage, Stages, UnixTime};
 use crate::proxy::Upstream;
 use crate::telemetry::{rfc3339, DecisionLog, DecisionRecord, Metrics};
 use crate::tls;
+use body::BodyBudget;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +76,7 @@ pub(crate) struct Shared {
     prm_paths: Vec<String>,
     /// The paths forwarded (the MCP endpoint and `upstream.extra_paths`).
     routes: crate::target::Routes,
+    body_budget: Arc<BodyBudget>,
     pub(crate) is_shutting_down: AtomicBool,
 }
 
@@ -152,6 +152,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         prm,
         prm_paths,
         routes: crate::target::Routes::new(&config.listen.public_url, &config.upstream.extra_paths),
+        body_budget: BodyBudget::new(config.limits.max_body_in_flight),
         is_shutting_down: AtomicBool::new(false),
         config,
     });
@@ -176,9 +177,10 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
 }
 
 async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let graceful = GracefulShutdown::new();
-    let builder = Arc::new(connection_builder(&shared.config.limits));
+    let builder = Arc::new(connection::builder(&shared.config.limits));
     // Bounds open client connections; past it, new ones wait in the kernel's accept queue.
+    // Every phase of a connection has a deadline (`connection`), so a permit is always given
+    // back.
     let permits = Arc::new(Semaphore::new(shared.config.limits.max_connections));
     let mut connections = JoinSet::new();
     loop {
@@ -203,13 +205,32 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
             }
         };
         let _ = stream.set_nodelay(true);
-        let (shared, builder, watcher, tls) = (shared.clone(), builder.clone(), graceful.watcher(), tls.clone());
+        let deadlines = connection::Deadlines::new(&shared.config.limits, tokio::time::Instant::now());
+        let (shared, builder, stop, tls) = (shared.clone(), builder.clone(), stop.clone(), tls.clone());
         connections.spawn(async move {
             let _permit = permit;
+            let respond = move |is_tls: bool| {
+                move |req: Request<Incoming>| {
+                    // Each request runs in its own task, so a client that goes away mid-request
+                    // does not cancel it half-way: the pipeline finishes and the decision-log
+                    // line is written.
+                    let handling = tokio::spawn(shared.clone().handle(req, peer, is_tls));
+                    async move {
+                        match handling.await {
+                            Ok(resp) => resp,
+                            Err(e) => {
+                                tracing::error!(error = %e, "Request handler failed");
+                                decision::respond_upstream(&decision::UpstreamError::Failed("request handler failed".into()), "")
+                            }
+                        }
+                    }
+                }
+            };
             match tls {
-                None => serve_connection(&builder, watcher, TokioIo::new(stream), shared, peer, false).await,
-                Some(acceptor) => match tokio::time::timeout(shared.config.limits.header_timeout, acceptor.accept(stream)).await {
-                    Ok(Ok(tls_stream)) => serve_connection(&builder, watcher, TokioIo::new(tls_stream), shared, peer, true).await,
+                None => connection::serve(&builder, stream, peer, deadlines, stop, respond(false)).await,
+                // The handshake counts against the time to the first request head.
+                Some(acceptor) => match tokio::time::timeout_at(deadlines.first_request, acceptor.accept(stream)).await {
+                    Ok(Ok(tls_stream)) => connection::serve(&builder, tls_stream, peer, deadlines, stop, respond(true)).await,
                     Ok(Err(e)) => tracing::debug!(peer = %peer, error = %e, "TLS handshake failed"),
                     Err(_) => tracing::debug!(peer = %peer, "TLS handshake timed out"),
                 },
@@ -218,57 +239,14 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
     }
     drop(listener);
     shared.is_shutting_down.store(true, Ordering::SeqCst);
+    // `stop` is true now: every connection closes gracefully (HTTP/2 GOAWAY, HTTP/1.1 after the
+    // current exchange).
     let grace = shared.config.limits.shutdown_grace;
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+    let drained = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(grace, drained).await.is_err() {
         warn!(grace = ?grace, open = connections.len(), "Shutdown grace period over; closing remaining connections");
         connections.abort_all();
-    }
-    while connections.join_next().await.is_some() {}
-}
-
-/// HTTP/1.1 and HTTP/2 settings from `[limits]`: head size and count, head timeout, streams per
-/// connection (each may hold a body of up to `max_body`), and HTTP/2 keep-alive so dead peers
-/// are noticed.
-fn connection_builder(limits: &crate::config::Limits) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(limits.max_header_bytes).max_headers(limits.max_headers);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(limits.max_header_bytes as u32)
-        .max_concurrent_streams(limits.max_streams_per_connection)
-        .keep_alive_interval(Some(Duration::from_secs(30)))
-        .keep_alive_timeout(Duration::from_secs(20));
-    builder
-}
-
-async fn serve_connection<I>(
-    builder: &auto::Builder<TokioExecutor>,
-    watcher: hyper_util::server::graceful::Watcher,
-    io: TokioIo<I>,
-    shared: Arc<Shared>,
-    peer: SocketAddr,
-    is_tls: bool,
-) where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let service = service_fn(move |req: Request<Incoming>| {
-        // Each request runs in its own task, so a client that goes away mid-request does not
-        // cancel it half-way: the pipeline finishes and the decision-log line is written.
-        let handling = tokio::spawn(shared.clone().handle(req, peer, is_tls));
-        async move {
-            Ok::<_, Infallible>(match handling.await {
-                Ok(resp) => resp,
-                Err(e) => {
-                    tracing::error!(error = %e, "Request handler failed");
-                    decision::respond_upstream(&decision::UpstreamError::Failed("request handler failed".into()), "")
-                }
-            })
-        }
-    });
-    let conn = builder.serve_connection(io, service);
-    if let Err(e) = watcher.watch(conn.into_owned()).await {
-        tracing::debug!(peer = %peer, error = %e, "Connection ended with an error");
+        while connections.join_next().await.is_some() {}
     }
 }
 
@@ -296,11 +274,20 @@ impl Shared {
             let authority =
                 if self.routes.serves(head.uri.path()) { crate::target::authority(&head, is_tls).map_err(Denial::from) } else { Err(Denial::NotFound) };
             let read_started = Instant::now();
+            let limits = &self.config.limits;
             let body = match &authority {
-                Ok(_) => self.read_body(&head, body).instrument(crate::pipeline::stage_span(Stage::Body)).await,
-                Err(_) => Ok(Bytes::new()),
+                Ok(_) => Some(
+                    body::read(&head, body, limits.max_body, limits.body_timeout, &self.body_budget).instrument(crate::pipeline::stage_span(Stage::Body)).await,
+                ),
+                Err(_) => None,
             };
             seen.timings.record(Stage::Body, read_started.elapsed());
+            // Held until the request is answered: the body is in memory until then.
+            let (body, _reservation) = match body {
+                Some(Ok((bytes, reservation))) => (Ok(bytes), Some(reservation)),
+                Some(Err(denial)) => (Err(denial), None),
+                None => (Ok(Bytes::new()), None),
+            };
 
             let mut upstream_error = None;
             let (outcome, summary, resp) = match authority.and_then(|a| Ok((a, body?))) {
@@ -400,25 +387,6 @@ impl Shared {
                 (Outcome::WouldDeny, summary.or(Some((d.code(), d.reason()))), resp)
             }
             Verdict::Forward(Forward::Permitted(_)) => (outcome, summary, resp),
-        }
-    }
-
-    /// Stage 1: the whole body, within `limits.max_body` and `limits.body_timeout`.
-    async fn read_body(&self, head: &http::request::Parts, body: Incoming) -> Result<Bytes, Denial> {
-        let limit = self.config.limits.max_body;
-        let declared = head.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit) {
-            return Err(Denial::BodyTooLarge { limit });
-        }
-        let read = Limited::new(body, limit as usize).collect();
-        match tokio::time::timeout(self.config.limits.body_timeout, read).await {
-            Err(_) => Err(Denial::BodyTimeout { after: self.config.limits.body_timeout }),
-            Ok(Ok(collected)) => Ok(collected.to_bytes()),
-            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(Denial::BodyTooLarge { limit }),
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "Request body unreadable");
-                Err(Denial::BodyUnreadable(e.to_string()))
-            }
         }
     }
 

@@ -174,8 +174,10 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Header line count bound.
     pub max_headers: usize,
-    /// Time to receive the head.
+    /// Time from connect to the first request head, and to receive each HTTP/1.1 head.
     pub header_timeout: Duration,
+    /// Time a connection may stay without a request in flight.
+    pub idle_timeout: Duration,
     /// Time to receive the body.
     pub body_timeout: Duration,
     /// Drain time on shutdown.
@@ -184,6 +186,10 @@ pub struct Limits {
     pub max_connections: usize,
     /// HTTP/2 streams per connection bound.
     pub max_streams_per_connection: u32,
+    /// Request body bytes held at once, over all requests.
+    pub max_body_in_flight: u64,
+    /// Messages per JSON-RPC batch bound.
+    pub max_batch: usize,
 }
 
 /// Validated `[oauth]` basics; the token stage validates the rest.
@@ -348,6 +354,16 @@ impl Config {
             if raw.limits.max_headers < 16 || raw.limits.max_headers > 10_000 { Err("must be between 16 and 10000".into()) } else { Ok(()) },
         );
         check("limits.header_timeout", nonzero(raw.limits.header_timeout.0));
+        check("limits.idle_timeout", nonzero(raw.limits.idle_timeout.0));
+        check(
+            "limits.max_body_in_flight",
+            if raw.limits.max_body_in_flight.0 < raw.limits.max_body.0 {
+                Err(format!("must be at least limits.max_body ({} bytes), so one largest body fits", raw.limits.max_body.0))
+            } else {
+                Ok(())
+            },
+        );
+        check("limits.max_batch", if !(1..=10_000).contains(&raw.limits.max_batch) { Err("must be between 1 and 10000".into()) } else { Ok(()) });
         check("limits.body_timeout", nonzero(raw.limits.body_timeout.0));
         check("admin.addr", admin.as_ref().map(|_| ()).map_err(Clone::clone));
         check("oauth.audience", parse_url(&audience, &["https", "http"]).map(|_| ()));
@@ -397,10 +413,13 @@ impl Config {
                     max_header_bytes: raw.limits.max_header_bytes.0 as usize,
                     max_headers: raw.limits.max_headers,
                     header_timeout: raw.limits.header_timeout.0,
+                    idle_timeout: raw.limits.idle_timeout.0,
                     body_timeout: raw.limits.body_timeout.0,
                     shutdown_grace: raw.limits.shutdown_grace.0,
                     max_connections: raw.limits.max_connections,
                     max_streams_per_connection: raw.limits.max_streams_per_connection,
+                    max_body_in_flight: raw.limits.max_body_in_flight.0,
+                    max_batch: raw.limits.max_batch,
                 },
                 signatures,
                 oauth: OAuth { raw: raw.oauth, audience },

@@ -132,9 +132,15 @@ pub struct RawLimits {
     /// Most header lines accepted on an HTTP/1.1 request.
     #[serde(default = "d_max_headers")]
     pub max_headers: usize,
-    /// Time a client has to send the request head (slow-loris guard).
+    /// Time a client has from connecting to the end of its first request head (TLS handshake,
+    /// protocol detection, the HTTP/2 preface), and to send each later HTTP/1.1 request head
+    /// (slow-loris guard).
     #[serde(default = "d_header_timeout")]
     pub header_timeout: HumanDuration,
+    /// A connection with no request in flight for this long is closed: HTTP/2 with no open
+    /// stream, HTTP/1.1 between requests.
+    #[serde(default = "d_idle_timeout")]
+    pub idle_timeout: HumanDuration,
     /// Time a client has to send the whole body once the head arrived.
     #[serde(default = "d_body_timeout")]
     pub body_timeout: HumanDuration,
@@ -147,6 +153,12 @@ pub struct RawLimits {
     /// Most concurrent HTTP/2 streams per client connection.
     #[serde(default = "d_max_streams")]
     pub max_streams_per_connection: u32,
+    /// Request body bytes held at once, over all requests; past it → 503 `overloaded`.
+    #[serde(default = "d_max_body_in_flight")]
+    pub max_body_in_flight: ByteSize,
+    /// Most messages in one JSON-RPC batch; more → 400 before policy runs.
+    #[serde(default = "d_max_batch")]
+    pub max_batch: usize,
 }
 
 impl Default for RawLimits {
@@ -156,10 +168,13 @@ impl Default for RawLimits {
             max_header_bytes: d_max_header_bytes(),
             max_headers: d_max_headers(),
             header_timeout: d_header_timeout(),
+            idle_timeout: d_idle_timeout(),
             body_timeout: d_body_timeout(),
             shutdown_grace: d_shutdown_grace(),
             max_connections: d_max_connections(),
             max_streams_per_connection: d_max_streams(),
+            max_body_in_flight: d_max_body_in_flight(),
+            max_batch: d_max_batch(),
         }
     }
 }
@@ -176,6 +191,9 @@ fn d_max_headers() -> usize {
 fn d_header_timeout() -> HumanDuration {
     HumanDuration(Duration::from_secs(10))
 }
+fn d_idle_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(60))
+}
 fn d_body_timeout() -> HumanDuration {
     HumanDuration(Duration::from_secs(30))
 }
@@ -187,6 +205,16 @@ fn d_max_connections() -> usize {
 }
 fn d_max_streams() -> u32 {
     100
+}
+/// 64 bodies of the default `max_body`: far above what MCP traffic holds at once (requests are
+/// a few KiB and read in microseconds), small enough that a flood of stalled uploads cannot
+/// push the gateway out of memory.
+fn d_max_body_in_flight() -> ByteSize {
+    ByteSize(64 << 20)
+}
+/// The MCP reference server's own bound.
+fn d_max_batch() -> usize {
+    crate::mcp::DEFAULT_MAX_BATCH
 }
 
 /// `[signatures]` (stages 2–6).

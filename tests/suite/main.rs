@@ -17,6 +17,7 @@ mod demo;
 mod deploy;
 mod docs;
 mod example_backend;
+mod exhaustion;
 mod interop;
 mod limits;
 mod mcp;
