@@ -66,6 +66,17 @@ pub enum Denial {
     /// the body is not read, the client may retry shortly.
     #[error("the gateway is holding as many request bodies as it may (limits.max_body_in_flight); retry shortly")]
     Overloaded,
+    /// The gateway is already handling `limits.max_in_flight` requests: this one is shed,
+    /// unread, before any stage; the client may retry shortly. Also `overloaded`.
+    #[error("the gateway is handling as many requests as it may (limits.max_in_flight); retry shortly")]
+    Shed,
+    /// The request was not answered within `limits.request_timeout` of its admission; its
+    /// handling was stopped wherever it was (possibly after it was forwarded).
+    #[error("the gateway did not finish handling the request within {after:?} (limits.request_timeout)")]
+    RequestTimeout {
+        /// The configured limit.
+        after: Duration,
+    },
     /// `Content-Digest` missing where required, malformed, or not matching the body (stage 2).
     #[error("{0}")]
     Digest(#[from] DigestError),
@@ -150,7 +161,8 @@ impl Denial {
             Denial::BodyTooLarge { .. } => "body_too_large",
             Denial::BodyTimeout { .. } => "body_timeout",
             Denial::BodyUnreadable(_) => "body_unreadable",
-            Denial::Overloaded => "overloaded",
+            Denial::Overloaded | Denial::Shed => "overloaded",
+            Denial::RequestTimeout { .. } => "request_timeout",
             Denial::Digest(_) | Denial::Signature(_) | Denial::KeyResolution(_) => "invalid_agent_credentials",
             Denial::ReplayedSignature => "replayed_signature",
             Denial::OAuthRequired => "oauth_required",
@@ -186,7 +198,10 @@ impl Denial {
             Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Denial::SessionNotFound(_) => StatusCode::NOT_FOUND,
             Denial::SessionConflict(_) => StatusCode::BAD_GATEWAY,
-            Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed => StatusCode::SERVICE_UNAVAILABLE,
+            // The gateway, acting as a gateway, gave up waiting (RFC 9110 §15.6.5); as with
+            // `upstream_timeout`, the backend may have acted on the request.
+            Denial::RequestTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Denial::NotFound => StatusCode::NOT_FOUND,
             Denial::BadTarget(_) => StatusCode::BAD_REQUEST,
         }
@@ -370,10 +385,14 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
             headers.push((HeaderName::from_static("accept-signature"), challenge.accept_signature.clone()));
         }
         Denial::RateLimited { retry_after } => headers.push((RETRY_AFTER, retry_after_secs(*retry_after).to_string())),
-        Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded => headers.push((RETRY_AFTER, "1".to_owned())),
+        Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed => {
+            headers.push((RETRY_AFTER, "1".to_owned()))
+        }
         Denial::BodyTooLarge { .. }
         | Denial::BodyTimeout { .. }
         | Denial::BodyUnreadable(_)
+        // No `Retry-After`: the request may have been forwarded, so a retry is not known safe.
+        | Denial::RequestTimeout { .. }
         | Denial::Digest(_)
         | Denial::Signature(_)
         | Denial::KeyResolution(_)

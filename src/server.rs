@@ -1,11 +1,12 @@
-//! The server edge: listeners, rustls, hyper, the bounded body read (stage 1), the request
-//! span, and graceful shutdown.
+//! The server edge: listeners, rustls, hyper, admission control, the bounded body read (stage
+//! 1), the request span, and graceful shutdown.
 //!
 //! Each connection: deadlines for every phase and an idle timeout (`connection`). Each request:
-//! read the clock once, give it an id, serve the RFC 9728 document if asked, read the body
-//! whole within `limits.max_body`, `limits.body_timeout` and `limits.max_body_in_flight`
-//! (`body`), run the pipeline, apply the mode, then forward or refuse; finally one
-//! decision-log line and the metrics.
+//! the RFC 9728 document is served at once; any other request is admitted within
+//! `limits.max_in_flight` or shed, and bounded by `limits.request_timeout` (`admission`); then
+//! read the clock once, read the body whole within `limits.max_body`, `limits.body_timeout`
+//! and `limits.max_body_in_flight` (`body`), run the pipeline, apply the mode, then forward or
+//! refuse; finally one decision-log line and the metrics.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -23,6 +24,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsAcceptor;
 use tracing::{info, info_span, warn, Instrument};
 
+mod admission;
 mod body;
 pub(crate) mod connection;
 
@@ -33,6 +35,7 @@ use crate::pipeline::{self, Evidence, Inbound, Stage, Stages, UnixTime};
 use crate::proxy::Upstream;
 use crate::telemetry::{rfc3339, DecisionLog, DecisionRecord, Metrics};
 use crate::tls;
+use admission::Admission;
 use body::BodyBudget;
 
 /// Why the gateway could not start.
@@ -159,7 +162,14 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     let (stop, stop_rx) = watch::channel(false);
     // The admin listener outlives the drain, so probes see /readyz answer 503 meanwhile.
     let (admin_stop, admin_stop_rx) = watch::channel(false);
-    info!(addr = %addr, tls = tls.is_some(), mode = shared.config.mode.as_str(), upstream = %shared.config.upstream.url, "Portcullis listening");
+    info!(
+        addr = %addr,
+        tls = tls.is_some(),
+        mode = shared.config.mode.as_str(),
+        upstream = %shared.config.upstream.url,
+        max_in_flight = shared.config.limits.max_in_flight,
+        "Portcullis listening"
+    );
     if let Some(a) = admin_addr {
         info!(addr = %a, "Admin listener on /healthz /readyz /metrics");
     }
@@ -182,6 +192,8 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
     // Every phase of a connection has a deadline (`connection`), so a permit is always given
     // back.
     let permits = Arc::new(Semaphore::new(shared.config.limits.max_connections));
+    // Bounds requests being handled, over all connections (`admission`).
+    let slots = Arc::new(Semaphore::new(shared.config.limits.max_in_flight));
     let mut connections = JoinSet::new();
     loop {
         while connections.try_join_next().is_some() {}
@@ -206,15 +218,16 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
         };
         let _ = stream.set_nodelay(true);
         let deadlines = connection::Deadlines::new(&shared.config.limits, tokio::time::Instant::now());
-        let (shared, builder, stop, tls) = (shared.clone(), builder.clone(), stop.clone(), tls.clone());
+        let (shared, slots, builder, stop, tls) = (shared.clone(), slots.clone(), builder.clone(), stop.clone(), tls.clone());
         connections.spawn(async move {
             let _permit = permit;
             let respond = move |is_tls: bool| {
+                let admission = Admission::new(&shared, &slots, peer, is_tls);
                 move |req: Request<Incoming>| {
                     // Each request runs in its own task, so a client that goes away mid-request
-                    // does not cancel it half-way: the pipeline finishes and the decision-log
-                    // line is written.
-                    let handling = tokio::spawn(shared.clone().handle(req, peer, is_tls));
+                    // does not cancel it half-way: it keeps its slot, the pipeline finishes and
+                    // the decision-log line is written.
+                    let handling = tokio::spawn(admission.clone().serve(req));
                     async move {
                         match handling.await {
                             Ok(resp) => resp,
@@ -255,7 +268,7 @@ impl Shared {
         let arrived = Instant::now();
         let wall = SystemTime::now();
         let now = UnixTime::now();
-        let request_id = uuid::Uuid::now_v7().to_string();
+        let request_id = admission::request_id(&req);
         let span = info_span!("request", request_id = %request_id, method = %req.method(), path = %req.uri().path());
         let _in_flight = self.metrics.in_flight();
         async move {

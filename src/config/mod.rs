@@ -23,6 +23,10 @@ pub use units::{parse_duration, parse_size, ByteSize, HumanDuration};
 /// The configuration used when no `--config` is given (see README "Embedded defaults").
 pub const EMBEDDED_DEFAULT: &str = include_str!("../default_config.toml");
 
+/// The largest `limits.max_in_flight` accepted: far above what one process serves, low enough
+/// that a typo is caught rather than turning the limit off.
+pub const MAX_IN_FLIGHT: usize = 1_000_000;
+
 /// Whether refusals are sent (`enforce`) or only logged as `would_deny` (`monitor`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -190,6 +194,10 @@ pub struct Limits {
     pub max_body_in_flight: u64,
     /// Messages per JSON-RPC batch bound.
     pub max_batch: usize,
+    /// Client requests handled at once, over all connections (set, or sized for the machine).
+    pub max_in_flight: usize,
+    /// Time from a request's admission to its response head.
+    pub request_timeout: Duration,
 }
 
 /// Validated `[oauth]` basics; the token stage validates the rest.
@@ -365,6 +373,15 @@ impl Config {
         );
         check("limits.max_batch", if !(1..=10_000).contains(&raw.limits.max_batch) { Err("must be between 1 and 10000".into()) } else { Ok(()) });
         check("limits.body_timeout", nonzero(raw.limits.body_timeout.0));
+        check(
+            "limits.max_in_flight",
+            if raw.limits.max_in_flight.is_some_and(|n| !(1..=MAX_IN_FLIGHT).contains(&n)) {
+                Err(format!("must be between 1 and {MAX_IN_FLIGHT}"))
+            } else {
+                Ok(())
+            },
+        );
+        check("limits.request_timeout", nonzero(raw.limits.request_timeout.0));
         check("admin.addr", admin.as_ref().map(|_| ()).map_err(Clone::clone));
         check("oauth.audience", parse_url(&audience, &["https", "http"]).map(|_| ()));
         check(
@@ -420,6 +437,8 @@ impl Config {
                     max_streams_per_connection: raw.limits.max_streams_per_connection,
                     max_body_in_flight: raw.limits.max_body_in_flight.0,
                     max_batch: raw.limits.max_batch,
+                    max_in_flight: raw.limits.max_in_flight.unwrap_or_else(default_max_in_flight),
+                    request_timeout: raw.limits.request_timeout.0,
                 },
                 signatures,
                 oauth: OAuth { raw: raw.oauth, audience },

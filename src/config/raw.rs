@@ -159,6 +159,15 @@ pub struct RawLimits {
     /// Most messages in one JSON-RPC batch; more → 400 before policy runs.
     #[serde(default = "d_max_batch")]
     pub max_batch: usize,
+    /// Most client requests handled at once over all connections, from arrival until the
+    /// response head; past it → 503 `overloaded` at once. Absent: sized for the machine
+    /// ([`default_max_in_flight`]).
+    #[serde(default)]
+    pub max_in_flight: Option<usize>,
+    /// Longest time from a request's admission to its response head (a streamed body is not
+    /// bounded); past it → 504 `request_timeout`.
+    #[serde(default = "d_request_timeout")]
+    pub request_timeout: HumanDuration,
 }
 
 impl Default for RawLimits {
@@ -175,6 +184,8 @@ impl Default for RawLimits {
             max_streams_per_connection: d_max_streams(),
             max_body_in_flight: d_max_body_in_flight(),
             max_batch: d_max_batch(),
+            max_in_flight: None,
+            request_timeout: d_request_timeout(),
         }
     }
 }
@@ -215,6 +226,25 @@ fn d_max_body_in_flight() -> ByteSize {
 /// The MCP reference server's own bound.
 fn d_max_batch() -> usize {
     crate::mcp::DEFAULT_MAX_BATCH
+}
+/// `body_timeout` plus `upstream.response_timeout` at their defaults, so those report their
+/// own, more precise errors first; this one catches what nothing else bounds (the queue for a
+/// heavy policy evaluation, a stage waiting on several fetches in turn).
+fn d_request_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(60))
+}
+
+/// `limits.max_in_flight` when not set: 1024 requests per core the process may use
+/// (`std::thread::available_parallelism`, which honours CPU affinity and cgroup quotas), at
+/// least 4096. A signed request costs ~100 µs of CPU, so a core decides ~10k a second; by
+/// Little's law 1024 in flight per core keeps it busy while the backend answers within
+/// ~100 ms. The floor spares small machines from shedding only because the backend is slow;
+/// at ~20 KiB per request waiting on the backend it costs ~80 MiB when full.
+pub fn default_max_in_flight() -> usize {
+    const IN_FLIGHT_PER_CORE: usize = 1024;
+    const MIN_IN_FLIGHT: usize = 4096;
+    let cores = std::thread::available_parallelism().map(usize::from).unwrap_or(1);
+    cores.saturating_mul(IN_FLIGHT_PER_CORE).max(MIN_IN_FLIGHT)
 }
 
 /// `[signatures]` (stages 2–6).

@@ -9,6 +9,7 @@
 mod common;
 
 mod admin;
+mod admission;
 mod attacks;
 mod cli;
 mod client;
