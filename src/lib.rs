@@ -17,6 +17,7 @@ pub mod client;
 pub mod config;
 pub mod decision;
 pub mod demo;
+pub mod denial;
 pub mod digest;
 pub mod directory;
 pub mod mcp;

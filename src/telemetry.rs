@@ -111,6 +111,13 @@ impl Metrics {
         self.registry.register("replay_hits", "Signatures refused because they were already used", replay_hits);
     }
 
+    /// Registers `portcullis_legacy_signature_agent_total`: verified-or-not requests naming their
+    /// agent with the legacy sf-string `Signature-Agent` (the diagnostic log says it once per
+    /// origin).
+    pub fn register_legacy_agents(&mut self, legacy: Counter) {
+        self.registry.register("legacy_signature_agent", "Signatures naming their agent with the legacy sf-string Signature-Agent", legacy);
+    }
+
     /// Registers the shared state store's error counter (`portcullis_state_store_errors_total`).
     pub fn register_state(&mut self, errors: Counter) {
         self.registry.register("state_store_errors", "Shared state store commands that failed or timed out (requests were refused)", errors);
