@@ -29,6 +29,7 @@ mod protected_resource;
 mod proxy;
 mod quotas;
 mod report;
+mod self_contained;
 mod sessions;
 mod shared_state;
 mod shutdown;
