@@ -1,4 +1,4 @@
-//! One JSON line per request with the PRODUCT.md fields, and never a token, a signature, a
+//! One JSON line per request with the fields of docs/design.md, and never a token, a signature, a
 //! body or tool arguments.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 use crate::common;

@@ -1,4 +1,4 @@
-//! Agent identity end to end (PRODUCT.md stages 2–6): a real gateway, a real upstream and a
+//! Agent identity end to end (pipeline stages 2–6): a real gateway, a real upstream and a
 //! real HTTPS key directory (certificate from a CA made in the test), with requests signed by
 //! the library's own `Signer` at the real clock.
 #![allow(clippy::unwrap_used)]
