@@ -12,6 +12,7 @@ mod admin;
 mod attacks;
 mod cli;
 mod client;
+mod content_digest;
 mod decision_log;
 mod demo;
 mod deploy;
