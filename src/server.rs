@@ -93,7 +93,7 @@ pub struct Running {
 
 impl Running {
     /// Stops accepting, lets in-flight requests finish (bounded by `limits.shutdown_grace`),
-    /// and returns when every connection is closed.
+    /// and returns when every connection is closed and their decision-log lines are written.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
@@ -123,6 +123,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     let policy_reloader = stages.policy.spawn_reloader();
     let tls = config.listen.tls.as_ref().map(tls::acceptor).transpose()?;
     let log = DecisionLog::open(&config.log.decisions).map_err(|source| StartError::DecisionLog { path: format!("{:?}", config.log.decisions), source })?;
+    metrics.register_decision_log(log.dropped());
     let addr = listener.local_addr().map_err(|source| StartError::Bind { what: "listen.addr", addr: config.listen.addr, source })?;
     let admin_listener = match config.admin {
         Some(a) => Some(TcpListener::bind(a).await.map_err(|source| StartError::Bind { what: "admin.addr", addr: a, source })?),
@@ -167,11 +168,13 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     let task = tokio::spawn(async move {
         // Reloads stop with the gateway.
         let _reloader = policy_reloader;
-        accept_loop(listener, tls, shared, stop_rx).await;
+        accept_loop(listener, tls, shared.clone(), stop_rx).await;
         let _ = admin_stop.send(true);
         if let Some(t) = admin_task {
             let _ = t.await;
         }
+        // The drained requests' lines are queued: write them before reporting the stop.
+        shared.log.flush().await;
     });
     Ok(Running { addr, admin_addr, stop, task })
 }
