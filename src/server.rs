@@ -30,6 +30,7 @@ use crate::admin;
 use crate::config::{Config, ConfigError};
 use crate::decision::{self, Challenge, Denial, Forward, Outcome, ResponseBody, Verdict};
 use crate::pipeline::{self, Evidence, Inbound, Stage, Stages, UnixTime};
+use crate::policy::ReloadTrigger;
 use crate::proxy::Upstream;
 use crate::telemetry::{rfc3339, DecisionLog, DecisionRecord, Metrics};
 use crate::tls;
@@ -89,6 +90,7 @@ pub struct Running {
     pub admin_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    policy_reload: ReloadTrigger,
 }
 
 impl Running {
@@ -97,6 +99,13 @@ impl Running {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
+    }
+
+    /// Asks this gateway to recompile its policy, as SIGHUP does (but for this gateway alone,
+    /// not every gateway in the process). The reload runs in the background; a failed one
+    /// keeps the previous policy and shows on `/metrics` and `/readyz`.
+    pub fn reload_policy(&self) {
+        self.policy_reload.reload();
     }
 
     /// Waits until `signal` resolves, then shuts down gracefully.
@@ -121,6 +130,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     let mut metrics = Metrics::new();
     metrics.register_policy_health(stages.policy.health().reload_errors.clone(), stages.policy.health().last_reload_ok.clone());
     let policy_reloader = stages.policy.spawn_reloader();
+    let policy_reload = policy_reloader.trigger();
     let tls = config.listen.tls.as_ref().map(tls::acceptor).transpose()?;
     let log = DecisionLog::open(&config.log.decisions).map_err(|source| StartError::DecisionLog { path: format!("{:?}", config.log.decisions), source })?;
     metrics.register_decision_log(log.dropped());
@@ -176,7 +186,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         // The drained requests' lines are queued: write them before reporting the stop.
         shared.log.flush().await;
     });
-    Ok(Running { addr, admin_addr, stop, task })
+    Ok(Running { addr, admin_addr, stop, task, policy_reload })
 }
 
 async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {

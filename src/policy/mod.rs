@@ -31,6 +31,7 @@ use regorus::{Engine, Value};
 pub use convert::ConvertError;
 pub use input::{AgentView, PolicyInput, RequestView, TokenView};
 pub use load::{LoadError, Source};
+pub use reload::ReloadTrigger;
 pub use verdict::PolicyVerdict;
 
 use crate::mcp::McpRequest;
