@@ -133,12 +133,17 @@ pub struct Challenge {
     pub accept_signature: String,
 }
 
+/// `Want-Content-Digest` on stage-2 refusals: sha-256 preferred, sha-512 accepted.
+pub const WANT_CONTENT_DIGEST: &str = "sha-256=10, sha-512=5";
+
 /// Builds the refusal response for `denial`. Pure: no logging, no metrics.
 pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Response<ResponseBody> {
     let mut headers: Vec<(HeaderName, String)> = Vec::new();
     match denial {
-        Denial::Digest(e) if e.wants_digest() => {
-            headers.push((HeaderName::from_static("want-content-digest"), "sha-256=10, sha-512=5".to_owned()));
+        // RFC 9530 §4, docs/design.md decision 8: every stage-2 refusal says which digests are
+        // accepted — a digest that does not match too, so the client learns what to send.
+        Denial::Digest(_) => {
+            headers.push((HeaderName::from_static("want-content-digest"), WANT_CONTENT_DIGEST.to_owned()));
         }
         Denial::OAuthRequired => {
             let mut v = format!("Bearer resource_metadata=\"{}\"", quote(&challenge.resource_metadata));
@@ -178,7 +183,6 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         Denial::BodyTooLarge { .. }
         | Denial::BodyTimeout { .. }
         | Denial::BodyUnreadable(_)
-        | Denial::Digest(_)
         | Denial::Signature(_)
         | Denial::KeyResolution(_)
         | Denial::ReplayedSignature

@@ -81,8 +81,11 @@ async fn digest_refusal_asks_for_a_digest() {
     let body = body_json(resp).await;
     assert_eq!(body["error"], "invalid_agent_credentials");
     assert!(body["reason"].as_str().expect("reason").contains("Content-Digest"));
-    let resp = respond(&Denial::Digest(DigestError::Mismatch { algorithm: "sha-256" }), "r", &challenge());
-    assert!(resp.headers().get("want-content-digest").is_none());
+    // Every stage-2 refusal asks, a digest that does not match included (docs/design.md decision 8).
+    for e in [DigestError::Mismatch { algorithm: "sha-256" }, DigestError::Malformed("x".into()), DigestError::NoSupportedAlgorithm] {
+        let resp = respond(&Denial::Digest(e.clone()), "r", &challenge());
+        assert_eq!(resp.headers()["want-content-digest"], "sha-256=10, sha-512=5", "{e:?}");
+    }
 }
 
 #[tokio::test]

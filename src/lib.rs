@@ -3,7 +3,7 @@
 //! For every request it proves who sent it (HTTP Message Signature over a recomputed
 //! `Content-Digest`), what the user delegated (OAuth bearer token) and whether the action may
 //! happen now (Rego policy, quotas), then forwards and streams the answer back. The contract is
-//! PRODUCT.md; the pipeline reads:
+//! docs/design.md; the pipeline reads:
 //!
 //! ```text
 //! server (rustls, hyper, bounded body) -> pipeline::check -> Decision

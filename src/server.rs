@@ -30,6 +30,7 @@ use crate::admin;
 use crate::config::{Config, ConfigError};
 use crate::decision::{self, Answer, Challenge, Denial, Outcome, ResponseBody, Verdict};
 use crate::pipeline::{self, Evidence, Inbound, Stage, StageTimings, Stages, UnixTime};
+use crate::policy::ReloadTrigger;
 use crate::proxy::Upstream;
 use crate::telemetry::{rfc3339, DecisionLog, DecisionRecord, Metrics};
 use crate::tls;
@@ -89,14 +90,22 @@ pub struct Running {
     pub admin_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    policy_reload: ReloadTrigger,
 }
 
 impl Running {
     /// Stops accepting, lets in-flight requests finish (bounded by `limits.shutdown_grace`),
-    /// and returns when every connection is closed.
+    /// and returns when every connection is closed and their decision-log lines are written.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
+    }
+
+    /// Asks this gateway to recompile its policy, as SIGHUP does (but for this gateway alone,
+    /// not every gateway in the process). The reload runs in the background; a failed one
+    /// keeps the previous policy and shows on `/metrics` and `/readyz`.
+    pub fn reload_policy(&self) {
+        self.policy_reload.reload();
     }
 
     /// Waits until `signal` resolves, then shuts down gracefully.
@@ -121,8 +130,10 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     let mut metrics = Metrics::new();
     metrics.register_policy_health(stages.policy.health().reload_errors.clone(), stages.policy.health().last_reload_ok.clone());
     let policy_reloader = stages.policy.spawn_reloader();
+    let policy_reload = policy_reloader.trigger();
     let tls = config.listen.tls.as_ref().map(tls::acceptor).transpose()?;
     let log = DecisionLog::open(&config.log.decisions).map_err(|source| StartError::DecisionLog { path: format!("{:?}", config.log.decisions), source })?;
+    metrics.register_decision_log(log.dropped());
     let addr = listener.local_addr().map_err(|source| StartError::Bind { what: "listen.addr", addr: config.listen.addr, source })?;
     let admin_listener = match config.admin {
         Some(a) => Some(TcpListener::bind(a).await.map_err(|source| StartError::Bind { what: "admin.addr", addr: a, source })?),
@@ -168,13 +179,15 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     let task = tokio::spawn(async move {
         // Reloads stop with the gateway.
         let _reloader = policy_reloader;
-        accept_loop(listener, tls, shared, stop_rx).await;
+        accept_loop(listener, tls, shared.clone(), stop_rx).await;
         let _ = admin_stop.send(true);
         if let Some(t) = admin_task {
             let _ = t.await;
         }
+        // The drained requests' lines are queued: write them before reporting the stop.
+        shared.log.flush().await;
     });
-    Ok(Running { addr, admin_addr, stop, task })
+    Ok(Running { addr, admin_addr, stop, task, policy_reload })
 }
 
 async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
