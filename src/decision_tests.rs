@@ -1,4 +1,14 @@
 use super::*;
+use crate::digest::DigestError;
+use crate::directory::DirectoryError;
+use crate::mcp::McpError;
+use crate::oauth::TokenError;
+use crate::pipeline::Evidence;
+use crate::policy::PolicyError;
+use crate::quota::QuotaError;
+use crate::replay::ReplayError;
+use crate::session::SessionError;
+use crate::signature::SignatureError;
 use http_body_util::BodyExt;
 
 fn challenge() -> Challenge {
@@ -16,12 +26,18 @@ async fn body_json(resp: Response<ResponseBody>) -> serde_json::Value {
 
 #[test]
 fn monitor_mode_forwards_denials_and_enforce_refuses_them() {
-    let v = apply_mode(Mode::Monitor, Err(Denial::ReplayedSignature));
-    assert!(matches!(v, Verdict::Forward(Forward::Monitored(Denial::ReplayedSignature))));
-    let v = apply_mode(Mode::Enforce, Err(Denial::ReplayedSignature));
-    assert!(matches!(v, Verdict::Refuse(Denial::ReplayedSignature)));
-    let v = apply_mode(Mode::Enforce, Ok(Permit::granted()));
-    assert!(matches!(v, Verdict::Forward(Forward::Permitted(_))));
+    let v = apply_mode(Mode::Monitor, Err(Refusal::for_test(Denial::ReplayedSignature)));
+    assert!(matches!(&v, Verdict::Forward(f) if matches!(f.monitored(), Some(Denial::ReplayedSignature))));
+    let v = apply_mode(Mode::Enforce, Err(Refusal::for_test(Denial::ReplayedSignature)));
+    assert!(matches!(&v, Verdict::Refuse(r) if matches!(r.denial(), Denial::ReplayedSignature)));
+    let v = apply_mode(Mode::Enforce, Ok(Permit::for_test(Evidence::default())));
+    assert!(matches!(&v, Verdict::Forward(f) if f.monitored().is_none()));
+}
+
+#[test]
+fn an_answer_refused_after_the_fact_is_withheld_only_in_enforce_mode() {
+    assert!(matches!(apply_mode_to_answer(Mode::Enforce, Denial::ReplayedSignature), Answer::Withhold(Denial::ReplayedSignature)));
+    assert!(matches!(apply_mode_to_answer(Mode::Monitor, Denial::ReplayedSignature), Answer::PassOn(Denial::ReplayedSignature)));
 }
 
 #[tokio::test]
@@ -65,8 +81,11 @@ async fn digest_refusal_asks_for_a_digest() {
     let body = body_json(resp).await;
     assert_eq!(body["error"], "invalid_agent_credentials");
     assert!(body["reason"].as_str().expect("reason").contains("Content-Digest"));
-    let resp = respond(&Denial::Digest(DigestError::Mismatch { algorithm: "sha-256" }), "r", &challenge());
-    assert!(resp.headers().get("want-content-digest").is_none());
+    // Every stage-2 refusal asks, a digest that does not match included (docs/design.md decision 8).
+    for e in [DigestError::Mismatch { algorithm: "sha-256" }, DigestError::Malformed("x".into()), DigestError::NoSupportedAlgorithm] {
+        let resp = respond(&Denial::Digest(e.clone()), "r", &challenge());
+        assert_eq!(resp.headers()["want-content-digest"], "sha-256=10, sha-512=5", "{e:?}");
+    }
 }
 
 #[tokio::test]

@@ -1,7 +1,9 @@
 //! The pipeline: runs the stages of PRODUCT.md "Pipeline" in order; the first failure decides.
 //!
-//! This is the only place a [`Permit`] is made. Stages never see the mode: they return their
-//! own error, which converts into a [`Denial`], and `decision::apply_mode` does the rest.
+//! This is the only place a [`Permit`] or a [`Refusal`] is made: both carry the [`Evidence`]
+//! the stages verified, privately, and `decision::apply_mode` turns them into the only thing
+//! the proxy forwards. Stages never see the mode: they return their own error, which converts
+//! into a [`Denial`].
 //! Stage 1 (bounded body read) happens in `server`, before an [`Inbound`] exists; stage 11
 //! (forwarding) happens in `proxy`, after the mode is applied.
 
@@ -15,8 +17,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use crate::config::{Config, ConfigError, FieldError};
-use crate::decision::{Decision, Denial, Permit};
-use crate::digest::{DigestCheck, VerifiedDigest};
+use crate::denial::Denial;
+use crate::digest::DigestCheck;
 use crate::directory::KeyResolver;
 use crate::mcp::{self, McpRequest};
 use crate::oauth::{TokenVerifier, VerifiedToken};
@@ -153,16 +155,91 @@ impl StageTimings {
     pub fn iter(&self) -> impl Iterator<Item = (Stage, Duration)> + '_ {
         self.entries.iter().copied()
     }
+
+    /// Runs `f` as `stage`, recording its duration.
+    fn timed<T>(&mut self, stage: Stage, f: impl FnOnce() -> T) -> T {
+        let start = Instant::now();
+        let out = stage_span(stage).in_scope(f);
+        self.record(stage, start.elapsed());
+        out
+    }
+
+    /// Awaits `f` as `stage`, recording its duration (added to earlier time in that stage).
+    async fn timed_async<T>(&mut self, stage: Stage, f: impl Future<Output = T>) -> T {
+        let start = Instant::now();
+        let out = tracing::Instrument::instrument(f, stage_span(stage)).await;
+        self.record(stage, start.elapsed());
+        out
+    }
+}
+
+/// The result of running the pipeline on one request.
+pub type Decision = Result<Permit, Refusal>;
+
+/// Proof that every configured stage passed, carrying what they verified. Its field is
+/// private: only [`check`] makes one, and only `decision::apply_mode` turns it into a forward.
+#[derive(Debug)]
+pub struct Permit {
+    evidence: Evidence,
+}
+
+impl Permit {
+    /// What the stages verified.
+    pub fn evidence(&self) -> &Evidence {
+        &self.evidence
+    }
+
+    /// The evidence, once the request is done.
+    pub fn into_evidence(self) -> Evidence {
+        self.evidence
+    }
+}
+
+/// A stage's refusal with what the stages before it verified (in monitor mode the request is
+/// forwarded with exactly that identity). Only [`check`] makes one.
+#[derive(Debug)]
+pub struct Refusal {
+    denial: Denial,
+    evidence: Evidence,
+}
+
+impl Refusal {
+    /// Why the request is refused.
+    pub fn denial(&self) -> &Denial {
+        &self.denial
+    }
+
+    /// What was verified before the refusal.
+    pub fn evidence(&self) -> &Evidence {
+        &self.evidence
+    }
+
+    /// Both, once the request is done.
+    pub fn into_parts(self) -> (Denial, Evidence) {
+        (self.denial, self.evidence)
+    }
+}
+
+#[cfg(test)]
+impl Permit {
+    /// A permit for tests of what happens after the pipeline.
+    pub(crate) fn for_test(evidence: Evidence) -> Permit {
+        Permit { evidence }
+    }
+}
+
+#[cfg(test)]
+impl Refusal {
+    /// A refusal for tests of what happens after the pipeline.
+    pub(crate) fn for_test(denial: Denial) -> Refusal {
+        Refusal { denial, evidence: Evidence::default() }
+    }
 }
 
 /// What the stages verified so far: the policy input, the identity headers sent upstream and
 /// the decision log are built from this, and from nothing a client can set directly.
 #[derive(Debug, Default)]
 pub struct Evidence {
-    /// Per-stage latency.
-    pub timings: StageTimings,
-    /// Stage 2 result, when a digest was sent.
-    pub digest: Option<VerifiedDigest>,
     /// Stages 3–6 result: the verified, first-use signature and the agent it speaks for.
     /// `None` when the request was unsigned and signatures are optional, or a stage 2–6
     /// refused (in monitor mode such a request is forwarded without identity).
@@ -195,24 +272,6 @@ pub fn stage_span(stage: Stage) -> tracing::Span {
 
 /// The target of [`stage_span`]s.
 pub const STAGE_SPAN_TARGET: &str = "portcullis::stage";
-
-impl Evidence {
-    /// Runs `f` as `stage`, recording its duration.
-    fn timed<T>(&mut self, stage: Stage, f: impl FnOnce() -> T) -> T {
-        let start = Instant::now();
-        let out = stage_span(stage).in_scope(f);
-        self.timings.record(stage, start.elapsed());
-        out
-    }
-
-    /// Awaits `f` as `stage`, recording its duration (added to earlier time in that stage).
-    async fn timed_async<T>(&mut self, stage: Stage, f: impl Future<Output = T>) -> T {
-        let start = Instant::now();
-        let out = tracing::Instrument::instrument(f, stage_span(stage)).await;
-        self.timings.record(stage, start.elapsed());
-        out
-    }
-}
 
 /// Every stage, built once from the config at start.
 #[derive(Debug)]
@@ -284,6 +343,11 @@ impl Stages {
         (self.directory.fetch_counter(), self.replay.hit_counter())
     }
 
+    /// The legacy `Signature-Agent` counter, to register with the metrics.
+    pub fn legacy_agent_counter(&self) -> Counter {
+        self.signature.legacy_agent_counter()
+    }
+
     /// The shared store's error counter, when `state.store` is Redis.
     pub fn state_errors(&self) -> Option<Counter> {
         self.stores.redis.as_ref().map(|r| r.error_counter())
@@ -303,17 +367,26 @@ impl Stages {
     }
 }
 
-/// Runs stages 2–10 of PRODUCT.md in order; the first failure decides.
-pub async fn check(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Decision {
-    seen.digest = seen.timed(Stage::Digest, || stages.digest.verify(&req.head.headers, &req.body))?;
-    if let Some(agent) = seen.timed_async(Stage::Signature, verify_signature(req, stages)).await? {
-        seen.timed_async(Stage::Replay, stages.replay.check_once(&agent, req.now)).await?;
+/// Runs stages 2–10 of PRODUCT.md in order; the first failure decides. The decision carries
+/// what was verified; `timings` gets each stage's latency.
+pub async fn check(req: &Inbound, stages: &Stages, timings: &mut StageTimings) -> Decision {
+    let mut seen = Evidence::default();
+    match run(req, stages, &mut seen, timings).await {
+        Ok(()) => Ok(Permit { evidence: seen }),
+        Err(denial) => Err(Refusal { denial, evidence: seen }),
+    }
+}
+
+async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut StageTimings) -> Result<(), Denial> {
+    timings.timed(Stage::Digest, || stages.digest.verify(&req.head.headers, &req.body))?;
+    if let Some(agent) = timings.timed_async(Stage::Signature, verify_signature(req, stages)).await? {
+        timings.timed_async(Stage::Replay, stages.replay.check_once(&agent, req.now)).await?;
         // Only a first-use signature names the agent: a replayed copy (forwarded in monitor
         // mode) must not carry the identity upstream.
         seen.agent = Some(agent);
     }
     if let Some(verifier) = &stages.token {
-        seen.token = seen
+        seen.token = timings
             .timed_async(Stage::Token, async {
                 verifier.check_query(&req.head.uri)?;
                 verifier.authenticate(&req.head.headers, req.now).await
@@ -323,27 +396,25 @@ pub async fn check(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Decis
     // Decision 9: once the identity is verified, a session is only its owner's.
     if req.head.headers.contains_key(crate::mcp::SESSION_ID) {
         let owner = session::owner(seen);
-        seen.timed_async(Stage::Session, stages.sessions.check(&req.head.headers, &owner)).await?;
+        timings.timed_async(Stage::Session, stages.sessions.check(&req.head.headers, &owner)).await?;
     }
     if !stages.is_policy_enabled {
-        return Ok(Permit::granted());
+        return Ok(());
     }
     // Stage 8: JSON only now, after the identity stages passed on the raw bytes.
-    seen.mcp = Some(seen.timed(Stage::Mcp, || mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch))?);
+    seen.mcp = Some(timings.timed(Stage::Mcp, || mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch))?);
     let quotas = {
         // A batch or a large body is decided off the async workers, one per core at a time;
         // it waits for its turn here (policy::Policy::turn).
-        let _turn = seen.timed_async(Stage::Policy, stages.policy.turn(seen.mcp.as_ref())).await;
-        authorize(req, stages, seen)?
+        let _turn = timings.timed_async(Stage::Policy, stages.policy.turn(seen.mcp.as_ref())).await;
+        authorize(req, stages, seen, timings)?
     };
-    let started = Instant::now();
-    let spent = tracing::Instrument::instrument(stages.quotas.spend(&quotas, req.now), stage_span(Stage::Quota)).await;
-    seen.timings.record(Stage::Quota, started.elapsed());
+    let spent = timings.timed_async(Stage::Quota, stages.quotas.spend(&quotas, req.now)).await;
     if let Err(QuotaError::Exhausted { key, .. }) = &spent {
         seen.quota_exhausted = Some(key.clone());
     }
     spent?;
-    Ok(Permit::granted())
+    Ok(())
 }
 
 /// Decision 9, on the backend's response head (before it is passed on): binds a new
@@ -353,13 +424,14 @@ pub async fn settle_session(
     exchange: &session::Exchange,
     status: http::StatusCode,
     headers: &http::HeaderMap,
-    seen: &mut Evidence,
+    seen: &Evidence,
+    timings: &mut StageTimings,
 ) -> Result<(), Denial> {
     if !exchange.needs_settling(status, headers) {
         return Ok(());
     }
     let owner = session::owner(seen);
-    Ok(seen.timed_async(Stage::Session, stages.sessions.settle(exchange, status, headers, &owner)).await?)
+    Ok(timings.timed_async(Stage::Session, stages.sessions.settle(exchange, status, headers, &owner)).await?)
 }
 
 /// Stages 3–5: parse and check the signature, resolve its key, verify it. `Ok(None)`: the
@@ -379,7 +451,7 @@ async fn verify_signature(req: &Inbound, stages: &Stages) -> Result<Option<Verif
 }
 
 /// Stage 9: the policy decision, then the scopes it requires. Returns the quotas to spend.
-fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Result<Vec<QuotaSpec>, Denial> {
+fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut StageTimings) -> Result<Vec<QuotaSpec>, Denial> {
     let started = Instant::now();
     let empty = McpRequest::default();
     let (decided, scopes) = stage_span(Stage::Policy).in_scope(|| {
@@ -396,7 +468,7 @@ fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Result<Vec<
         let scopes = decided.as_ref().map(|d| check_scopes(&d.verdict.required_scopes, token.as_ref())).unwrap_or(Ok(()));
         (decided, scopes)
     });
-    seen.timings.record(Stage::Policy, started.elapsed());
+    timings.record(Stage::Policy, started.elapsed());
     let decided = match decided {
         Ok(d) => d,
         Err(e) => {

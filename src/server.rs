@@ -30,8 +30,9 @@ pub(crate) mod connection;
 
 use crate::admin;
 use crate::config::{Config, ConfigError};
-use crate::decision::{self, Challenge, Denial, Forward, Outcome, ResponseBody, Verdict};
-use crate::pipeline::{self, Evidence, Inbound, Stage, Stages, UnixTime};
+use crate::decision::{self, Answer, Challenge, Denial, Outcome, ResponseBody, Verdict};
+use crate::pipeline::{self, Evidence, Inbound, Stage, StageTimings, Stages, UnixTime};
+use crate::policy::ReloadTrigger;
 use crate::proxy::Upstream;
 use crate::telemetry::{rfc3339, DecisionLog, DecisionRecord, Metrics};
 use crate::tls;
@@ -92,14 +93,22 @@ pub struct Running {
     pub admin_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    policy_reload: ReloadTrigger,
 }
 
 impl Running {
     /// Stops accepting, lets in-flight requests finish (bounded by `limits.shutdown_grace`),
-    /// and returns when every connection is closed.
+    /// and returns when every connection is closed and their decision-log lines are written.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
+    }
+
+    /// Asks this gateway to recompile its policy, as SIGHUP does (but for this gateway alone,
+    /// not every gateway in the process). The reload runs in the background; a failed one
+    /// keeps the previous policy and shows on `/metrics` and `/readyz`.
+    pub fn reload_policy(&self) {
+        self.policy_reload.reload();
     }
 
     /// Waits until `signal` resolves, then shuts down gracefully.
@@ -124,8 +133,10 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     let mut metrics = Metrics::new();
     metrics.register_policy_health(stages.policy.health().reload_errors.clone(), stages.policy.health().last_reload_ok.clone());
     let policy_reloader = stages.policy.spawn_reloader();
+    let policy_reload = policy_reloader.trigger();
     let tls = config.listen.tls.as_ref().map(tls::acceptor).transpose()?;
     let log = DecisionLog::open(&config.log.decisions).map_err(|source| StartError::DecisionLog { path: format!("{:?}", config.log.decisions), source })?;
+    metrics.register_decision_log(log.dropped());
     let addr = listener.local_addr().map_err(|source| StartError::Bind { what: "listen.addr", addr: config.listen.addr, source })?;
     let admin_listener = match config.admin {
         Some(a) => Some(TcpListener::bind(a).await.map_err(|source| StartError::Bind { what: "admin.addr", addr: a, source })?),
@@ -136,6 +147,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     let (prm, prm_paths) = protected_resource_metadata(&config);
     let (directory_fetches, replay_hits) = stages.identity_counters();
     metrics.register_identity(directory_fetches, replay_hits);
+    metrics.register_legacy_agents(stages.legacy_agent_counter());
     if let Some(m) = stages.token_metrics() {
         metrics.register_token(m);
     }
@@ -177,13 +189,15 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     let task = tokio::spawn(async move {
         // Reloads stop with the gateway.
         let _reloader = policy_reloader;
-        accept_loop(listener, tls, shared, stop_rx).await;
+        accept_loop(listener, tls, shared.clone(), stop_rx).await;
         let _ = admin_stop.send(true);
         if let Some(t) = admin_task {
             let _ = t.await;
         }
+        // The drained requests' lines are queued: write them before reporting the stop.
+        shared.log.flush().await;
     });
-    Ok(Running { addr, admin_addr, stop, task })
+    Ok(Running { addr, admin_addr, stop, task, policy_reload })
 }
 
 async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
@@ -280,6 +294,8 @@ impl Shared {
             let (head, body) = req.into_parts();
             // Only the decision log reads it: no second parse of Signature-Agent without one.
             let claimed_agent = if self.log.is_on() { crate::telemetry::claimed_agent(&head.headers) } else { None };
+            let mut timings = StageTimings::default();
+            // What the stages verified, for the decision log (empty until the pipeline ran).
             let mut seen = Evidence::default();
             // The path and the authority, read once (PRODUCT.md decisions 3 and 9): a request
             // for another path, or one whose authority reads two ways, is refused before any
@@ -294,7 +310,7 @@ impl Shared {
                 ),
                 Err(_) => None,
             };
-            seen.timings.record(Stage::Body, read_started.elapsed());
+            timings.record(Stage::Body, read_started.elapsed());
             // Held until the request is answered: the body is in memory until then.
             let (body, _reservation) = match body {
                 Some(Ok((bytes, reservation))) => (Ok(bytes), Some(reservation)),
@@ -311,21 +327,23 @@ impl Shared {
                 Err(denial) => self.refuse(&denial, &request_id),
                 Ok((authority, body)) => {
                     let inbound = Inbound { head, body, now, peer, is_tls, request_id: request_id.clone(), authority };
-                    let decision = pipeline::check(&inbound, &self.stages, &mut seen).await;
+                    let decision = pipeline::check(&inbound, &self.stages, &mut timings).await;
                     match decision::apply_mode(self.config.mode, decision) {
-                        Verdict::Refuse(denial) => self.refuse(&denial, &request_id),
+                        Verdict::Refuse(refusal) => {
+                            let (denial, evidence) = refusal.into_parts();
+                            seen = evidence;
+                            self.refuse(&denial, &request_id)
+                        }
                         Verdict::Forward(fwd) => {
-                            let (outcome, summary) = match &fwd {
-                                Forward::Permitted(_) => (Outcome::Allow, None),
-                                Forward::Monitored(d) => {
-                                    info!(error.code = d.code(), "Request would be denied (monitor mode)");
-                                    (Outcome::WouldDeny, Some((d.code(), d.reason())))
-                                }
+                            let (outcome, summary) = match fwd.monitored() {
+                                None => (Outcome::Allow, None),
+                                Some(d) => (Outcome::WouldDeny, Some((d.code(), d.reason()))),
                             };
                             let exchange = crate::session::Exchange::of(&inbound.head);
                             let started = Instant::now();
-                            let result = self.upstream.forward(inbound, fwd, &seen).instrument(crate::pipeline::stage_span(Stage::Upstream)).await;
-                            seen.timings.record(Stage::Upstream, started.elapsed());
+                            let result = self.upstream.forward(inbound, &fwd).instrument(crate::pipeline::stage_span(Stage::Upstream)).await;
+                            timings.record(Stage::Upstream, started.elapsed());
+                            seen = fwd.into_evidence();
                             let resp = match result {
                                 Ok(resp) => resp,
                                 Err(e) => {
@@ -336,7 +354,7 @@ impl Shared {
                                     r
                                 }
                             };
-                            self.settle_session(&exchange, &mut seen, (outcome, summary, resp), &request_id).await
+                            self.settle_session(&exchange, &seen, &mut timings, (outcome, summary, resp), &request_id).await
                         }
                     }
                 }
@@ -365,8 +383,8 @@ impl Shared {
                 latency_us: Default::default(),
                 total_us: arrived.elapsed().as_micros() as u64,
             }
-            .with_timings(&seen.timings);
-            self.metrics.observe(&record, &seen.timings, arrived.elapsed());
+            .with_timings(&timings);
+            self.metrics.observe(&record, &timings, arrived.elapsed());
             self.log.write(&record);
             with_request_id(resp, &request_id)
         }
@@ -374,9 +392,10 @@ impl Shared {
         .await
     }
 
-    /// The refusal response for `denial`, with its log summary.
+    /// The refusal response for `denial`, with its log summary (the decision log and the
+    /// metrics say it; no diagnostic line per refusal).
     fn refuse(&self, denial: &Denial, request_id: &str) -> (Outcome, Option<(&'static str, String)>, Response<ResponseBody>) {
-        info!(error.code = denial.code(), "Request denied");
+        tracing::debug!(error.code = denial.code(), "Request refused");
         (Outcome::Deny, Some((denial.code(), denial.reason())), decision::respond(denial, request_id, &self.challenge))
     }
 
@@ -386,20 +405,17 @@ impl Shared {
     async fn settle_session(
         &self,
         exchange: &crate::session::Exchange,
-        seen: &mut Evidence,
+        seen: &Evidence,
+        timings: &mut StageTimings,
         sent: (Outcome, Option<(&'static str, String)>, Response<ResponseBody>),
         request_id: &str,
     ) -> (Outcome, Option<(&'static str, String)>, Response<ResponseBody>) {
         let (outcome, summary, resp) = sent;
-        let settled = pipeline::settle_session(&self.stages, exchange, resp.status(), resp.headers(), seen).await;
+        let settled = pipeline::settle_session(&self.stages, exchange, resp.status(), resp.headers(), seen, timings).await;
         let Err(denial) = settled else { return (outcome, summary, resp) };
-        match decision::apply_mode(self.config.mode, Err(denial)) {
-            Verdict::Refuse(d) => self.refuse(&d, request_id),
-            Verdict::Forward(Forward::Monitored(d)) => {
-                info!(error.code = d.code(), "Response would be refused (monitor mode)");
-                (Outcome::WouldDeny, summary.or(Some((d.code(), d.reason()))), resp)
-            }
-            Verdict::Forward(Forward::Permitted(_)) => (outcome, summary, resp),
+        match decision::apply_mode_to_answer(self.config.mode, denial) {
+            Answer::Withhold(d) => self.refuse(&d, request_id),
+            Answer::PassOn(d) => (Outcome::WouldDeny, summary.or(Some((d.code(), d.reason()))), resp),
         }
     }
 

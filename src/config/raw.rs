@@ -14,7 +14,7 @@ use super::Mode;
 // Raw configuration: mirrors the TOML file. Defaults live here so the file can stay short.
 // ---------------------------------------------------------------------------------------------
 
-/// The TOML file as written. See PRODUCT.md "Configuration".
+/// The TOML file as written. See README "Configuration reference".
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {

@@ -1,4 +1,4 @@
-//! Rego policy (PRODUCT.md stage 9): decides whether the action may happen, which scopes the
+//! Rego policy (pipeline stage 9): decides whether the action may happen, which scopes the
 //! user's token must hold and which quotas to spend, by evaluating `policy.query` with regorus.
 //!
 //! The policy set is compiled once at start (a compile error names file and line and the
@@ -31,6 +31,7 @@ use regorus::{Engine, Value};
 pub use convert::ConvertError;
 pub use input::{AgentView, PolicyInput, RequestView, TokenView};
 pub use load::{LoadError, Source};
+pub use reload::ReloadTrigger;
 pub use verdict::PolicyVerdict;
 
 use crate::mcp::McpRequest;

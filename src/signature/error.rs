@@ -1,4 +1,4 @@
-//! Why a signature was refused (PRODUCT.md stages 3 and 5), and why a signature base could not
+//! Why a signature was refused (pipeline stages 3 and 5), and why a signature base could not
 //! be built (RFC 9421 §2.5). Every `Display` names what failed; none ever prints a signature
 //! value, a header value that could carry a credential, or the body.
 

@@ -1,4 +1,4 @@
-//! HTTP Message Signatures (RFC 9421) in the Web Bot Auth profile: PRODUCT.md stages 3 and 5.
+//! HTTP Message Signatures (RFC 9421) in the Web Bot Auth profile: pipeline stages 3 and 5.
 //!
 //! - [`parse`]: `Signature-Input`, `Signature`, `Signature-Agent` as structured fields.
 //! - [`base`]: the signature base, byte for byte (RFC 9421 §2.5).

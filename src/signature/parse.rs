@@ -1,7 +1,7 @@
-//! Parsing of `Signature-Input`, `Signature` (RFC 9421 §4) and `Signature-Agent` (Web Bot Auth,
-//! spec/README.md §5.1–5.2): PRODUCT.md stage 3, before anything is verified.
+//! Parsing of `Signature-Input`, `Signature` (RFC 9421 §4) and `Signature-Agent` (Web Bot Auth
+//! "Signature-Agent"): pipeline stage 3, before anything is verified.
 //!
-//! All three are Structured Fields parsed by `sfv` as RFC 8941 (spec/README.md §3: the RFC 9651
+//! All three are Structured Fields parsed by `sfv` as RFC 8941 (the RFC 9651
 //! additions Date and Display String are refused). Several field lines are joined with `", "`
 //! before parsing, and a parse failure refuses the whole field (RFC 9651 §4.2), never half of
 //! it. Trusts nothing: every type is checked before use; nothing here says a signature is good.
@@ -118,7 +118,7 @@ fn kind_of(item: &Item) -> &'static str {
 }
 
 /// The first member whose `tag` parameter equals `tag` (the Web Bot Auth profile picks by tag,
-/// spec/README.md §4.2 step 1). Other members are left alone.
+/// RFC 9421 §3.2 step 1). Other members are left alone.
 pub fn pick_tagged(members: Vec<SignatureMember>, tag: &str) -> Result<SignatureMember, SignatureError> {
     for m in members {
         if m.string_param("tag")? == Some(tag) {
@@ -219,7 +219,7 @@ pub struct AgentMember {
 }
 
 /// Parses a combined `Signature-Agent` value. First non-SP character `"` → legacy sf-string
-/// (one member, `key: None`); otherwise an RFC 8941 Dictionary (spec/README.md §5.2). A field
+/// (one member, `key: None`); otherwise an RFC 8941 Dictionary (Web Bot Auth "Signature-Agent"). A field
 /// that does not parse is `Malformed`; members that parse but cannot be used are returned with
 /// the reason, so the caller can say why when it is the covered one.
 pub fn parse_signature_agent(field: &str) -> Result<Vec<AgentMember>, SignatureError> {

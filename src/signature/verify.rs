@@ -35,6 +35,29 @@ pub struct SignatureVerifier {
     /// The gateway's own authorities, normalized: `@authority` must be one of them.
     authorities: Vec<String>,
     accept_signature: String,
+    /// Legacy sf-string `Signature-Agent` uses (a metric), and the origins already named in
+    /// the log, so it says so once per origin rather than once per request.
+    legacy: LegacyAgents,
+}
+
+/// Counts legacy `Signature-Agent` uses and remembers which origins the log has named.
+#[derive(Debug, Clone, Default)]
+struct LegacyAgents {
+    uses: prometheus_client::metrics::counter::Counter,
+    logged: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+impl LegacyAgents {
+    /// Origins remembered at most: past it, the log stays quiet and the counter still counts.
+    const MAX_LOGGED: usize = 1024;
+
+    fn record(&self, url: &str) {
+        self.uses.inc();
+        let Ok(mut logged) = self.logged.lock() else { return };
+        if logged.len() < Self::MAX_LOGGED && logged.insert(url.to_owned()) {
+            tracing::info!(agent.url = %url, "Agent uses the legacy sf-string Signature-Agent (said once per agent; portcullis_legacy_signature_agent_total counts every request)");
+        }
+    }
 }
 
 impl SignatureVerifier {
@@ -92,7 +115,13 @@ impl SignatureVerifier {
             requires_nonce: cfg.require_nonce,
             authorities,
             accept_signature,
+            legacy: LegacyAgents::default(),
         })
+    }
+
+    /// The legacy `Signature-Agent` counter, to register with the metrics.
+    pub fn legacy_agent_counter(&self) -> prometheus_client::metrics::counter::Counter {
+        self.legacy.uses.clone()
     }
 
     /// Value for the `Accept-Signature` header on refusals (RFC 9421 §5.1): the required
@@ -224,7 +253,7 @@ impl SignatureVerifier {
             if !self.accepts_legacy_agent {
                 return Err(SignatureError::LegacyAgentRefused);
             }
-            tracing::info!(agent.url = %agent.url(), "Legacy sf-string Signature-Agent accepted");
+            self.legacy.record(agent.url().as_str());
         }
         Ok(agent)
     }

@@ -1,4 +1,4 @@
-//! Agent identity end to end (PRODUCT.md stages 2–6): a real gateway, a real upstream and a
+//! Agent identity end to end (pipeline stages 2–6): a real gateway, a real upstream and a
 //! real HTTPS key directory (certificate from a CA made in the test), with requests signed by
 //! the library's own `Signer` at the real clock.
 #![allow(clippy::unwrap_used)]
@@ -74,8 +74,9 @@ impl World {
         common::client().post(self.gateway.url("/mcp")).headers(parts.headers).body(body).send().await.unwrap()
     }
 
-    fn decisions(&self) -> Vec<serde_json::Value> {
-        common::decision_lines(&self.log)
+    /// The decision-log lines, once there are at least `n`.
+    async fn decisions(&self, n: usize) -> Vec<serde_json::Value> {
+        common::wait_for_decision_lines(&self.log, n).await
     }
 }
 
@@ -117,7 +118,7 @@ async fn valid_signature_is_forwarded_with_the_verified_agent_header() {
     assert_eq!(seen[0].headers["x-portcullis-agent"], w.directory.origin());
     assert_eq!(seen[0].headers.get_all("x-portcullis-agent").iter().count(), 1);
     assert_eq!(seen[0].body, BODY.as_bytes());
-    let line = w.decisions().pop().unwrap();
+    let line = w.decisions(1).await.pop().unwrap();
     assert_eq!(line["outcome"], "allow");
     assert_eq!(line["agent"], w.directory.origin());
     assert_eq!(line["keyid"], signer.keyid());
@@ -213,7 +214,7 @@ async fn directory_that_was_never_reached_refuses_and_forwards_nothing() {
     w.directory.stop();
     assert_agent_refused(w.send(w.signed(&w.signer(&key), BODY, now())).await, "unreachable").await;
     assert!(w.upstream.seen().is_empty());
-    let line = w.decisions().pop().unwrap();
+    let line = w.decisions(1).await.pop().unwrap();
     assert_eq!(line["outcome"], "deny");
     assert!(line["agent"].is_null());
 }
@@ -360,7 +361,7 @@ async fn monitor_mode_forwards_refused_signatures_and_logs_would_deny() {
     let seen = w.upstream.seen();
     assert_eq!(seen.len(), 2);
     assert!(seen.iter().all(|s| s.headers.get("x-portcullis-agent").is_none()), "no agent header without a verified signature");
-    let lines = w.decisions();
+    let lines = w.decisions(2).await;
     assert_eq!(lines.len(), 2);
     for line in &lines {
         assert_eq!(line["outcome"], "would_deny", "{line}");
@@ -382,7 +383,7 @@ async fn monitor_mode_forwards_a_replay_without_the_agent_header() {
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[0].headers["x-portcullis-agent"], w.directory.origin());
     assert!(seen[1].headers.get("x-portcullis-agent").is_none(), "a replayed copy carries no identity");
-    let lines = w.decisions();
+    let lines = w.decisions(2).await;
     assert_eq!((lines[0]["outcome"].as_str(), lines[1]["outcome"].as_str()), (Some("allow"), Some("would_deny")));
     assert_eq!(lines[1]["error"], "replayed_signature");
 }

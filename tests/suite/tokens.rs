@@ -64,8 +64,9 @@ impl Setup {
         req.send().await.unwrap()
     }
 
-    fn log_lines(&self) -> Vec<Value> {
-        common::decision_lines(&self.log)
+    /// The decision-log lines, once there are at least `n`.
+    async fn log_lines(&self, n: usize) -> Vec<Value> {
+        common::wait_for_decision_lines(&self.log, n).await
     }
 }
 
@@ -104,7 +105,7 @@ async fn assert_forwarded_as_user(s: &Setup, key: &SigningKey) {
 async fn valid_rs256_token_is_forwarded_as_the_user_without_the_token() {
     let s = Setup::start("").await;
     assert_forwarded_as_user(&s, &s.issuer.rsa).await;
-    let line = s.log_lines().pop().unwrap();
+    let line = s.log_lines(1).await.pop().unwrap();
     assert_eq!(line["outcome"], "allow");
     assert_eq!(line["sub"], "user-1842");
     assert!(line["latency_us"]["token"].is_u64(), "{line}");
@@ -330,7 +331,7 @@ async fn opaque_tokens_are_introspected_active_forwarded_inactive_refused() {
     assert_eq!(seen[1].headers["x-portcullis-scopes"], "mcp:tools");
     assert_invalid_token(&s, "opaque-revoked", "not active").await;
     assert_invalid_token(&s, "opaque-other-aud", "audience").await;
-    let line = serde_json::to_string(&s.log_lines()).unwrap();
+    let line = serde_json::to_string(&s.log_lines(4).await).unwrap();
     assert!(!line.contains(issuer::CLIENT_SECRET) && !line.contains("opaque-active-1"), "no secrets in the decision log");
 }
 
@@ -344,7 +345,7 @@ async fn monitor_mode_forwards_a_bad_token_and_logs_would_deny() {
     assert_eq!(seen.len(), 1, "monitor mode forwards");
     assert!(seen[0].headers.get("authorization").is_none());
     assert!(seen[0].headers.get("x-portcullis-subject").is_none(), "an unverified user is never asserted");
-    let line = s.log_lines().pop().unwrap();
+    let line = s.log_lines(1).await.pop().unwrap();
     assert_eq!(line["outcome"], "would_deny");
     assert_eq!(line["error"], "invalid_token");
     assert!(line["sub"].is_null());

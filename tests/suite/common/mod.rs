@@ -283,9 +283,26 @@ pub fn temp_path(name: &str) -> (tempfile::TempDir, PathBuf) {
     (dir, p)
 }
 
-/// Reads the decision log lines written to `path` as JSON values.
+/// Reads the decision log lines written to `path` as JSON values. Complete once the gateway
+/// has shut down (shutdown writes every queued line); while it runs, use
+/// [`wait_for_decision_lines`].
 pub fn decision_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// The decision log lines in `path` once there are at least `n`, while the gateway runs: a
+/// line is queued before the response is sent and written by the log's writer thread moments
+/// later. Fails the test if they do not appear within 10 s.
+pub async fn wait_for_decision_lines(path: &std::path::Path, n: usize) -> Vec<serde_json::Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let lines = decision_lines(path);
+        if lines.len() >= n {
+            return lines;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "expected {n} decision-log lines in {} within 10 s, found {}: {lines:?}", path.display(), lines.len());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// Sends raw bytes on a fresh connection and returns what the server answered (until it closes
