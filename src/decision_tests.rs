@@ -166,7 +166,7 @@ fn quoting_escapes_and_strips_controls() {
 
 #[tokio::test]
 async fn agent_credential_refusals_carry_accept_signature() {
-    for denial in [Denial::Signature(SignatureError::Missing), Denial::KeyResolution(DirectoryError::UntrustedOrigin { origin: "https://x.example".into() })] {
+    for denial in [Denial::Signature(SignatureError::Missing), Denial::KeyResolution(DirectoryError::UntrustedOrigin)] {
         let resp = respond(&denial, "r", &challenge());
         assert_eq!(resp.status(), 401);
         assert_eq!(resp.headers()["accept-signature"], challenge().accept_signature.as_str());
@@ -201,11 +201,11 @@ fn replay_errors_map_to_replayed_or_state_unavailable() {
 
 #[tokio::test]
 async fn invalid_token_has_a_one_line_quoted_challenge() {
-    let resp = respond(&Denial::from(TokenError::UnknownKeyId { kid: "k\"1\r\n".into() }), "r", &challenge());
+    let resp = respond(&Denial::from(TokenError::KeyMismatch { kid: "k\"1\r\n".into(), alg: "EdDSA".into() }), "r", &challenge());
     assert_eq!(resp.status(), 401);
     assert_eq!(
         resp.headers()[WWW_AUTHENTICATE],
-        r#"Bearer error="invalid_token", error_description="no issuer key with kid \"k\\\"1\\r\\n\"", resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource""#
+        r#"Bearer error="invalid_token", error_description="issuer key \"k\\\"1\\r\\n\" cannot verify EdDSA", resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource""#
     );
     assert_eq!(body_json(resp).await["error"], "invalid_token");
 }

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 
 use crate::config::{Config, ConfigError, FieldError};
 use crate::denial::Denial;
@@ -28,7 +27,7 @@ use crate::replay::ReplayGuard;
 use crate::session::{self, SessionGuard};
 use crate::signature::{SignatureError, SignatureVerifier, VerifiedSignature};
 use crate::state::Stores;
-use crate::telemetry::FetchLabels;
+use crate::telemetry::DirectoryMetrics;
 
 /// One request as the stages see it: the head, the exact raw body bytes, and the time.
 #[derive(Debug)]
@@ -339,8 +338,8 @@ impl Stages {
     }
 
     /// The identity stages' counters (directory fetches by result, replay hits) to register.
-    pub fn identity_counters(&self) -> (Family<FetchLabels, Counter>, Counter) {
-        (self.directory.fetch_counter(), self.replay.hit_counter())
+    pub fn identity_counters(&self) -> (DirectoryMetrics, Counter) {
+        (self.directory.metrics(), self.replay.hit_counter())
     }
 
     /// The legacy `Signature-Agent` counter, to register with the metrics.

@@ -62,6 +62,24 @@ pub struct FetchLabels {
     pub result: &'static str,
 }
 
+/// Label of the fetch-budget refusal counter: which budget was exhausted.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BudgetLabels {
+    /// `origin` (`signatures.directory_fetch_budget`) or `global`.
+    pub budget: &'static str,
+}
+
+/// Counters of key resolution (stage 4): directory fetches by result, and requests refused
+/// because a fetch budget was exhausted. Made by the resolver, registered by
+/// [`Metrics::register_identity`].
+#[derive(Clone, Debug, Default)]
+pub struct DirectoryMetrics {
+    /// Fetches by result.
+    pub fetches: Family<FetchLabels, Counter>,
+    /// Fetches refused by an exhausted budget (nothing was sent).
+    pub budget_exhausted: Family<BudgetLabels, Counter>,
+}
+
 /// The gateway's Prometheus metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -105,10 +123,15 @@ impl Metrics {
         self.request_seconds.observe(total.as_secs_f64());
     }
 
-    /// Registers the identity stages' counters: directory fetches by result, and signatures
-    /// refused as replays.
-    pub fn register_identity(&mut self, directory_fetches: Family<FetchLabels, Counter>, replay_hits: Counter) {
-        self.registry.register("directory_fetches", "Key directory fetches by result", directory_fetches);
+    /// Registers the identity stages' counters: directory fetches by result, fetches refused by
+    /// an exhausted budget, and signatures refused as replays.
+    pub fn register_identity(&mut self, directory: DirectoryMetrics, replay_hits: Counter) {
+        self.registry.register("directory_fetches", "Key directory fetches by result", directory.fetches);
+        self.registry.register(
+            "directory_fetch_budget_exhausted",
+            "Requests refused because a key directory fetch budget (origin or global) was exhausted",
+            directory.budget_exhausted,
+        );
         self.registry.register("replay_hits", "Signatures refused because they were already used", replay_hits);
     }
 
@@ -167,6 +190,7 @@ struct ResultLabels {
 pub struct TokenMetrics {
     cache: Family<ResultLabels, Counter>,
     jwks_fetches: Family<ResultLabels, Counter>,
+    jwks_budget_exhausted: Counter,
 }
 
 impl TokenMetrics {
@@ -179,6 +203,16 @@ impl TokenMetrics {
     pub fn jwks_fetch(&self, result: &'static str) {
         self.jwks_fetches.get_or_create(&ResultLabels { result }).inc();
     }
+
+    /// Counts one unknown-`kid` refetch refused by `oauth.jwks_refetch_budget`.
+    pub fn jwks_budget_exhausted(&self) {
+        self.jwks_budget_exhausted.inc();
+    }
+
+    /// How many unknown-`kid` refetches the budget refused.
+    pub fn jwks_budget_exhausted_count(&self) -> u64 {
+        self.jwks_budget_exhausted.get()
+    }
 }
 
 impl Metrics {
@@ -186,6 +220,11 @@ impl Metrics {
     pub fn register_token(&mut self, m: &TokenMetrics) {
         self.registry.register("token_cache_lookups", "Verified-token cache lookups by result (hit, miss)", m.cache.clone());
         self.registry.register("jwks_fetches", "Issuer JWKS fetches by result (ok, error)", m.jwks_fetches.clone());
+        self.registry.register(
+            "jwks_refetch_budget_exhausted",
+            "Tokens refused because an unknown-kid JWKS refetch would exceed oauth.jwks_refetch_budget",
+            m.jwks_budget_exhausted.clone(),
+        );
     }
 }
 

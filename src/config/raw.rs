@@ -274,6 +274,10 @@ pub struct RawSignatures {
     /// Accept the legacy sf-string `Signature-Agent` form (logged).
     #[serde(default = "d_true")]
     pub accept_legacy_agent: bool,
+    /// Accept `Signature-Agent` members with `type=jwks_uri`: a key set at any path of a trusted
+    /// origin, whose keys then speak for that full URL (never for the bare origin).
+    #[serde(default)]
+    pub accept_jwks_uri: bool,
     /// Refuse signatures without `nonce`.
     #[serde(default)]
     pub require_nonce: bool,
@@ -288,14 +292,26 @@ pub struct RawSignatures {
     /// Wall-clock limit on one key directory fetch (connect, TLS, headers and body).
     #[serde(default = "d_directory_timeout")]
     pub directory_timeout: HumanDuration,
-    /// Shortest time a fetched directory is kept, whatever its `Cache-Control` says; also the
-    /// least time between two fetches of one directory (no fetch storm on unknown keyids).
+    /// Shortest time a fetched directory is kept, whatever its `Cache-Control` says (PRODUCT.md
+    /// decision 7: `max-age` is honoured down to 1 s).
     #[serde(default = "d_directory_min_ttl")]
     pub directory_min_ttl: HumanDuration,
     /// Longest time a fetched directory is kept before it is fetched again (bounds how long a
     /// key removed from the directory still works).
     #[serde(default = "d_directory_max_ttl")]
     pub directory_max_ttl: HumanDuration,
+    /// Least time between two fetches of an origin's keys caused by an unknown keyid (forged
+    /// keyids cannot cause a fetch storm); also how long a failed fetch is remembered (at most
+    /// 5 minutes).
+    #[serde(default = "d_directory_refetch_interval")]
+    pub directory_refetch_interval: HumanDuration,
+    /// Most key directory fetches per trusted origin per minute, whatever URLs or keyids the
+    /// requests name; beyond it a request that needs a fetch is refused.
+    #[serde(default = "d_directory_fetch_budget")]
+    pub directory_fetch_budget: u32,
+    /// Most key directory fetches per minute over all origins.
+    #[serde(default = "d_directory_fetch_budget_global")]
+    pub directory_fetch_budget_global: u32,
 }
 
 impl Default for RawSignatures {
@@ -309,12 +325,16 @@ impl Default for RawSignatures {
             trusted_agents: Vec::new(),
             directory_ca: None,
             accept_legacy_agent: true,
+            accept_jwks_uri: false,
             require_nonce: false,
             authority: Vec::new(),
             keys: Vec::new(),
             directory_timeout: d_directory_timeout(),
             directory_min_ttl: d_directory_min_ttl(),
             directory_max_ttl: d_directory_max_ttl(),
+            directory_refetch_interval: d_directory_refetch_interval(),
+            directory_fetch_budget: d_directory_fetch_budget(),
+            directory_fetch_budget_global: d_directory_fetch_budget_global(),
         }
     }
 }
@@ -348,10 +368,21 @@ fn d_directory_timeout() -> HumanDuration {
     HumanDuration(Duration::from_secs(5))
 }
 fn d_directory_min_ttl() -> HumanDuration {
-    HumanDuration(Duration::from_secs(60))
+    HumanDuration(Duration::from_secs(1))
 }
 fn d_directory_max_ttl() -> HumanDuration {
     HumanDuration(Duration::from_secs(3600))
+}
+fn d_directory_refetch_interval() -> HumanDuration {
+    HumanDuration(Duration::from_secs(60))
+}
+/// Twice what one origin's directory can need (a refresh per second at `max-age=1`, plus an
+/// unknown-keyid refetch per interval), so only a flood of URLs or keyids reaches it.
+fn d_directory_fetch_budget() -> u32 {
+    120
+}
+fn d_directory_fetch_budget_global() -> u32 {
+    1200
 }
 
 /// `[oauth]` (stage 7).
@@ -388,6 +419,10 @@ pub struct RawOAuth {
     /// cause a fetch storm).
     #[serde(default = "d_jwks_refetch_interval")]
     pub jwks_refetch_interval: HumanDuration,
+    /// Most JWKS refetches caused by unknown `kid`s per minute, whatever the interval allows;
+    /// beyond it such a token is refused without a fetch.
+    #[serde(default = "d_jwks_refetch_budget")]
+    pub jwks_refetch_budget: u32,
     /// `[oauth.introspection]`: RFC 7662 introspection for opaque (non-JWT) tokens.
     pub introspection: Option<RawIntrospection>,
 }
@@ -406,6 +441,7 @@ impl Default for RawOAuth {
             fetch_timeout: d_fetch_timeout(),
             token_cache_size: d_token_cache_size(),
             jwks_refetch_interval: d_jwks_refetch_interval(),
+            jwks_refetch_budget: d_jwks_refetch_budget(),
             introspection: None,
         }
     }
@@ -419,6 +455,9 @@ fn d_token_cache_size() -> u64 {
 }
 fn d_jwks_refetch_interval() -> HumanDuration {
     HumanDuration(Duration::from_secs(30))
+}
+fn d_jwks_refetch_budget() -> u32 {
+    10
 }
 
 /// `[oauth.introspection]` (RFC 7662), used for tokens that are not JWTs.

@@ -18,7 +18,7 @@ pub mod parse;
 pub mod signer;
 pub mod verify;
 
-pub use error::{BaseError, SignatureError};
+pub use error::{shown_alg, shown_keyid, shown_name, BaseError, SignatureError, MAX_SHOWN_NAME};
 pub use jwk::{ed25519_public_jwk, ed25519_thumbprint, jwk_thumbprint, verifying_key_from_jwk, JwkError};
 pub use parse::{AgentForm, AgentKind, AgentRef};
 pub use signer::{Nonce, SignError, Signer};
