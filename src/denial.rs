@@ -226,12 +226,13 @@ impl From<TokenError> for Denial {
             | TokenError::WrongType { .. }
             | TokenError::UnsupportedAlgorithm { .. }
             | TokenError::CriticalHeader
-            | TokenError::UnknownKeyId { .. }
+            | TokenError::UnknownKeyId
+            | TokenError::RefetchBudgetExhausted
             | TokenError::KeyMismatch { .. }
             | TokenError::BadSignature
             | TokenError::MissingClaim { .. }
             | TokenError::InvalidClaim { .. }
-            | TokenError::WrongIssuer { .. }
+            | TokenError::WrongIssuer
             | TokenError::WrongAudience { .. }
             | TokenError::Expired { .. }
             | TokenError::NotYetValid { .. }

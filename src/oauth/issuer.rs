@@ -95,7 +95,8 @@ impl IssuerClient {
             jwks_uri: Option<String>,
         }
         let what = format!("metadata {url}");
-        let md: Metadata = serde_json::from_slice(body).map_err(|e| self.unavailable(&what, format!("not a metadata document: {e}")))?;
+        let md: Metadata =
+            serde_json::from_slice(body).map_err(|e| self.unavailable(&what, format!("not a metadata document: {}", super::compact::json_error_text(&e))))?;
         // RFC 8414 §3.3: the returned issuer MUST be identical to the one the URL was built from.
         if md.issuer != self.issuer {
             return Err(self.unavailable(&what, format!("metadata names issuer {:?}", super::short(&md.issuer))));

@@ -91,7 +91,7 @@ pub(crate) fn validate_jwt(jwt: Jwt<'_>, rules: &Rules, now: UnixTime) -> Result
 /// Checks `iss`, `aud`, the time window and reads the identity and scopes.
 pub(crate) fn validate_claims(claims: Map<String, Value>, rules: &Rules, now: UnixTime, profile: Profile) -> Result<VerifiedToken, TokenError> {
     match (string_claim(&claims, "iss")?, profile) {
-        (Some(iss), _) if iss != rules.issuer => return Err(TokenError::WrongIssuer { iss: short(iss) }),
+        (Some(iss), _) if iss != rules.issuer => return Err(TokenError::WrongIssuer),
         (None, Profile::Jwt) => return Err(TokenError::MissingClaim { claim: "iss" }),
         _ => {}
     }
