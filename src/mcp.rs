@@ -53,7 +53,9 @@ pub enum McpError {
         limit: usize,
     },
     /// `Mcp-Method`/`Mcp-Name`/`MCP-Protocol-Version` disagree with the body, are missing
-    /// where the 2026-07-28 transport requires them, or are not decodable (MCP -32020).
+    /// where the 2026-07-28 transport requires them, or are not decodable (MCP -32020). The
+    /// reason names the header, never its value or the body's (tool names and URIs are body
+    /// content the client already has).
     #[error("{reason}")]
     HeaderMismatch {
         /// The message's id.
@@ -292,32 +294,26 @@ fn check_headers(headers: &HeaderMap, req: &McpRequest) -> Result<(), McpError> 
         let mismatch = |reason: String| McpError::HeaderMismatch { id: m.id.clone(), reason };
         let body_method = m.method.as_deref();
         match (&method_h, body_method) {
-            (Some(h), Some(b)) if h != b => return Err(mismatch(format!("Mcp-Method header {:?} does not match the body's method {:?}", clip(h), clip(b)))),
-            (Some(h), None) => return Err(mismatch(format!("Mcp-Method header {:?} sent with a JSON-RPC response", clip(h)))),
+            (Some(h), Some(b)) if h != b => return Err(mismatch("Mcp-Method header does not match the body's method".to_owned())),
+            (Some(_), None) => return Err(mismatch("Mcp-Method header sent with a JSON-RPC response".to_owned())),
             (None, Some(_)) if requires => return Err(mismatch(format!("Mcp-Method header is required by protocol version {STATELESS_VERSION}"))),
             _ => {}
         }
         let names_something = matches!(body_method, Some("tools/call" | "resources/read" | "prompts/get"));
         match (&name_h, m.name()) {
-            (Some(h), Some(b)) if h != b => return Err(mismatch(format!("Mcp-Name header {:?} does not match the body's name {:?}", clip(h), clip(b)))),
-            (Some(h), None) => return Err(mismatch(format!("Mcp-Name header {:?} but the body names nothing", clip(h)))),
+            (Some(h), Some(b)) if h != b => return Err(mismatch("Mcp-Name header does not match the body's name".to_owned())),
+            (Some(_), None) => return Err(mismatch("Mcp-Name header but the body names nothing".to_owned())),
             (None, _) if requires && names_something => return Err(mismatch("Mcp-Name header is required for this method".to_owned())),
             _ => {}
         }
         // 2026-07-28: the header MUST equal params._meta["io.modelcontextprotocol/protocolVersion"].
         if let (Some(h), Some(b)) = (&req.protocol_version, &m.meta_version) {
             if h != b {
-                return Err(mismatch(format!("MCP-Protocol-Version header {:?} does not match params._meta protocolVersion {:?}", clip(h), clip(b))));
+                return Err(mismatch("MCP-Protocol-Version header does not match params._meta protocolVersion".to_owned()));
             }
         }
     }
     Ok(())
-}
-
-/// At most the first 64 characters of a client-supplied value quoted in a refusal: the body's
-/// method or tool name can be as long as the body, and refusals and the decision log repeat it.
-fn clip(s: &str) -> &str {
-    s.char_indices().nth(64).map_or(s, |(end, _)| &s[..end])
 }
 
 /// A header's text value, `=?base64?…?=` decoded (MCP 2026-07-28 non-ASCII values).

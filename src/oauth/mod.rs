@@ -417,3 +417,7 @@ mod test_keys;
 #[cfg(test)]
 #[path = "mod_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "refusal_text_tests.rs"]
+mod refusal_text_tests;

@@ -10,7 +10,7 @@ use ed25519_dalek::{Signature, VerifyingKey};
 use sfv::{BareItem, InnerList, Item};
 
 use super::base::{signature_base, MessageView, RequestView};
-use super::error::SignatureError;
+use super::error::{shown_name, SignatureError};
 use super::parse::{combined_field, parse_signature_agent, parse_signatures, pick_tagged, AgentForm, AgentRef, SignatureMember};
 use super::parse::{SIGNATURE, SIGNATURE_AGENT, SIGNATURE_INPUT};
 use crate::config::{FieldError, RawSignatures};
@@ -159,11 +159,9 @@ impl SignatureVerifier {
         };
         let base = signature_base(&MessageView::Request(view), &member.covered)?;
         let agent = self.agent(&member.covered, headers)?;
-        let signature: [u8; 64] = member
-            .signature
-            .as_slice()
-            .try_into()
-            .map_err(|_| SignatureError::Malformed(format!("signature {} is {} bytes; Ed25519 signatures are 64", member.label, member.signature.len())))?;
+        let signature: [u8; 64] = member.signature.as_slice().try_into().map_err(|_| {
+            SignatureError::Malformed(format!("signature {} is {} bytes; Ed25519 signatures are 64", shown_name(&member.label), member.signature.len()))
+        })?;
         Ok(Some(PendingSignature { label: member.label, params, agent: Some(agent), base, signature }))
     }
 
@@ -245,7 +243,7 @@ impl SignatureVerifier {
         let field = combined_field(headers, SIGNATURE_AGENT)?.ok_or_else(|| SignatureError::MissingComponent(SIGNATURE_AGENT.to_owned()))?;
         let members = parse_signature_agent(&field)?;
         let member = members.into_iter().find(|m| m.key.as_deref() == key).ok_or_else(|| match key {
-            Some(k) => SignatureError::UnusableAgent(format!("no member {k}")),
+            Some(k) => SignatureError::UnusableAgent(format!("no member {}", shown_name(k))),
             None => SignatureError::UnusableAgent("a whole Signature-Agent dictionary is covered; cover one member with ;key".to_owned()),
         })?;
         let agent = member.agent.map_err(SignatureError::UnusableAgent)?;
