@@ -204,6 +204,11 @@ impl TokenMetrics {
         self.jwks_fetches.get_or_create(&ResultLabels { result }).inc();
     }
 
+    /// How many JWKS fetches ended with `result` (`ok` or `error`).
+    pub fn jwks_fetches_count(&self, result: &'static str) -> u64 {
+        self.jwks_fetches.get_or_create(&ResultLabels { result }).get()
+    }
+
     /// Counts one unknown-`kid` refetch refused by `oauth.jwks_refetch_budget`.
     pub fn jwks_budget_exhausted(&self) {
         self.jwks_budget_exhausted.inc();

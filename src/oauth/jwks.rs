@@ -8,7 +8,9 @@
 //! within the interval: requests race), and at most `oauth.jwks_refetch_budget` per minute
 //! whatever the interval allows, so forged kids cannot make the gateway hammer the issuer.
 //! Only asymmetric keys usable for RS256/PS256 (RSA), ES256 (P-256) and EdDSA (Ed25519) are
-//! kept; symmetric (`oct`) keys and `use = "enc"` keys are ignored. Unreachable issuer: error.
+//! kept; symmetric (`oct`) keys and `use = "enc"` keys are ignored. Unreachable issuer: error,
+//! remembered for [`FAILURE_MEMORY`] so a flood of tokens against a failing issuer causes one
+//! fetch a second, not one each.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,6 +33,10 @@ pub(crate) const MIN_TTL: Duration = Duration::from_secs(10);
 pub(crate) const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 /// Kept when the issuer sends no `max-age`.
 pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(300);
+/// How long a failed fetch is remembered: while the issuer fails, requests (any token shape
+/// reaches the key lookup) cause one fetch per this time, not one each. Matches the
+/// `Retry-After: 1` of the `issuer_unavailable` refusal.
+pub(crate) const FAILURE_MEMORY: Duration = Duration::from_secs(1);
 
 /// The kind of public key an algorithm needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +172,8 @@ pub(crate) struct Jwks {
     discovered_url: OnceCell<Url>,
     cache: moka::future::Cache<(), Arc<KeySet>>,
     refetch: Refetch,
+    /// The last failed fetch of an empty cache, and when (the request's clock).
+    last_failure: Mutex<Option<(UnixTime, TokenError)>>,
     metrics: TokenMetrics,
 }
 
@@ -216,14 +224,14 @@ impl Jwks {
     /// `configured_url` is `oauth.jwks_url`; without it the URL is discovered once.
     pub(crate) fn new(client: IssuerClient, configured_url: Option<Url>, refetch: Refetch, metrics: TokenMetrics) -> Jwks {
         let cache = moka::future::Cache::builder().max_capacity(1).expire_after(SetExpiry).build();
-        Jwks { client, configured_url, discovered_url: OnceCell::new(), cache, refetch, metrics }
+        Jwks { client, configured_url, discovered_url: OnceCell::new(), cache, refetch, last_failure: Mutex::new(None), metrics }
     }
 
     /// The keys that may verify a token with `kid` and `alg`: from the cached set, or after
     /// one rate-limited refetch when the set does not know `kid`.
     pub(crate) async fn keys_for(&self, kid: Option<&str>, alg: Algorithm, now: UnixTime) -> Result<Vec<PublicKey>, TokenError> {
         let kind = super::token::key_kind(alg).ok_or_else(|| TokenError::UnsupportedAlgorithm { alg: format!("{alg:?}") })?;
-        let set = self.cache.try_get_with((), self.fetch()).await.map_err(|e| (*e).clone())?;
+        let set = self.key_set(now).await?;
         let found: Vec<PublicKey> = set.candidates(kid, kind).into_iter().cloned().collect();
         if !found.is_empty() {
             return Ok(found);
@@ -252,6 +260,27 @@ impl Jwks {
             return Err(TokenError::UnknownKeyId);
         }
         Ok(found)
+    }
+
+    /// The cached key set, or one fetch shared by concurrent misses. A failure is remembered
+    /// for [`FAILURE_MEMORY`]: meanwhile requests get it again without a fetch.
+    async fn key_set(&self, now: UnixTime) -> Result<Arc<KeySet>, TokenError> {
+        if let Some(set) = self.cache.get(&()).await {
+            return Ok(set);
+        }
+        {
+            let last = self.last_failure.lock().unwrap_or_else(|p| p.into_inner());
+            // A request timed before the failure (requests race) is within the memory too.
+            if let Some((at, e)) = last.as_ref().filter(|(at, _)| now.0 < at.0 + FAILURE_MEMORY) {
+                tracing::debug!(failed_at = at.secs(), "JWKS fetch failed moments ago; not asking again yet");
+                return Err(e.clone());
+            }
+        }
+        self.cache.try_get_with((), self.fetch()).await.map_err(|e| {
+            let e = (*e).clone();
+            *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some((now, e.clone()));
+            e
+        })
     }
 
     /// Puts `set` in the cache as if it had been fetched (unit tests without an issuer).

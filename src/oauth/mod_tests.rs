@@ -217,6 +217,21 @@ async fn unreachable_issuer_fails_closed_naming_it() {
     assert!(err.to_string().contains(ISS), "{err}");
 }
 
+#[tokio::test]
+async fn a_failed_jwks_fetch_is_remembered_for_a_second() {
+    let key = SigningKey::ed("k");
+    let v = TokenVerifier::new(&oauth(|_| {}), Path::new(".")).expect("valid config");
+    let token = key.sign(&claims(NOW + 60));
+    for t in [at(NOW), at(NOW), UnixTime(Duration::from_millis(NOW * 1000 + 999)), at(NOW - 5)] {
+        let err = v.authenticate(&bearer(&token), t).await.expect_err("no issuer");
+        assert!(matches!(err, TokenError::IssuerUnavailable { .. }), "{err:?}");
+    }
+    let fetches = |result| v.metrics().jwks_fetches_count(result);
+    assert_eq!(fetches("error"), 1, "one fetch while the failure is remembered");
+    v.authenticate(&bearer(&token), at(NOW + 1)).await.expect_err("still no issuer");
+    assert_eq!(fetches("error"), 2, "asked again a second later");
+}
+
 #[test]
 fn config_errors_name_each_field() {
     let errs = TokenVerifier::new(
