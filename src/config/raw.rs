@@ -292,7 +292,7 @@ pub struct RawSignatures {
     /// Wall-clock limit on one key directory fetch (connect, TLS, headers and body).
     #[serde(default = "d_directory_timeout")]
     pub directory_timeout: HumanDuration,
-    /// Shortest time a fetched directory is kept, whatever its `Cache-Control` says (PRODUCT.md
+    /// Shortest time a fetched directory is kept, whatever its `Cache-Control` says (docs/design.md
     /// decision 7: `max-age` is honoured down to 1 s).
     #[serde(default = "d_directory_min_ttl")]
     pub directory_min_ttl: HumanDuration,

@@ -1,4 +1,4 @@
-//! Fetching and parsing one key directory (spec/README.md §5.3; WBA "Key Distribution and
+//! Fetching and parsing one key directory (Web Bot Auth "Key Distribution and
 //! Discovery", "Directory Format", "SSRF").
 //!
 //! HTTPS only, no redirects, status exactly 200, the directory media type, a size cap checked
@@ -29,7 +29,7 @@ pub const MAX_DIRECTORY_BYTES: usize = 64 << 10;
 /// Most keys a directory may list (WBA "SSRF": key-count cap).
 pub const MAX_DIRECTORY_KEYS: usize = 64;
 
-/// One usable key of a directory, with its validity window (PRODUCT.md decision 6).
+/// One usable key of a directory, with its validity window (docs/design.md decision 6).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirectoryKey {
     /// The Ed25519 public key.

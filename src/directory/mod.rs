@@ -1,11 +1,12 @@
-//! Key resolution (PRODUCT.md stage 4): `Signature-Agent` → key directory → the Ed25519 key
+//! Key resolution (pipeline stage 4): `Signature-Agent` → key directory → the Ed25519 key
 //! whose RFC 7638 thumbprint equals the signature's `keyid`, or a static key from config.
 //!
 //! Decides which key, if any, may verify a signature, and which identity that key speaks for;
 //! it does not verify anything itself. Trusts: the operator's `signatures.keys` and
 //! `signatures.trusted_agents`, and directory documents fetched over HTTPS from an allow-listed
-//! origin (spec/README.md §5.3). It never trusts a directory's `kid`: the thumbprint is computed
-//! here. Lookup is on the pair (key source, keyid), never keyid alone.
+//! origin (Web Bot Auth "Key Distribution and Discovery"). It never trusts a directory's
+//! `kid`: the thumbprint is computed here. Lookup is on the pair (key source, keyid), never
+//! keyid alone.
 //!
 //! Identity: only an origin's well-known directory
 //! (`/.well-known/http-message-signatures-directory`) speaks for the origin. A `type=jwks_uri`
@@ -13,7 +14,7 @@
 //! unless `signatures.accept_jwks_uri` is on, and then its keys speak for its full URL (query
 //! and fragment dropped), never for the bare origin.
 //!
-//! Caching (PRODUCT.md decision 7; WBA "Cache Behaviour", "Discovery Failure"): a document is
+//! Caching (docs/design.md decision 7; WBA "Cache Behaviour", "Discovery Failure"): a document is
 //! fresh for its `Cache-Control: max-age`, clamped to `directory_min_ttl`..`directory_max_ttl`
 //! (60 s when it sends none), so a key removed from the directory stops verifying within
 //! max-age. A keyid the fresh document lacks causes at most one refetch per
@@ -135,7 +136,7 @@ pub enum DirectoryError {
         /// The key source.
         url: String,
     },
-    /// The key's `nbf` is in the future (PRODUCT.md decision 6).
+    /// The key's `nbf` is in the future (docs/design.md decision 6).
     #[error("key {} is not valid before {nbf}", shown_keyid(.keyid))]
     KeyNotYetValid {
         /// The keyid.
@@ -143,7 +144,7 @@ pub enum DirectoryError {
         /// The key's `nbf`, Unix seconds.
         nbf: u64,
     },
-    /// The key's `exp` has passed (PRODUCT.md decision 6).
+    /// The key's `exp` has passed (docs/design.md decision 6).
     #[error("key {} expired at {exp}", shown_keyid(.keyid))]
     KeyExpired {
         /// The keyid.
@@ -238,7 +239,7 @@ struct OriginState {
 const MAX_DIRECTORIES: u64 = 4096;
 /// How long a document that sends no `max-age` is fresh (clamped to min/max TTL).
 const DEFAULT_TTL: Duration = Duration::from_secs(60);
-/// Longest time a failed fetch is remembered (PRODUCT.md decision 7).
+/// Longest time a failed fetch is remembered (docs/design.md decision 7).
 const MAX_FAILURE_MEMORY: Duration = Duration::from_secs(300);
 
 /// The cache and budget settings of `[signatures]`.
@@ -482,7 +483,7 @@ impl Lookup {
     }
 }
 
-/// PRODUCT.md decision 6: a key outside its `nbf`/`exp` window is not used.
+/// docs/design.md decision 6: a key outside its `nbf`/`exp` window is not used.
 fn check_window(key: &DirectoryKey, keyid: &str, now: UnixTime) -> Result<(), DirectoryError> {
     if let Some(nbf) = key.nbf.filter(|nbf| now.secs() < *nbf) {
         return Err(DirectoryError::KeyNotYetValid { keyid: keyid.to_owned(), nbf });
@@ -515,7 +516,7 @@ pub fn normalize_origin(s: &str) -> Result<String, String> {
     Ok(u.origin().ascii_serialization())
 }
 
-/// The cache and budget settings, checked: PRODUCT.md decision 7 honours max-age down to 1 s.
+/// The cache and budget settings, checked: docs/design.md decision 7 honours max-age down to 1 s.
 fn settings(cfg: &RawSignatures, errors: &mut Vec<FieldError>) -> Settings {
     let (min_ttl, max_ttl, refetch_interval) = (cfg.directory_min_ttl.0, cfg.directory_max_ttl.0, cfg.directory_refetch_interval.0);
     if min_ttl < Duration::from_secs(1) {

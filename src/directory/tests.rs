@@ -183,7 +183,7 @@ async fn cache_honours_max_age_clamped_to_min_and_max_ttl() {
     assert_eq!(dir.count(), 9);
 }
 
-/// PRODUCT.md decision 7: a key removed from a directory that says `max-age=1` stops
+/// docs/design.md decision 7: a key removed from a directory that says `max-age=1` stops
 /// verifying one second after the last fetch, not after a 60 s floor.
 #[tokio::test]
 async fn key_removed_from_a_max_age_1_directory_stops_resolving_after_a_second() {

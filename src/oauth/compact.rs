@@ -1,4 +1,4 @@
-//! The compact forms a bearer token arrives in (PRODUCT.md stage 7, before any key is used):
+//! The compact forms a bearer token arrives in (pipeline stage 7, before any key is used):
 //! `Authorization: Bearer <token68>` (RFC 6750 §2.1) and the JWS compact serialization of a
 //! JWT (RFC 7515 §7.1): three base64url parts, a JOSE header and a JSON claims object, with the
 //! header rules that need no key (RFC 9068 §4 `typ`, the accepted `alg`, RFC 7515 §4.1.11

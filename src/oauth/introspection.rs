@@ -1,4 +1,4 @@
-//! Opaque tokens (PRODUCT.md stage 7, optional): RFC 7662 token introspection with the
+//! Opaque tokens (pipeline stage 7, optional): RFC 7662 token introspection with the
 //! gateway's client credentials (`[oauth.introspection]`).
 //!
 //! Used only for tokens that are not JWTs. The issuer's answer is trusted for what it says

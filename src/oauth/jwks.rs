@@ -1,4 +1,4 @@
-//! The issuer's signing keys (PRODUCT.md stage 7): JWKS fetch (from `oauth.jwks_url` or the
+//! The issuer's signing keys (pipeline stage 7): JWKS fetch (from `oauth.jwks_url` or the
 //! metadata's `jwks_uri`), parsing, and the cache.
 //!
 //! The key set is cached (moka) for the `Cache-Control` `max-age` the issuer sent, clamped to

@@ -1,5 +1,5 @@
-//! User authority (PRODUCT.md stage 7): the OAuth 2.1 bearer token of the MCP Authorization
-//! spec, as the resource server checks it (spec/mcp-auth.md §3–§5).
+//! User authority (pipeline stage 7): the OAuth 2.1 bearer token of the MCP Authorization
+//! spec, as the resource server checks it (MCP Authorization, RFC 6750, RFC 9068).
 //!
 //! [`TokenVerifier::authenticate`] takes the token only from `Authorization: Bearer <token68>`
 //! (RFC 6750 §2.1; a token in the query string is never used and is refused by
@@ -11,8 +11,8 @@
 //! re-checked against each request's `now` on every hit.
 //!
 //! Malformed `Authorization` (not `Bearer <token68>`, sent twice) and query tokens are
-//! RFC 6750 §3.1 `invalid_request` (400, mcp-auth.md §3 "malformed auth request"), not
-//! `invalid_token`: the client sent no token we could judge.
+//! RFC 6750 §3.1 `invalid_request` (400, the MCP Authorization spec's "malformed
+//! authorization request"), not `invalid_token`: the client sent no token we could judge.
 
 mod compact;
 mod introspection;

@@ -1,4 +1,4 @@
-//! JWT access tokens (RFC 9068), PRODUCT.md stage 7: the signature check against one issuer
+//! JWT access tokens (RFC 9068), pipeline stage 7: the signature check against one issuer
 //! key and the claim checks (`iss`, `aud`, `exp`, `nbf`, `iat`, scopes), after `compact` read
 //! the token's shape and applied the header rules.
 //!

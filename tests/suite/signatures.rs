@@ -474,7 +474,7 @@ async fn jwks_uri_key_set_in_an_upload_area_is_refused_by_default_and_never_fetc
     assert!(!body["reason"].as_str().unwrap().contains("avatar"), "the client's path is not quoted: {body}");
     assert!(w.upstream.seen().is_empty());
     assert_eq!(w.directory.requests(), 0, "nothing was fetched");
-    let line = w.decisions().pop().unwrap();
+    let line = w.decisions(1).await.pop().unwrap();
     assert_eq!((line["outcome"].as_str(), line["agent"].as_str()), (Some("deny"), None), "{line}");
 }
 
@@ -494,7 +494,7 @@ async fn accepted_jwks_uri_key_set_is_identified_by_its_full_url() {
     assert_eq!(resp.status(), 403);
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["reason"], format!("agent {url}"), "policy input.agent.id is the key set's URL, query dropped");
-    let line = w.decisions().pop().unwrap();
+    let line = w.decisions(1).await.pop().unwrap();
     assert_eq!(line["agent"], url.as_str());
     assert_eq!(w.directory.fetches(), 0, "the origin's directory was not involved");
 
@@ -567,7 +567,7 @@ async fn the_global_fetch_budget_bounds_fetches_across_origins() {
     assert!(metrics.contains("portcullis_directory_fetch_budget_exhausted_total{budget=\"global\"} 1"), "{metrics}");
 }
 
-/// PRODUCT.md decision 7 (contract fix): `max-age=1` is honoured, so a key removed from the
+/// docs/design.md decision 7 (contract fix): `max-age=1` is honoured, so a key removed from the
 /// directory stops verifying within about a second, with the default settings.
 #[tokio::test]
 async fn key_removed_from_a_max_age_1_directory_stops_verifying_within_two_seconds() {

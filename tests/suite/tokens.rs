@@ -273,7 +273,7 @@ async fn token_whose_claims_are_a_json_string_is_refused_without_quoting_them() 
     let challenge = resp.headers()["www-authenticate"].to_str().unwrap().to_owned();
     assert!(challenge.contains("claims are not a JSON object"), "{challenge}");
     let body: Value = resp.json().await.unwrap();
-    let line = s.log_lines().pop().unwrap();
+    let line = s.log_lines(1).await.pop().unwrap();
     for text in [challenge.as_str(), body["reason"].as_str().unwrap(), &line.to_string()] {
         assert!(!text.contains("user-1842") && !text.contains("mcp:tools"), "the claims leaked: {text}");
     }
