@@ -30,6 +30,7 @@
 //! Time is passed in by the caller.
 
 mod budget;
+mod document;
 mod fetch;
 
 use std::collections::{HashMap, HashSet};

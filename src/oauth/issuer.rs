@@ -7,7 +7,6 @@
 //! issuer (RFC 8414 §3.3). A failure is an error naming the issuer: the stage fails closed.
 
 use bytes::{Bytes, BytesMut};
-use serde::Deserialize;
 use url::Url;
 
 use super::TokenError;
@@ -89,24 +88,7 @@ impl IssuerClient {
     }
 
     fn jwks_uri_from(&self, url: &Url, body: &[u8]) -> Result<Url, TokenError> {
-        #[derive(Deserialize)]
-        struct Metadata {
-            issuer: String,
-            jwks_uri: Option<String>,
-        }
-        let what = format!("metadata {url}");
-        let md: Metadata =
-            serde_json::from_slice(body).map_err(|e| self.unavailable(&what, format!("not a metadata document: {}", super::compact::json_error_text(&e))))?;
-        // RFC 8414 §3.3: the returned issuer MUST be identical to the one the URL was built from.
-        if md.issuer != self.issuer {
-            return Err(self.unavailable(&what, format!("metadata names issuer {:?}", super::short(&md.issuer))));
-        }
-        let jwks = md.jwks_uri.ok_or_else(|| self.unavailable(&what, "metadata has no jwks_uri"))?;
-        let jwks = Url::parse(&jwks).map_err(|e| self.unavailable(&what, format!("jwks_uri is not a URL: {e}")))?;
-        if jwks.scheme() != "https" {
-            return Err(self.unavailable(&what, "jwks_uri is not https"));
-        }
-        Ok(jwks)
+        super::documents::jwks_uri_of(&self.issuer, body).map_err(|reason| self.unavailable(&format!("metadata {url}"), reason))
     }
 }
 

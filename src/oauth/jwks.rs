@@ -1,8 +1,8 @@
 //! The issuer's signing keys (pipeline stage 7): JWKS fetch (from `oauth.jwks_url` or the
-//! metadata's `jwks_uri`), parsing, and the cache.
+//! metadata's `jwks_uri`) and the cache; parsing is in `documents.rs`.
 //!
 //! The key set is cached (moka) for the `Cache-Control` `max-age` the issuer sent, clamped to
-//! [`MIN_TTL`]..[`MAX_TTL`]; concurrent misses share one fetch. A `kid` not in the set causes
+//! `MIN_TTL`..`MAX_TTL`; concurrent misses share one fetch. A `kid` not in the set causes
 //! one refetch (key rotation without restart), at most once per `oauth.jwks_refetch_interval`
 //! measured on the requests' clock (a request timed earlier than the last refetch counts as
 //! within the interval: requests race), and at most `oauth.jwks_refetch_budget` per minute
@@ -15,155 +15,23 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use jsonwebtoken::{Algorithm, DecodingKey};
-use serde::Deserialize;
+use jsonwebtoken::Algorithm;
 use tokio::sync::OnceCell;
 use url::Url;
 
-use super::compact::json_error_text;
+pub(crate) use super::documents::{ttl_from_cache_control, KeyKind, KeySet, PublicKey};
+#[cfg(test)]
+pub(crate) use super::documents::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
 use super::issuer::{FetchError, IssuerClient};
 use super::{short, TokenError};
 use crate::directory::FetchBudget;
 use crate::pipeline::UnixTime;
 use crate::telemetry::TokenMetrics;
 
-/// Shortest time a key set is kept, whatever `Cache-Control` says (`no-store` included).
-pub(crate) const MIN_TTL: Duration = Duration::from_secs(10);
-/// Longest time a key set is kept.
-pub(crate) const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
-/// Kept when the issuer sends no `max-age`.
-pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(300);
 /// How long a failed fetch is remembered: while the issuer fails, requests (any token shape
 /// reaches the key lookup) cause one fetch per this time, not one each. Matches the
 /// `Retry-After: 1` of the `issuer_unavailable` refusal.
 pub(crate) const FAILURE_MEMORY: Duration = Duration::from_secs(1);
-
-/// The kind of public key an algorithm needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum KeyKind {
-    /// RSA (RS256, PS256).
-    Rsa,
-    /// EC on P-256 (ES256).
-    EcP256,
-    /// OKP Ed25519 (EdDSA).
-    Ed25519,
-}
-
-/// One usable issuer key.
-#[derive(Debug, Clone)]
-pub(crate) struct PublicKey {
-    /// The JWK `kid`.
-    pub(crate) kid: Option<String>,
-    /// Key type.
-    pub(crate) kind: KeyKind,
-    /// The JWK `alg`, when given: the only algorithm this key may verify.
-    pub(crate) alg: Option<Algorithm>,
-    /// The verification key.
-    pub(crate) key: DecodingKey,
-}
-
-/// The issuer's usable keys and how long to keep them.
-#[derive(Debug)]
-pub(crate) struct KeySet {
-    keys: Vec<PublicKey>,
-    ttl: Duration,
-}
-
-#[derive(Deserialize)]
-struct RawJwk {
-    kty: String,
-    kid: Option<String>,
-    alg: Option<String>,
-    #[serde(rename = "use")]
-    use_: Option<String>,
-    crv: Option<String>,
-    n: Option<String>,
-    e: Option<String>,
-    x: Option<String>,
-    y: Option<String>,
-}
-
-impl KeySet {
-    /// Parses a JWKS document (RFC 7517 §5). Keys it cannot use are skipped, not fatal: an
-    /// issuer may publish encryption or other-curve keys beside its signing keys.
-    pub(crate) fn parse(body: &[u8], ttl: Duration) -> Result<KeySet, String> {
-        #[derive(Deserialize)]
-        struct Doc {
-            keys: Vec<serde_json::Value>,
-        }
-        let doc: Doc = serde_json::from_slice(body).map_err(|e| format!("not a JWK Set: {}", json_error_text(&e)))?;
-        let keys = doc.keys.into_iter().filter_map(|v| serde_json::from_value::<RawJwk>(v).ok()).filter_map(usable_key).collect();
-        Ok(KeySet { keys, ttl })
-    }
-
-    /// Keys of `kind` that `kid` may name: with a kid, the keys with that kid; without, every
-    /// key of the kind (RFC 7515 §4.1.4 makes `kid` optional).
-    pub(crate) fn candidates(&self, kid: Option<&str>, kind: KeyKind) -> Vec<&PublicKey> {
-        self.keys.iter().filter(|k| k.kind == kind && (kid.is_none() || k.kid.as_deref() == kid)).collect()
-    }
-
-    /// Whether any key carries `kid`, of whatever kind.
-    pub(crate) fn has_kid(&self, kid: &str) -> bool {
-        self.keys.iter().any(|k| k.kid.as_deref() == Some(kid))
-    }
-}
-
-fn usable_key(jwk: RawJwk) -> Option<PublicKey> {
-    if jwk.use_.as_deref().is_some_and(|u| u != "sig") {
-        return None;
-    }
-    let alg = match jwk.alg.as_deref() {
-        None => None,
-        Some("RS256") => Some(Algorithm::RS256),
-        Some("PS256") => Some(Algorithm::PS256),
-        Some("ES256") => Some(Algorithm::ES256),
-        Some("EdDSA") => Some(Algorithm::EdDSA),
-        Some(_) => return None,
-    };
-    let (kind, key) = match (jwk.kty.as_str(), jwk.crv.as_deref()) {
-        ("RSA", _) => (KeyKind::Rsa, DecodingKey::from_rsa_components(jwk.n.as_deref()?, jwk.e.as_deref()?).ok()?),
-        ("EC", Some("P-256")) => {
-            let (x, y) = (jwk.x.as_deref()?, jwk.y.as_deref()?);
-            if decoded_len(x) != Some(32) || decoded_len(y) != Some(32) {
-                return None;
-            }
-            (KeyKind::EcP256, DecodingKey::from_ec_components(x, y).ok()?)
-        }
-        ("OKP", Some("Ed25519")) => {
-            let x = jwk.x.as_deref()?;
-            if decoded_len(x) != Some(32) {
-                return None;
-            }
-            (KeyKind::Ed25519, DecodingKey::from_ed_components(x).ok()?)
-        }
-        _ => return None,
-    };
-    Some(PublicKey { kid: jwk.kid, kind, alg, key })
-}
-
-fn decoded_len(b64: &str) -> Option<usize> {
-    use base64::Engine as _;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(b64).ok().map(|v| v.len())
-}
-
-/// How long to keep a key set: `max-age` (RFC 9111 §5.2.2.1) clamped, `no-store`/`no-cache`
-/// as the minimum.
-pub(crate) fn ttl_from_cache_control(cc: Option<&str>) -> Duration {
-    let Some(cc) = cc else { return DEFAULT_TTL };
-    let mut ttl = DEFAULT_TTL;
-    for directive in cc.split(',').map(str::trim) {
-        let lower = directive.to_ascii_lowercase();
-        if lower == "no-store" || lower == "no-cache" {
-            return MIN_TTL;
-        }
-        if let Some(v) = lower.strip_prefix("max-age=") {
-            if let Ok(secs) = v.trim_matches('"').parse::<u64>() {
-                ttl = Duration::from_secs(secs);
-            }
-        }
-    }
-    ttl.clamp(MIN_TTL, MAX_TTL)
-}
 
 /// The cached key set of one issuer.
 pub(crate) struct Jwks {

@@ -15,6 +15,7 @@
 //! authorization request"), not `invalid_token`: the client sent no token we could judge.
 
 mod compact;
+mod documents;
 mod introspection;
 mod issuer;
 mod jwks;

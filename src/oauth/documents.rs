@@ -1,0 +1,170 @@
+//! The issuer's documents, parsed (PRODUCT.md stage 7): the JWK Set (RFC 7517 §5) with the
+//! `Cache-Control` it came with, and the `jwks_uri` of an RFC 8414 metadata document. Pure
+//! functions over the bytes the issuer sent, apart from the fetches in `jwks.rs` and
+//! `issuer.rs` so that `fuzz/` compiles this file alone.
+//!
+//! Only asymmetric keys usable for RS256/PS256 (RSA), ES256 (P-256) and EdDSA (Ed25519) are
+//! kept; symmetric (`oct`) keys and `use = "enc"` keys are ignored.
+
+use std::time::Duration;
+
+use jsonwebtoken::{Algorithm, DecodingKey};
+use serde::Deserialize;
+use url::Url;
+
+use super::short;
+
+/// Shortest time a key set is kept, whatever `Cache-Control` says (`no-store` included).
+pub const MIN_TTL: Duration = Duration::from_secs(10);
+/// Longest time a key set is kept.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Kept when the issuer sends no `max-age`.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
+
+/// The kind of public key an algorithm needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    /// RSA (RS256, PS256).
+    Rsa,
+    /// EC on P-256 (ES256).
+    EcP256,
+    /// OKP Ed25519 (EdDSA).
+    Ed25519,
+}
+
+/// One usable issuer key.
+#[derive(Debug, Clone)]
+pub struct PublicKey {
+    /// The JWK `kid`.
+    pub kid: Option<String>,
+    /// Key type.
+    pub kind: KeyKind,
+    /// The JWK `alg`, when given: the only algorithm this key may verify.
+    pub alg: Option<Algorithm>,
+    /// The verification key.
+    pub key: DecodingKey,
+}
+
+/// The issuer's usable keys and how long to keep them.
+#[derive(Debug)]
+pub struct KeySet {
+    pub(super) keys: Vec<PublicKey>,
+    pub(super) ttl: Duration,
+}
+
+#[derive(Deserialize)]
+struct RawJwk {
+    kty: String,
+    kid: Option<String>,
+    alg: Option<String>,
+    #[serde(rename = "use")]
+    use_: Option<String>,
+    crv: Option<String>,
+    n: Option<String>,
+    e: Option<String>,
+    x: Option<String>,
+    y: Option<String>,
+}
+
+impl KeySet {
+    /// Parses a JWKS document (RFC 7517 §5). Keys it cannot use are skipped, not fatal: an
+    /// issuer may publish encryption or other-curve keys beside its signing keys.
+    pub fn parse(body: &[u8], ttl: Duration) -> Result<KeySet, String> {
+        #[derive(Deserialize)]
+        struct Doc {
+            keys: Vec<serde_json::Value>,
+        }
+        let doc: Doc = serde_json::from_slice(body).map_err(|e| format!("not a JWK Set: {e}"))?;
+        let keys = doc.keys.into_iter().filter_map(|v| serde_json::from_value::<RawJwk>(v).ok()).filter_map(usable_key).collect();
+        Ok(KeySet { keys, ttl })
+    }
+
+    /// Keys of `kind` that `kid` may name: with a kid, the keys with that kid; without, every
+    /// key of the kind (RFC 7515 §4.1.4 makes `kid` optional).
+    pub fn candidates(&self, kid: Option<&str>, kind: KeyKind) -> Vec<&PublicKey> {
+        self.keys.iter().filter(|k| k.kind == kind && (kid.is_none() || k.kid.as_deref() == kid)).collect()
+    }
+
+    /// Whether any key carries `kid`, of whatever kind.
+    pub fn has_kid(&self, kid: &str) -> bool {
+        self.keys.iter().any(|k| k.kid.as_deref() == Some(kid))
+    }
+}
+
+fn usable_key(jwk: RawJwk) -> Option<PublicKey> {
+    if jwk.use_.as_deref().is_some_and(|u| u != "sig") {
+        return None;
+    }
+    let alg = match jwk.alg.as_deref() {
+        None => None,
+        Some("RS256") => Some(Algorithm::RS256),
+        Some("PS256") => Some(Algorithm::PS256),
+        Some("ES256") => Some(Algorithm::ES256),
+        Some("EdDSA") => Some(Algorithm::EdDSA),
+        Some(_) => return None,
+    };
+    let (kind, key) = match (jwk.kty.as_str(), jwk.crv.as_deref()) {
+        ("RSA", _) => (KeyKind::Rsa, DecodingKey::from_rsa_components(jwk.n.as_deref()?, jwk.e.as_deref()?).ok()?),
+        ("EC", Some("P-256")) => {
+            let (x, y) = (jwk.x.as_deref()?, jwk.y.as_deref()?);
+            if decoded_len(x) != Some(32) || decoded_len(y) != Some(32) {
+                return None;
+            }
+            (KeyKind::EcP256, DecodingKey::from_ec_components(x, y).ok()?)
+        }
+        ("OKP", Some("Ed25519")) => {
+            let x = jwk.x.as_deref()?;
+            if decoded_len(x) != Some(32) {
+                return None;
+            }
+            (KeyKind::Ed25519, DecodingKey::from_ed_components(x).ok()?)
+        }
+        _ => return None,
+    };
+    Some(PublicKey { kid: jwk.kid, kind, alg, key })
+}
+
+fn decoded_len(b64: &str) -> Option<usize> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(b64).ok().map(|v| v.len())
+}
+
+/// How long to keep a key set: `max-age` (RFC 9111 §5.2.2.1) clamped, `no-store`/`no-cache`
+/// as the minimum.
+pub fn ttl_from_cache_control(cc: Option<&str>) -> Duration {
+    let Some(cc) = cc else { return DEFAULT_TTL };
+    let mut ttl = DEFAULT_TTL;
+    for directive in cc.split(',').map(str::trim) {
+        let lower = directive.to_ascii_lowercase();
+        if lower == "no-store" || lower == "no-cache" {
+            return MIN_TTL;
+        }
+        if let Some(v) = lower.strip_prefix("max-age=") {
+            if let Ok(secs) = v.trim_matches('"').parse::<u64>() {
+                ttl = Duration::from_secs(secs);
+            }
+        }
+    }
+    ttl.clamp(MIN_TTL, MAX_TTL)
+}
+
+/// The `jwks_uri` of an RFC 8414 metadata document, trusted only when its `issuer` is
+/// identical to `issuer` (§3.3) and the URI is https. `Err` is the reason, without the body.
+pub fn jwks_uri_of(issuer: &str, body: &[u8]) -> Result<Url, String> {
+    #[derive(Deserialize)]
+    struct Metadata {
+        issuer: String,
+        jwks_uri: Option<String>,
+    }
+    let md: Metadata = serde_json::from_slice(body).map_err(|e| format!("not a metadata document: {e}"))?;
+    // RFC 8414 §3.3: the returned issuer MUST be identical to the one the URL was built from.
+    if md.issuer != issuer {
+        return Err(format!("metadata names issuer {:?}", short(&md.issuer)));
+    }
+    let jwks = md.jwks_uri.ok_or("metadata has no jwks_uri")?;
+    let jwks = Url::parse(&jwks).map_err(|e| format!("jwks_uri is not a URL: {e}"))?;
+    if jwks.scheme() != "https" {
+        return Err("jwks_uri is not https".to_owned());
+    }
+    Ok(jwks)
+}
