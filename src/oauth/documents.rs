@@ -9,7 +9,9 @@
 use std::time::Duration;
 
 use jsonwebtoken::{Algorithm, DecodingKey};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use serde_json::{Map, Value};
 use url::Url;
 
 use super::short;
@@ -72,10 +74,11 @@ impl KeySet {
     pub fn parse(body: &[u8], ttl: Duration) -> Result<KeySet, String> {
         #[derive(Deserialize)]
         struct Doc {
-            keys: Vec<serde_json::Value>,
+            keys: Vec<Value>,
         }
-        let doc: Doc = serde_json::from_slice(body).map_err(|e| format!("not a JWK Set: {e}"))?;
-        let keys = doc.keys.into_iter().filter_map(|v| serde_json::from_value::<RawJwk>(v).ok()).filter_map(usable_key).collect();
+        let doc: Doc = serde_json::from_slice(body).and_then(from_object).map_err(|e| format!("not a JWK Set: {e}"))?;
+        let jwks = doc.keys.into_iter().filter_map(|v| if let Value::Object(jwk) = v { from_object::<RawJwk>(jwk).ok() } else { None });
+        let keys = jwks.filter_map(usable_key).collect();
         Ok(KeySet { keys, ttl })
     }
 
@@ -124,6 +127,13 @@ fn usable_key(jwk: RawJwk) -> Option<PublicKey> {
     Some(PublicKey { kid: jwk.kid, kind, alg, key })
 }
 
+/// `T` read from a JSON object. Documents and keys are objects (RFC 7517 §4, §5, RFC 8414
+/// §3.2), so each is read as a map first: serde's derived structs alone would also take a JSON
+/// array as their fields in order (`[[jwk]]` as a JWK Set).
+fn from_object<T: DeserializeOwned>(map: Map<String, Value>) -> Result<T, serde_json::Error> {
+    serde_json::from_value(Value::Object(map))
+}
+
 fn decoded_len(b64: &str) -> Option<usize> {
     use base64::Engine as _;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(b64).ok().map(|v| v.len())
@@ -156,7 +166,7 @@ pub fn jwks_uri_of(issuer: &str, body: &[u8]) -> Result<Url, String> {
         issuer: String,
         jwks_uri: Option<String>,
     }
-    let md: Metadata = serde_json::from_slice(body).map_err(|e| format!("not a metadata document: {e}"))?;
+    let md: Metadata = serde_json::from_slice(body).and_then(from_object).map_err(|e| format!("not a metadata document: {e}"))?;
     // RFC 8414 §3.3: the returned issuer MUST be identical to the one the URL was built from.
     if md.issuer != issuer {
         return Err(format!("metadata names issuer {:?}", short(&md.issuer)));
@@ -167,4 +177,29 @@ pub fn jwks_uri_of(issuer: &str, body: &[u8]) -> Result<Url, String> {
         return Err("jwks_uri is not https".to_owned());
     }
     Ok(jwks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ED_X: &str = "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs";
+
+    /// Found by fuzz/fuzz_targets/issuer_documents.rs: serde's derived structs also read a JSON
+    /// array as their fields in order, so `[[jwk]]` passed for a JWK Set, `["RSA", …]` for a
+    /// JWK and `[issuer, jwks_uri]` for metadata. RFC 7517 §4, §5 and RFC 8414 §3.2: objects.
+    #[test]
+    fn documents_and_keys_must_be_json_objects() {
+        let jwk = format!(r#"{{"kty":"OKP","crv":"Ed25519","x":"{ED_X}"}}"#);
+        assert_eq!(KeySet::parse(format!(r#"{{"keys":[{jwk}]}}"#).as_bytes(), DEFAULT_TTL).expect("object").keys.len(), 1);
+        let err = KeySet::parse(format!("[[{jwk}]]").as_bytes(), DEFAULT_TTL).expect_err("an array is not a JWK Set");
+        assert!(err.starts_with("not a JWK Set: invalid type: sequence"), "{err}");
+        let set = KeySet::parse(format!(r#"{{"keys":[["OKP",null,null,null,"Ed25519",null,null,"{ED_X}"]]}}"#).as_bytes(), DEFAULT_TTL).expect("object");
+        assert!(set.keys.is_empty(), "an array entry is not a JWK");
+        let issuer = "https://issuer.example";
+        let ok = jwks_uri_of(issuer, br#"{"issuer":"https://issuer.example","jwks_uri":"https://issuer.example/jwks"}"#);
+        assert_eq!(ok.map(String::from), Ok("https://issuer.example/jwks".to_owned()));
+        let err = jwks_uri_of(issuer, br#"["https://issuer.example","https://issuer.example/jwks"]"#).expect_err("an array is not metadata");
+        assert!(err.starts_with("not a metadata document: invalid type: sequence"), "{err}");
+    }
 }
