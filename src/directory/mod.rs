@@ -49,7 +49,7 @@ use crate::signature::{ed25519_thumbprint, shown_keyid, verifying_key_from_jwk, 
 use crate::telemetry::{BudgetLabels, DirectoryMetrics, FetchLabels};
 
 pub use budget::FetchBudget;
-pub use fetch::{parse_key_set, DirectoryKey, KeySet, DIRECTORY_MEDIA_TYPE, MAX_DIRECTORY_BYTES, MAX_DIRECTORY_KEYS, WELL_KNOWN_PATH};
+pub use fetch::{parse_key_set, DirectoryKey, KeySet, ParseError, DIRECTORY_MEDIA_TYPE, MAX_DIRECTORY_BYTES, MAX_DIRECTORY_KEYS, WELL_KNOWN_PATH};
 use fetch::{Fetch, HttpFetch};
 
 /// Why no key could be resolved for a signature. Every variant refuses the request (401).
