@@ -1,5 +1,5 @@
 //! Decisions: the one type every request ends in, the one place modes apply, and the one
-//! mapping from outcomes to HTTP (PRODUCT.md "Errors clients see").
+//! mapping from outcomes to HTTP (docs/design.md "Refusals").
 //!
 //! `pipeline::check` returns a [`Decision`]. [`apply_mode`] is the only function that makes a
 //! [`Forward`] (the proxy forwards nothing else), so no stage can know or care about the mode.
@@ -291,7 +291,7 @@ pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {
 }
 
 /// Escapes `"` and `\` for an RFC 9110 quoted-string and drops control characters, so nothing
-/// derived from config or request data can break the challenge (spec/mcp-auth.md §3).
+/// derived from config or request data can break the challenge (MCP Authorization: error handling).
 pub fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {

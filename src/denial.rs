@@ -1,5 +1,5 @@
 //! Refusals: one [`Denial`] variant per cause, its `error` code, HTTP status and reason text
-//! (PRODUCT.md "Errors clients see"), and the conversions from each stage's error. Stages and
+//! (docs/design.md "Refusals"), and the conversions from each stage's error. Stages and
 //! the pipeline depend on this module; `decision` maps a denial to a response.
 
 use std::time::Duration;
@@ -17,7 +17,7 @@ use crate::session::SessionError;
 use crate::signature::SignatureError;
 
 /// Why a request was refused. One variant per cause; [`Denial::code`] gives the `error` code of
-/// PRODUCT.md's table.
+/// the table in docs/design.md "Refusals".
 #[derive(Debug, thiserror::Error)]
 pub enum Denial {
     /// The body is larger than `limits.max_body` (stage 1). Raised before any parsing.
@@ -216,7 +216,7 @@ impl From<SessionError> for Denial {
 }
 
 impl From<TokenError> for Denial {
-    /// Which refusal a token error is (spec/mcp-auth.md §3). No `_` arm: a new variant must choose.
+    /// Which refusal a token error is (MCP Authorization: error handling). No `_` arm: a new variant must choose.
     fn from(e: TokenError) -> Denial {
         match e {
             TokenError::Missing => Denial::OAuthRequired,

@@ -1,11 +1,11 @@
-//! MCP parse (PRODUCT.md stage 8): the JSON-RPC 2.0 body and the MCP transport headers, read
+//! MCP parse (docs/design.md stage 8): the JSON-RPC 2.0 body and the MCP transport headers, read
 //! only after stages 2–7 passed on the raw bytes (the pipeline order guarantees that).
 //!
 //! It decides whether the body is a JSON-RPC message (or batch) the policy can reason about,
 //! and extracts what policy needs: method, id, the tool name and arguments of `tools/call`, the
 //! `uri` of `resources/read`, the prompt name of `prompts/get`, plus `Mcp-Session-Id` and
 //! `MCP-Protocol-Version`. For the 2026-07-28 transport it checks that the `Mcp-Method` and
-//! `Mcp-Name` headers agree with the body (spec/README.md §8, PRODUCT.md decision 5); policy
+//! `Mcp-Name` headers agree with the body (MCP Streamable HTTP 2026-07-28, docs/design.md decision 5); policy
 //! always sees the body's values. It trusts nothing in the body: every field is type-checked.
 //! GET and DELETE (no body) are not parsed; policy sees no message and the HTTP method.
 

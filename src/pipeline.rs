@@ -1,4 +1,4 @@
-//! The pipeline: runs the stages of PRODUCT.md "Pipeline" in order; the first failure decides.
+//! The pipeline: runs the stages of docs/design.md "The pipeline" in order; the first failure decides.
 //!
 //! This is the only place a [`Permit`] or a [`Refusal`] is made: both carry the [`Evidence`]
 //! the stages verified, privately, and `decision::apply_mode` turns them into the only thing
@@ -82,7 +82,7 @@ impl UnixTime {
     }
 }
 
-/// The stages, named as in PRODUCT.md, in order. Also the `stage` label of latency metrics.
+/// The stages, named as in docs/design.md, in order. Also the `stage` label of latency metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Stage {
     /// 1: bounded body read.
@@ -366,7 +366,7 @@ impl Stages {
     }
 }
 
-/// Runs stages 2–10 of PRODUCT.md in order; the first failure decides. The decision carries
+/// Runs stages 2–10 of docs/design.md in order; the first failure decides. The decision carries
 /// what was verified; `timings` gets each stage's latency.
 pub async fn check(req: &Inbound, stages: &Stages, timings: &mut StageTimings) -> Decision {
     let mut seen = Evidence::default();

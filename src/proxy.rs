@@ -1,4 +1,4 @@
-//! Forwarding (PRODUCT.md stage 11): sends an allowed request to the MCP backend and streams
+//! Forwarding (docs/design.md stage 11): sends an allowed request to the MCP backend and streams
 //! the answer back.
 //!
 //! Only a [`Forward`] can be forwarded, and only `decision::apply_mode` makes one. The path and
@@ -86,7 +86,7 @@ impl Upstream {
         strip_hop_by_hop(&mut headers);
         headers.remove(HOST);
         // MCP: no token passthrough. Even with `forward_token`, only a token the gateway
-        // verified goes on (spec/mcp-auth.md §5).
+        // verified goes on (MCP Authorization: no token passthrough).
         if !self.forward_token || seen.token.is_none() {
             headers.remove(AUTHORIZATION);
         }

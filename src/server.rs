@@ -297,7 +297,7 @@ impl Shared {
             let mut timings = StageTimings::default();
             // What the stages verified, for the decision log (empty until the pipeline ran).
             let mut seen = Evidence::default();
-            // The path and the authority, read once (PRODUCT.md decisions 3 and 9): a request
+            // The path and the authority, read once (docs/design.md decisions 3 and 9): a request
             // for another path, or one whose authority reads two ways, is refused before any
             // stage and before its body is read.
             let authority =
@@ -420,7 +420,7 @@ impl Shared {
     }
 
     /// RFC 9728 protected-resource metadata, at the root well-known path and the
-    /// path-suffixed form for `listen.public_url`'s path (spec/mcp-auth.md §2).
+    /// path-suffixed form for `listen.public_url`'s path (MCP Authorization and RFC 9728 §3).
     fn well_known(&self, req: &Request<Incoming>) -> Option<Response<ResponseBody>> {
         let path = req.uri().path();
         if !self.prm_paths.iter().any(|p| p == path) {

@@ -1,4 +1,4 @@
-//! Session binding (PRODUCT.md decision 9): an `Mcp-Session-Id` is used only by the identity
+//! Session binding (docs/design.md decision 9): an `Mcp-Session-Id` is used only by the identity
 //! that opened it.
 //!
 //! MCP 2025-11-25 sessions are named by an id the backend issues in a response header; the

@@ -1,4 +1,4 @@
-//! The signature stage's checks (PRODUCT.md stages 3 and 5): pick the tagged signature, enforce
+//! The signature stage's checks (docs/design.md stages 3 and 5): pick the tagged signature, enforce
 //! the Web Bot Auth profile and our coverage/time rules, build the base, then verify Ed25519.
 //!
 //! Split in two so key resolution (stage 4, `directory`) sits between: [`SignatureVerifier::prepare`]
@@ -16,7 +16,7 @@ use super::parse::{SIGNATURE, SIGNATURE_AGENT, SIGNATURE_INPUT};
 use crate::config::{FieldError, RawSignatures};
 use crate::pipeline::Inbound;
 
-/// The only algorithm the gateway verifies (product scope, spec/README.md §4.5).
+/// The only algorithm the gateway verifies (product scope; Web Bot Auth asks for Ed25519).
 const ED25519: &str = "ed25519";
 /// Derived components a configuration may require (RFC 9421 §2.2, request side).
 const DERIVED: [&str; 7] = ["@method", "@authority", "@path", "@query", "@target-uri", "@scheme", "@request-target"];
@@ -63,7 +63,7 @@ impl LegacyAgents {
 impl SignatureVerifier {
     /// Validates `[signatures]` (tag, components, durations, authority) and builds the rules.
     /// Every bad field is reported. The required components may be configured, never below the
-    /// profile minimum: `@authority` or `@target-uri`, plus `signature-agent` (PRODUCT.md
+    /// profile minimum: `@authority` or `@target-uri`, plus `signature-agent` (docs/design.md
     /// decision 2).
     pub fn new(cfg: &RawSignatures) -> Result<Self, Vec<FieldError>> {
         let mut errors = Vec::new();
@@ -199,7 +199,7 @@ impl SignatureVerifier {
         Ok(())
     }
 
-    /// Required coverage (PRODUCT.md decision 2; WBA profile: `@authority`/`@target-uri` and the
+    /// Required coverage (docs/design.md decision 2; WBA profile: `@authority`/`@target-uri` and the
     /// Signature-Agent member). `content-digest` only when the request has a body, `@query`
     /// (or `@target-uri`, which holds it) only when the request has a query.
     ///
@@ -229,7 +229,7 @@ impl SignatureVerifier {
     }
 
     /// The agent the signature covers: `"signature-agent";key="k"` names dictionary member `k`
-    /// (any key, not only the label: PRODUCT.md decision 1); a bare `"signature-agent"` names a
+    /// (any key, not only the label: docs/design.md decision 1); a bare `"signature-agent"` names a
     /// legacy sf-string. The base was already built, so the field and member exist.
     fn agent(&self, covered: &InnerList, headers: &http::HeaderMap) -> Result<AgentRef, SignatureError> {
         let mut covering = covered.items.iter().filter(|i| is_agent_member(i));

@@ -1,4 +1,4 @@
-//! Session bindings (PRODUCT.md decision 9): which identity owns each `Mcp-Session-Id`.
+//! Session bindings (docs/design.md decision 9): which identity owns each `Mcp-Session-Id`.
 //!
 //! The store holds digests only: a [`SessionKey`] (SHA-256 of the session id the backend
 //! issued) maps to an [`OwnerKey`] (SHA-256 of the identity that opened the session), with an

@@ -1,4 +1,4 @@
-//! Session binding (PRODUCT.md decision 9) through the real gateway: an `Mcp-Session-Id` the
+//! Session binding (docs/design.md decision 9) through the real gateway: an `Mcp-Session-Id` the
 //! backend issued is usable only by the (agent, token subject) that opened it. Everyone else,
 //! and any id the gateway never bound, gets 404 `session_not_found` and the backend receives
 //! nothing; with Redis the binding is shared by every instance and survives restarts; a store
