@@ -81,6 +81,9 @@ pub(crate) struct Shared {
     /// The paths forwarded (the MCP endpoint and `upstream.extra_paths`).
     routes: crate::target::Routes,
     body_budget: Arc<BodyBudget>,
+    /// `limits.max_in_flight`: requests being decided or waiting for the backend's answer,
+    /// over all connections. Taken once the body is read (admission).
+    slots: Arc<Semaphore>,
     pub(crate) is_shutting_down: AtomicBool,
 }
 
@@ -168,6 +171,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         prm_paths,
         routes: crate::target::Routes::new(&config.listen.public_url, &config.upstream.extra_paths),
         body_budget: BodyBudget::new(config.limits.max_body_in_flight),
+        slots: Arc::new(Semaphore::new(config.limits.max_in_flight)),
         is_shutting_down: AtomicBool::new(false),
         config,
     });
@@ -206,8 +210,6 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
     // Every phase of a connection has a deadline (`connection`), so a permit is always given
     // back.
     let permits = Arc::new(Semaphore::new(shared.config.limits.max_connections));
-    // Bounds requests being handled, over all connections (`admission`).
-    let slots = Arc::new(Semaphore::new(shared.config.limits.max_in_flight));
     let mut connections = JoinSet::new();
     loop {
         while connections.try_join_next().is_some() {}
@@ -232,11 +234,11 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
         };
         let _ = stream.set_nodelay(true);
         let deadlines = connection::Deadlines::new(&shared.config.limits, tokio::time::Instant::now());
-        let (shared, slots, builder, stop, tls) = (shared.clone(), slots.clone(), builder.clone(), stop.clone(), tls.clone());
+        let (shared, builder, stop, tls) = (shared.clone(), builder.clone(), stop.clone(), tls.clone());
         connections.spawn(async move {
             let _permit = permit;
             let respond = move |is_tls: bool| {
-                let admission = Admission::new(&shared, &slots, peer, is_tls);
+                let admission = Admission::new(&shared, peer, is_tls);
                 move |req: Request<Incoming>| {
                     // Each request runs in its own task, so a client that goes away mid-request
                     // does not cancel it half-way: it keeps its slot, the pipeline finishes and
@@ -319,13 +321,20 @@ impl Shared {
             };
 
             let mut upstream_error = None;
-            let (outcome, summary, resp) = match authority.and_then(|a| Ok((a, body?))) {
+            // Admission (limits.max_in_flight): a slot is taken only once the body is read, so
+            // slow uploads, bounded by body_timeout and max_body_in_flight, cannot hold every
+            // slot; without one the request is shed at once.
+            let admitted = authority.and_then(|a| Ok((a, body?))).and_then(|read| match self.slots.clone().try_acquire_owned() {
+                Ok(slot) => Ok((read, (slot, self.metrics.admitted()))),
+                Err(_) => Err(Denial::Shed),
+            });
+            let (outcome, summary, resp) = match admitted {
                 // Stage 1 is a resource bound, not a decision: a body the gateway refused to
                 // hold (or never fully received) cannot be forwarded, so it is refused in both
                 // modes and never reaches `apply_mode`. Likewise a path or authority the
                 // backend could read otherwise than the gateway.
                 Err(denial) => self.refuse(&denial, &request_id),
-                Ok((authority, body)) => {
+                Ok(((authority, body), _slot)) => {
                     let inbound = Inbound { head, body, now, peer, is_tls, request_id: request_id.clone(), authority };
                     let decision = pipeline::check(&inbound, &self.stages, &mut timings).await;
                     match decision::apply_mode(self.config.mode, decision) {

@@ -89,6 +89,7 @@ pub struct Metrics {
     request_seconds: Histogram,
     upstream_errors: Family<ErrorLabels, Counter>,
     in_flight: Gauge,
+    admitted: Gauge,
 }
 
 impl Default for Metrics {
@@ -110,8 +111,10 @@ impl Metrics {
         let upstream_errors = Family::<ErrorLabels, Counter>::default();
         registry.register("upstream_errors", "Failed forwards by error code", upstream_errors.clone());
         let in_flight = Gauge::default();
-        registry.register("in_flight_requests", "Requests being handled now", in_flight.clone());
-        Metrics { registry, requests, stage_seconds, request_seconds, upstream_errors, in_flight }
+        registry.register("in_flight_requests", "Requests being handled now (body read included)", in_flight.clone());
+        let admitted = Gauge::default();
+        registry.register("admitted_requests", "Requests holding a limits.max_in_flight slot (after the body read, until the response head)", admitted.clone());
+        Metrics { registry, requests, stage_seconds, request_seconds, upstream_errors, in_flight, admitted }
     }
 
     /// Counts one finished request and its per-stage latencies.
@@ -168,6 +171,12 @@ impl Metrics {
     pub fn in_flight(&self) -> InFlight {
         self.in_flight.inc();
         InFlight(self.in_flight.clone())
+    }
+
+    /// Tracks requests holding an admission slot; the guard decrements on drop.
+    pub fn admitted(&self) -> InFlight {
+        self.admitted.inc();
+        InFlight(self.admitted.clone())
     }
 
     /// The Prometheus text exposition.

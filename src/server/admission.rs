@@ -2,13 +2,17 @@
 //! per-request handler ([`Shared::handle`]):
 //!
 //! ```text
-//! LoadShed → GlobalConcurrencyLimit(limits.max_in_flight) → Timeout(limits.request_timeout) → handler
+//! Timeout(limits.request_timeout) → handler
 //! ```
 //!
-//! - **In flight** is a request from its admission until the handler returns its response
-//!   head: body read, every stage, the wait for the backend's headers. A streamed response body
-//!   (SSE) is not counted: it costs a connection, not a handler, and `limits.max_connections`
-//!   and `limits.idle_timeout` bound those. The slots are shared by every connection.
+//! - **In flight** (`limits.max_in_flight`, taken in the handler: `Shared::slots`) is a request
+//!   from the end of its body read until the handler returns its response head: every stage
+//!   and the wait for the backend's headers. The body read is not counted: a slow upload is
+//!   bounded by `limits.body_timeout` and `limits.max_body_in_flight`, and counting it would
+//!   let a few dozen HTTP/2 connections of stalled uploads (100 streams each) hold every slot
+//!   and have everyone else shed. A streamed response body (SSE) is not counted either: it
+//!   costs a connection, not a handler, and `limits.max_connections` and
+//!   `limits.idle_timeout` bound those. The slots are shared by every connection.
 //! - **Shedding**: with every slot taken, a new request is answered at once with 503
 //!   `overloaded` and `Retry-After: 1` ([`Denial::Shed`]) rather than queued: a queue would
 //!   hold its connection and memory while the backlog it waits behind only grows. It is counted
@@ -35,9 +39,6 @@ use std::time::{Duration, Instant, SystemTime};
 use futures_util::future::{BoxFuture, FutureExt};
 use http::{Method, Request, Response, Uri};
 use hyper::body::Incoming;
-use tokio::sync::Semaphore;
-use tower::limit::{ConcurrencyLimit, GlobalConcurrencyLimitLayer};
-use tower::load_shed::{error::Overloaded, LoadShed};
 use tower::timeout::{error::Elapsed, Timeout};
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 use tracing::{info_span, warn};
@@ -86,7 +87,7 @@ impl Service<Request<Incoming>> for Handler {
     }
 }
 
-type Stack = LoadShed<ConcurrencyLimit<Timeout<Handler>>>;
+type Stack = Timeout<Handler>;
 
 /// The admission-controlled request path of one client connection. Cloned per request.
 #[derive(Clone)]
@@ -96,15 +97,10 @@ pub(crate) struct Admission {
 }
 
 impl Admission {
-    /// The path for requests from `peer`, taking its slots from `slots` (shared by every
-    /// connection; `limits.max_in_flight` permits).
-    pub(crate) fn new(shared: &Arc<Shared>, slots: &Arc<Semaphore>, peer: SocketAddr, is_tls: bool) -> Admission {
+    /// The path for requests from `peer`.
+    pub(crate) fn new(shared: &Arc<Shared>, peer: SocketAddr, is_tls: bool) -> Admission {
         let handler = Handler { shared: shared.clone(), peer, is_tls };
-        let stack = ServiceBuilder::new()
-            .load_shed()
-            .layer(GlobalConcurrencyLimitLayer::with_semaphore(slots.clone()))
-            .timeout(shared.config.limits.request_timeout)
-            .service(handler.clone());
+        let stack = ServiceBuilder::new().timeout(shared.config.limits.request_timeout).service(handler.clone());
         Admission { stack, handler }
     }
 
@@ -135,9 +131,7 @@ struct Arrival {
 
 /// The refusal for an error of the stack.
 fn unadmitted(e: BoxError, timeout: Duration) -> Result<Denial, BoxError> {
-    if e.is::<Overloaded>() {
-        Ok(Denial::Shed)
-    } else if e.is::<Elapsed>() {
+    if e.is::<Elapsed>() {
         Ok(Denial::RequestTimeout { after: timeout })
     } else {
         Err(e)

@@ -162,13 +162,8 @@ async fn a_flood_is_shed_without_hanging_health_answers_throughout_and_memory_st
                 assert_eq!(health.unwrap().status(), 200);
                 answered += 1;
                 let metrics = client().get(&gw_admin).send().await.unwrap().text().await.unwrap();
-                let now = metrics
-                    .lines()
-                    .find(|l| l.starts_with("portcullis_in_flight_requests"))
-                    .and_then(|l| l.rsplit(' ').next())
-                    .unwrap()
-                    .parse::<u64>()
-                    .unwrap();
+                let now =
+                    metrics.lines().find(|l| l.starts_with("portcullis_admitted_requests")).and_then(|l| l.rsplit(' ').next()).unwrap().parse::<u64>().unwrap();
                 peak_in_flight = peak_in_flight.max(now);
                 peak_rss = peak_rss.max(rss_kib());
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -241,5 +236,30 @@ async fn request_timeout_does_not_cut_a_streaming_response_which_holds_no_slot()
     upstream.release();
     let second = tokio::time::timeout(HANG, sse.chunk()).await.unwrap().unwrap().expect("the stream is still open");
     assert!(String::from_utf8_lossy(&second).contains("event 2"));
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn stalled_uploads_do_not_hold_in_flight_slots() {
+    use tokio::io::AsyncWriteExt;
+    let upstream = Upstream::start().await;
+    let (_dir, log) = common::temp_path("decisions.log");
+    let gw = Gateway::start(config(&upstream, "30s", "max_in_flight = 2\nbody_timeout = \"20s\"", &log)).await;
+    // More stalled uploads than slots: each sends its head and a little of a 64 KiB body.
+    let mut stalled = Vec::new();
+    for _ in 0..6 {
+        let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+        let head = format!("POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: 65536\r\n\r\n{{\"a\":", gw.addr);
+        s.write_all(head.as_bytes()).await.unwrap();
+        stalled.push(s);
+    }
+    until_in_flight(&gw, 6).await;
+    // A whole request still gets a slot: the uploads hold body budget, not admission.
+    for _ in 0..3 {
+        let resp = tokio::time::timeout(HANG, client().post(gw.url("/mcp")).body("{}").send()).await.expect("answered").unwrap();
+        assert_eq!(resp.status(), 200, "not shed behind stalled uploads");
+    }
+    assert_eq!(shed_count(&gw).await, 0);
+    drop(stalled);
     gw.shutdown().await;
 }
