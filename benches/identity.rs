@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use portcullis::config::Config;
-use portcullis::pipeline::{self, Evidence, Inbound, Stages, UnixTime};
+use portcullis::pipeline::{self, Inbound, StageTimings, Stages, UnixTime};
 use portcullis::signature::{ed25519_public_jwk, Signer};
 use portcullis::state::replay::{MemoryReplayStore, ReplayStore};
 
@@ -82,9 +82,9 @@ required = false
             |req| {
                 let stages = &stages;
                 async move {
-                    let mut seen = Evidence::default();
-                    pipeline::check(&req, stages, &mut seen).await.unwrap();
-                    black_box(seen.agent.is_some())
+                    let mut timings = StageTimings::default();
+                    let permit = pipeline::check(&req, stages, &mut timings).await.unwrap();
+                    black_box(permit.evidence().agent.is_some())
                 }
             },
             BatchSize::SmallInput,

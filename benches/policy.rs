@@ -1,4 +1,4 @@
-//! Policy evaluation cost per request with the shipped policies (PRODUCT.md stages 8–9).
+//! Policy evaluation cost per request with the shipped policies (pipeline stages 8–9, docs/design.md).
 //!
 //! - `decide/{rvm,interpreter}/*`: what the gateway does per request: build the input,
 //!   evaluate `data.portcullis.decision` (a pooled, prepared VM, or a clone of the prepared

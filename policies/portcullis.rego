@@ -8,7 +8,7 @@
 # This file turns them into the decision. The refusal names the rule that produced it
 # (`rule`), which the decision log and `portcullis policy eval` show.
 #
-# Input (PRODUCT.md "Policy contract"): input.request, input.agent, input.token,
+# Input (docs/design.md "Policy contract"): input.request, input.agent, input.token,
 # input.mcp (one JSON-RPC message; absent fields are omitted), input.time.
 package portcullis
 

@@ -4,11 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The standards vectors live beside the repository (../shared/spec/vectors); unit tests read them.
-if [ ! -d ../shared/spec/vectors ]; then
-  echo "warning: ../shared/spec/vectors not found; vector tests will fail" >&2
-fi
-
 # Installs Debian package $2 when command $1 is missing (CI and developer machines run as root;
 # elsewhere sudo is used). $3 says why, in the log.
 need() {

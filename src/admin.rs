@@ -1,28 +1,26 @@
 //! The admin listener: `/healthz` (the process serves), `/readyz` (it should get traffic),
 //! `/metrics` (Prometheus text). Kept off the client-facing port so it is never exposed with it.
 
-use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::decision::{full, json_response, ResponseBody};
+use crate::server::connection::{self, Deadlines};
 use crate::server::Shared;
 
 /// Serves admin requests until `stop` flips.
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let builder = Arc::new(connection::builder(&shared.config.limits));
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             res = listener.accept() => match res {
-                Ok((s, _)) => s,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::warn!(error = %e, "Admin accept failed");
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -31,15 +29,16 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: 
             },
             _ = stop.changed() => return,
         };
-        let shared = shared.clone();
+        let (shared, builder, stop) = (shared.clone(), builder.clone(), stop.clone());
+        // The same deadlines as client connections: a silent or idle probe connection is
+        // closed, never kept.
+        let deadlines = Deadlines::new(&shared.config.limits, tokio::time::Instant::now());
         tokio::spawn(async move {
-            let svc = service_fn(move |req| {
+            let respond = move |req: Request<Incoming>| {
                 let shared = shared.clone();
-                async move { Ok::<_, Infallible>(route(&shared, &req).await) }
-            });
-            let mut builder = auto::Builder::new(TokioExecutor::new());
-            builder.http1().timer(TokioTimer::new()).header_read_timeout(std::time::Duration::from_secs(10));
-            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                async move { route(&shared, &req).await }
+            };
+            connection::serve(&builder, stream, peer, deadlines, stop, respond).await;
         });
     }
 }

@@ -1,5 +1,5 @@
 //! Decisions: the one type every request ends in, the one place modes apply, and the one
-//! mapping from outcomes to HTTP (PRODUCT.md "Errors clients see").
+//! mapping from outcomes to HTTP (docs/design.md "Refusals").
 //!
 //! `pipeline::check` returns a [`Decision`]. [`apply_mode`] is the only function that makes a
 //! [`Forward`] (the proxy forwards nothing else), so no stage can know or care about the mode.
@@ -14,238 +14,53 @@ use http::{Response, StatusCode};
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 
 use crate::config::Mode;
-use crate::digest::DigestError;
-use crate::directory::DirectoryError;
-use crate::mcp::McpError;
-use crate::oauth::TokenError;
-use crate::policy::PolicyError;
-use crate::quota::QuotaError;
-use crate::replay::ReplayError;
-use crate::signature::SignatureError;
+pub use crate::denial::{retry_after_secs, Denial};
+use crate::pipeline::{Decision, Evidence, Permit, Refusal};
 
 /// The body type of every response the gateway sends (refusals and streamed upstream bodies).
 pub type ResponseBody = BoxBody<Bytes, hyper::Error>;
 
-/// The result of running the pipeline on one request.
-pub type Decision = Result<Permit, Denial>;
-
-/// Proof that every configured stage passed. Only `pipeline::check` makes one.
+/// A request the proxy may forward, with the evidence its identity headers are made from.
+/// Only [`apply_mode`] makes one (its fields are private to this module), from a
+/// [`pipeline::Decision`](crate::pipeline::Decision) that only `pipeline::check` makes: a
+/// forward without a decision does not compile.
 #[derive(Debug)]
-pub struct Permit {
-    _private: (),
+pub struct Forward {
+    kind: ForwardKind,
 }
 
-impl Permit {
-    /// Issued by the pipeline once the last stage passed.
-    pub(crate) fn granted() -> Permit {
-        Permit { _private: () }
-    }
-}
-
-/// Why a request was refused. One variant per cause; [`Denial::code`] gives the `error` code of
-/// PRODUCT.md's table.
-#[derive(Debug, thiserror::Error)]
-pub enum Denial {
-    /// The body is larger than `limits.max_body` (stage 1). Raised before any parsing.
-    #[error("request body exceeds the {limit}-byte limit")]
-    BodyTooLarge {
-        /// The configured limit in bytes.
-        limit: u64,
-    },
-    /// The client did not send the whole body within `limits.body_timeout` (stage 1).
-    #[error("request body not received within {after:?}")]
-    BodyTimeout {
-        /// The configured limit.
-        after: Duration,
-    },
-    /// The body stream broke (client reset, malformed chunked encoding) (stage 1).
-    #[error("request body could not be read: {0}")]
-    BodyUnreadable(String),
-    /// `Content-Digest` missing where required, malformed, or not matching the body (stage 2).
-    #[error("{0}")]
-    Digest(#[from] DigestError),
-    /// No signature where one is required, or the signature is malformed, outside its time
-    /// window, does not cover what it must, or does not verify (stages 3 and 5).
-    #[error("{0}")]
-    Signature(#[from] SignatureError),
-    /// No key could be resolved for the signature: untrusted or unreachable directory, unknown
-    /// keyid, key outside its validity window (stage 4).
-    #[error("{0}")]
-    KeyResolution(#[from] DirectoryError),
-    /// The signature was already accepted once (stage 6).
-    #[error("signature was already used")]
-    ReplayedSignature,
-    /// No bearer token where one is required (stage 7).
-    #[error("a bearer token is required")]
-    OAuthRequired,
-    /// The bearer token was judged and refused: malformed, wrong type or algorithm, unknown
-    /// key, bad signature, wrong issuer or audience, outside its time window, inactive (stage 7).
-    #[error("{0}")]
-    InvalidToken(TokenError),
-    /// The bearer-token request itself is malformed: `Authorization` not `Bearer <token68>`,
-    /// or a token in the query string (stage 7; RFC 6750 §3.1 `invalid_request`).
-    #[error("{0}")]
-    InvalidRequest(TokenError),
-    /// The issuer's metadata, JWKS or introspection endpoint cannot be used; fail closed
-    /// (stage 7). The reason names the issuer.
-    #[error("{0}")]
-    IssuerUnavailable(TokenError),
-    /// The body is not a JSON-RPC message, or the MCP headers disagree with it (stage 8).
-    /// Answered with a JSON-RPC error object.
-    #[error("{0}")]
-    Mcp(#[from] McpError),
-    /// The policy could not be evaluated or returned a malformed decision (stage 9): a
-    /// refusal, never an allow. The client sees reason `policy_error`; details are logged.
-    #[error("{0}")]
-    Policy(#[from] PolicyError),
-    /// The token lacks scopes the policy requires (stage 9).
-    #[error("token lacks required scopes: {}", .required.join(" "))]
-    InsufficientScope {
-        /// Every scope the operation needs (sent all at once, MCP 2026-07-28).
-        required: Vec<String>,
-    },
-    /// The policy denied the request; the reason is the policy's (stage 9).
-    #[error("policy denied the request: {reason}")]
-    AccessDenied {
-        /// The policy's `reason`.
-        reason: String,
-    },
-    /// A quota or rate limit the decision named is spent (stage 10).
-    #[error("rate limit exceeded, retry after {}s", retry_after_secs(*.retry_after))]
-    RateLimited {
-        /// When the bucket will allow the request again.
-        retry_after: Duration,
-    },
-    /// The shared state store (replay cache, quotas) cannot be reached; fail closed.
-    #[error("state store unavailable: {reason}")]
-    StateUnavailable {
-        /// What failed, naming the store.
-        reason: String,
-    },
-    /// The path is neither the MCP endpoint nor one of `upstream.extra_paths` (before any stage).
-    #[error("no MCP endpoint at this path")]
-    NotFound,
-    /// The request's authority cannot be read one way only (before any stage).
-    #[error("{0}")]
-    BadTarget(#[from] crate::target::TargetError),
-}
-
-impl Denial {
-    /// The `error` code clients, logs and metrics see. No `_` arm: a new variant must choose.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Denial::BodyTooLarge { .. } => "body_too_large",
-            Denial::BodyTimeout { .. } => "body_timeout",
-            Denial::BodyUnreadable(_) => "body_unreadable",
-            Denial::Digest(_) | Denial::Signature(_) | Denial::KeyResolution(_) => "invalid_agent_credentials",
-            Denial::ReplayedSignature => "replayed_signature",
-            Denial::OAuthRequired => "oauth_required",
-            Denial::InvalidToken(_) => "invalid_token",
-            Denial::InvalidRequest(_) => "invalid_request",
-            Denial::IssuerUnavailable(_) => "issuer_unavailable",
-            Denial::Mcp(e) => e.code(),
-            Denial::Policy(_) => "agent_access_denied",
-            Denial::InsufficientScope { .. } => "insufficient_scope",
-            Denial::AccessDenied { .. } => "agent_access_denied",
-            Denial::RateLimited { .. } => "rate_limit_exceeded",
-            Denial::StateUnavailable { .. } => "state_unavailable",
-            Denial::NotFound => "not_found",
-            Denial::BadTarget(_) => "bad_request",
-        }
-    }
-
-    /// The HTTP status of the refusal.
-    pub fn status(&self) -> StatusCode {
-        match self {
-            Denial::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Denial::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            Denial::BodyUnreadable(_) | Denial::Mcp(_) | Denial::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            Denial::Digest(_)
-            | Denial::Signature(_)
-            | Denial::KeyResolution(_)
-            | Denial::ReplayedSignature
-            | Denial::OAuthRequired
-            | Denial::InvalidToken(_) => StatusCode::UNAUTHORIZED,
-            Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } | Denial::Policy(_) => StatusCode::FORBIDDEN,
-            Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Denial::NotFound => StatusCode::NOT_FOUND,
-            Denial::BadTarget(_) => StatusCode::BAD_REQUEST,
-        }
-    }
-
-    /// The `reason` text of the refusal body and the decision log. Never contains secrets:
-    /// stage errors name what failed, not the credential.
-    pub fn reason(&self) -> String {
-        match self {
-            Denial::AccessDenied { reason } => reason.clone(),
-            // The I/O detail stays in the diagnostic log: it describes the gateway's insides.
-            Denial::BodyUnreadable(_) => "request body could not be read (connection reset or invalid framing)".to_owned(),
-            // The evaluation error is for the operator's log, not the client.
-            Denial::Policy(_) => "policy_error".to_owned(),
-            other => other.to_string(),
-        }
-    }
-}
-
-impl From<ReplayError> for Denial {
-    fn from(e: ReplayError) -> Denial {
-        match e {
-            ReplayError::Replayed => Denial::ReplayedSignature,
-            // Fail closed, naming the store: no claim of replay protection without a record.
-            ReplayError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
-        }
-    }
-}
-
-impl From<TokenError> for Denial {
-    /// Which refusal a token error is (spec/mcp-auth.md §3). No `_` arm: a new variant must choose.
-    fn from(e: TokenError) -> Denial {
-        match e {
-            TokenError::Missing => Denial::OAuthRequired,
-            TokenError::MalformedHeader(_) | TokenError::TokenInQuery => Denial::InvalidRequest(e),
-            TokenError::IssuerUnavailable { .. } => Denial::IssuerUnavailable(e),
-            TokenError::Malformed(_)
-            | TokenError::WrongType { .. }
-            | TokenError::UnsupportedAlgorithm { .. }
-            | TokenError::CriticalHeader
-            | TokenError::UnknownKeyId { .. }
-            | TokenError::KeyMismatch { .. }
-            | TokenError::BadSignature
-            | TokenError::MissingClaim { .. }
-            | TokenError::InvalidClaim { .. }
-            | TokenError::WrongIssuer { .. }
-            | TokenError::WrongAudience { .. }
-            | TokenError::Expired { .. }
-            | TokenError::NotYetValid { .. }
-            | TokenError::IssuedInFuture { .. }
-            | TokenError::Inactive => Denial::InvalidToken(e),
-        }
-    }
-}
-
-impl From<QuotaError> for Denial {
-    fn from(e: QuotaError) -> Denial {
-        match e {
-            QuotaError::Exhausted { retry_after, .. } => Denial::RateLimited { retry_after },
-            QuotaError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
-        }
-    }
-}
-
-/// Whole seconds for `Retry-After`, rounded up so a client never retries too early.
-pub fn retry_after_secs(d: Duration) -> u64 {
-    let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-    s.max(1)
-}
-
-/// A request the proxy may forward. Only [`apply_mode`] makes one.
 #[derive(Debug)]
-pub enum Forward {
+enum ForwardKind {
     /// Every stage passed.
     Permitted(Permit),
     /// Monitor mode: this refusal would have been sent in enforce mode.
-    Monitored(Denial),
+    Monitored(Refusal),
+}
+
+impl Forward {
+    /// What the stages verified: only this names the agent and user upstream.
+    pub fn evidence(&self) -> &Evidence {
+        match &self.kind {
+            ForwardKind::Permitted(p) => p.evidence(),
+            ForwardKind::Monitored(r) => r.evidence(),
+        }
+    }
+
+    /// The refusal monitor mode let through, if any.
+    pub fn monitored(&self) -> Option<&Denial> {
+        match &self.kind {
+            ForwardKind::Permitted(_) => None,
+            ForwardKind::Monitored(r) => Some(r.denial()),
+        }
+    }
+
+    /// The evidence, once forwarding is done (for the decision log).
+    pub fn into_evidence(self) -> Evidence {
+        match self.kind {
+            ForwardKind::Permitted(p) => p.into_evidence(),
+            ForwardKind::Monitored(r) => r.into_parts().1,
+        }
+    }
 }
 
 /// What happens to the request after the mode is applied.
@@ -254,16 +69,34 @@ pub enum Verdict {
     /// Send it upstream.
     Forward(Forward),
     /// Answer with this refusal.
-    Refuse(Denial),
+    Refuse(Refusal),
 }
 
-/// The only place the mode is consulted.
+/// The only place the mode is consulted for a request.
 pub fn apply_mode(mode: Mode, decision: Decision) -> Verdict {
     match (decision, mode) {
-        (Ok(permit), _) => Verdict::Forward(Forward::Permitted(permit)),
-        (Err(denial), Mode::Enforce) => Verdict::Refuse(denial),
-        (Err(denial), Mode::Monitor) => Verdict::Forward(Forward::Monitored(denial)),
+        (Ok(permit), _) => Verdict::Forward(Forward { kind: ForwardKind::Permitted(permit) }),
+        (Err(refusal), Mode::Enforce) => Verdict::Refuse(refusal),
+        (Err(refusal), Mode::Monitor) => Verdict::Forward(Forward { kind: ForwardKind::Monitored(refusal) }),
     }
+}
+
+/// What a refusal found on the response side (a session binding that cannot be made) does
+/// to an answer already on its way: withheld in enforce mode, passed on in monitor mode.
+pub fn apply_mode_to_answer(mode: Mode, denial: Denial) -> Answer {
+    match mode {
+        Mode::Enforce => Answer::Withhold(denial),
+        Mode::Monitor => Answer::PassOn(denial),
+    }
+}
+
+/// See [`apply_mode_to_answer`].
+#[derive(Debug)]
+pub enum Answer {
+    /// Refuse instead of the upstream's answer.
+    Withhold(Denial),
+    /// Send the upstream's answer; log the refusal as would-deny.
+    PassOn(Denial),
 }
 
 /// The decision-log `outcome` of a request.
@@ -300,12 +133,17 @@ pub struct Challenge {
     pub accept_signature: String,
 }
 
+/// `Want-Content-Digest` on stage-2 refusals: sha-256 preferred, sha-512 accepted.
+pub const WANT_CONTENT_DIGEST: &str = "sha-256=10, sha-512=5";
+
 /// Builds the refusal response for `denial`. Pure: no logging, no metrics.
 pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Response<ResponseBody> {
     let mut headers: Vec<(HeaderName, String)> = Vec::new();
     match denial {
-        Denial::Digest(e) if e.wants_digest() => {
-            headers.push((HeaderName::from_static("want-content-digest"), "sha-256=10, sha-512=5".to_owned()));
+        // RFC 9530 §4, docs/design.md decision 8: every stage-2 refusal says which digests are
+        // accepted — a digest that does not match too, so the client learns what to send.
+        Denial::Digest(_) => {
+            headers.push((HeaderName::from_static("want-content-digest"), WANT_CONTENT_DIGEST.to_owned()));
         }
         Denial::OAuthRequired => {
             let mut v = format!("Bearer resource_metadata=\"{}\"", quote(&challenge.resource_metadata));
@@ -341,14 +179,19 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
             headers.push((HeaderName::from_static("accept-signature"), challenge.accept_signature.clone()));
         }
         Denial::RateLimited { retry_after } => headers.push((RETRY_AFTER, retry_after_secs(*retry_after).to_string())),
-        Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) => headers.push((RETRY_AFTER, "1".to_owned())),
+        Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed => {
+            headers.push((RETRY_AFTER, "1".to_owned()))
+        }
         Denial::BodyTooLarge { .. }
         | Denial::BodyTimeout { .. }
         | Denial::BodyUnreadable(_)
-        | Denial::Digest(_)
+        // No `Retry-After`: the request may have been forwarded, so a retry is not known safe.
+        | Denial::RequestTimeout { .. }
         | Denial::Signature(_)
         | Denial::KeyResolution(_)
         | Denial::ReplayedSignature
+        | Denial::SessionNotFound(_)
+        | Denial::SessionConflict(_)
         | Denial::Mcp(_)
         | Denial::Policy(_)
         | Denial::AccessDenied { .. }
@@ -448,7 +291,7 @@ pub fn full(bytes: impl Into<Bytes>) -> ResponseBody {
 }
 
 /// Escapes `"` and `\` for an RFC 9110 quoted-string and drops control characters, so nothing
-/// derived from config or request data can break the challenge (spec/mcp-auth.md §3).
+/// derived from config or request data can break the challenge (MCP Authorization: error handling).
 pub fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {

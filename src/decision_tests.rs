@@ -1,4 +1,14 @@
 use super::*;
+use crate::digest::DigestError;
+use crate::directory::DirectoryError;
+use crate::mcp::McpError;
+use crate::oauth::TokenError;
+use crate::pipeline::Evidence;
+use crate::policy::PolicyError;
+use crate::quota::QuotaError;
+use crate::replay::ReplayError;
+use crate::session::SessionError;
+use crate::signature::SignatureError;
 use http_body_util::BodyExt;
 
 fn challenge() -> Challenge {
@@ -16,12 +26,18 @@ async fn body_json(resp: Response<ResponseBody>) -> serde_json::Value {
 
 #[test]
 fn monitor_mode_forwards_denials_and_enforce_refuses_them() {
-    let v = apply_mode(Mode::Monitor, Err(Denial::ReplayedSignature));
-    assert!(matches!(v, Verdict::Forward(Forward::Monitored(Denial::ReplayedSignature))));
-    let v = apply_mode(Mode::Enforce, Err(Denial::ReplayedSignature));
-    assert!(matches!(v, Verdict::Refuse(Denial::ReplayedSignature)));
-    let v = apply_mode(Mode::Enforce, Ok(Permit::granted()));
-    assert!(matches!(v, Verdict::Forward(Forward::Permitted(_))));
+    let v = apply_mode(Mode::Monitor, Err(Refusal::for_test(Denial::ReplayedSignature)));
+    assert!(matches!(&v, Verdict::Forward(f) if matches!(f.monitored(), Some(Denial::ReplayedSignature))));
+    let v = apply_mode(Mode::Enforce, Err(Refusal::for_test(Denial::ReplayedSignature)));
+    assert!(matches!(&v, Verdict::Refuse(r) if matches!(r.denial(), Denial::ReplayedSignature)));
+    let v = apply_mode(Mode::Enforce, Ok(Permit::for_test(Evidence::default())));
+    assert!(matches!(&v, Verdict::Forward(f) if f.monitored().is_none()));
+}
+
+#[test]
+fn an_answer_refused_after_the_fact_is_withheld_only_in_enforce_mode() {
+    assert!(matches!(apply_mode_to_answer(Mode::Enforce, Denial::ReplayedSignature), Answer::Withhold(Denial::ReplayedSignature)));
+    assert!(matches!(apply_mode_to_answer(Mode::Monitor, Denial::ReplayedSignature), Answer::PassOn(Denial::ReplayedSignature)));
 }
 
 #[tokio::test]
@@ -65,8 +81,11 @@ async fn digest_refusal_asks_for_a_digest() {
     let body = body_json(resp).await;
     assert_eq!(body["error"], "invalid_agent_credentials");
     assert!(body["reason"].as_str().expect("reason").contains("Content-Digest"));
-    let resp = respond(&Denial::Digest(DigestError::Mismatch { algorithm: "sha-256" }), "r", &challenge());
-    assert!(resp.headers().get("want-content-digest").is_none());
+    // Every stage-2 refusal asks, a digest that does not match included (docs/design.md decision 8).
+    for e in [DigestError::Mismatch { algorithm: "sha-256" }, DigestError::Malformed("x".into()), DigestError::NoSupportedAlgorithm] {
+        let resp = respond(&Denial::Digest(e.clone()), "r", &challenge());
+        assert_eq!(resp.headers()["want-content-digest"], "sha-256=10, sha-512=5", "{e:?}");
+    }
 }
 
 #[tokio::test]
@@ -84,6 +103,9 @@ fn every_denial_has_a_code_and_status() {
         Denial::BodyTooLarge { limit: 1 },
         Denial::BodyTimeout { after: Duration::from_secs(1) },
         Denial::BodyUnreadable("reset".into()),
+        Denial::Overloaded,
+        Denial::Shed,
+        Denial::RequestTimeout { after: Duration::from_secs(60) },
         Denial::Digest(DigestError::Missing),
         Denial::Signature(SignatureError::Missing),
         Denial::KeyResolution(DirectoryError::NoAgent { keyid: "k".into() }),
@@ -96,8 +118,11 @@ fn every_denial_has_a_code_and_status() {
         Denial::AccessDenied { reason: "x".into() },
         Denial::RateLimited { retry_after: Duration::ZERO },
         Denial::StateUnavailable { reason: "redis down".into() },
+        Denial::SessionNotFound(SessionError::NotFound),
+        Denial::SessionConflict(SessionError::Conflict),
         Denial::Mcp(McpError::NotJson("eof".into())),
         Denial::Mcp(McpError::InvalidRequest { id: None, reason: "x".into() }),
+        Denial::Mcp(McpError::BatchTooLarge { size: 101, limit: 100 }),
         Denial::Mcp(McpError::HeaderMismatch { id: None, reason: "x".into() }),
         Denial::Policy(PolicyError::Evaluation { version: "v".into(), reason: "x".into() }),
     ];
@@ -105,6 +130,9 @@ fn every_denial_has_a_code_and_status() {
         (413, "body_too_large"),
         (408, "body_timeout"),
         (400, "body_unreadable"),
+        (503, "overloaded"),
+        (503, "overloaded"),
+        (504, "request_timeout"),
         (401, "invalid_agent_credentials"),
         (401, "invalid_agent_credentials"),
         (401, "invalid_agent_credentials"),
@@ -117,8 +145,11 @@ fn every_denial_has_a_code_and_status() {
         (403, "agent_access_denied"),
         (429, "rate_limit_exceeded"),
         (503, "state_unavailable"),
+        (404, "session_not_found"),
+        (502, "session_conflict"),
         (400, "parse_error"),
         (400, "invalid_request"),
+        (400, "batch_too_large"),
         (400, "header_mismatch"),
         (403, "agent_access_denied"),
     ];
@@ -135,7 +166,7 @@ fn quoting_escapes_and_strips_controls() {
 
 #[tokio::test]
 async fn agent_credential_refusals_carry_accept_signature() {
-    for denial in [Denial::Signature(SignatureError::Missing), Denial::KeyResolution(DirectoryError::UntrustedOrigin { origin: "https://x.example".into() })] {
+    for denial in [Denial::Signature(SignatureError::Missing), Denial::KeyResolution(DirectoryError::UntrustedOrigin)] {
         let resp = respond(&denial, "r", &challenge());
         assert_eq!(resp.status(), 401);
         assert_eq!(resp.headers()["accept-signature"], challenge().accept_signature.as_str());
@@ -148,6 +179,19 @@ async fn agent_credential_refusals_carry_accept_signature() {
 }
 
 #[test]
+fn session_errors_map_to_not_found_conflict_or_state_unavailable() {
+    for e in [SessionError::NotFound, SessionError::Malformed] {
+        let d = Denial::from(e);
+        assert_eq!((d.status().as_u16(), d.code()), (404, "session_not_found"));
+    }
+    let d = Denial::from(SessionError::Conflict);
+    assert_eq!((d.status().as_u16(), d.code()), (502, "session_conflict"));
+    let d = Denial::from(SessionError::Store(crate::state::StoreError::Unavailable { store: "redis://x".into(), reason: "down".into() }));
+    assert_eq!((d.status().as_u16(), d.code()), (503, "state_unavailable"));
+    assert!(d.reason().contains("redis://x"), "{}", d.reason());
+}
+
+#[test]
 fn replay_errors_map_to_replayed_or_state_unavailable() {
     assert!(matches!(Denial::from(ReplayError::Replayed), Denial::ReplayedSignature));
     let d = Denial::from(ReplayError::Store(crate::state::StoreError::Unavailable { store: "redis://x".into(), reason: "down".into() }));
@@ -157,11 +201,11 @@ fn replay_errors_map_to_replayed_or_state_unavailable() {
 
 #[tokio::test]
 async fn invalid_token_has_a_one_line_quoted_challenge() {
-    let resp = respond(&Denial::from(TokenError::UnknownKeyId { kid: "k\"1\r\n".into() }), "r", &challenge());
+    let resp = respond(&Denial::from(TokenError::KeyMismatch { kid: "k\"1\r\n".into(), alg: "EdDSA".into() }), "r", &challenge());
     assert_eq!(resp.status(), 401);
     assert_eq!(
         resp.headers()[WWW_AUTHENTICATE],
-        r#"Bearer error="invalid_token", error_description="no issuer key with kid \"k\\\"1\\r\\n\"", resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource""#
+        r#"Bearer error="invalid_token", error_description="issuer key \"k\\\"1\\r\\n\" cannot verify EdDSA", resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource""#
     );
     assert_eq!(body_json(resp).await["error"], "invalid_token");
 }

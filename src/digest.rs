@@ -1,4 +1,5 @@
-//! Content-Digest (RFC 9530), PRODUCT.md stage 2: recomputed over the exact raw body bytes.
+//! Content-Digest (RFC 9530), pipeline stage 2 (docs/design.md): recomputed over the exact raw
+//! body bytes. Every refusal here is answered with `Want-Content-Digest` (`decision::respond`).
 //!
 //! The field is an SF Dictionary of Byte Sequences keyed by algorithm (§2). We accept
 //! `sha-256` and `sha-512` (§7.2); deprecated and unknown algorithms are ignored (§5, §2 "MAY
@@ -31,16 +32,6 @@ pub enum DigestError {
         /// `sha-256` or `sha-512`.
         algorithm: &'static str,
     },
-}
-
-impl DigestError {
-    /// Whether the refusal should carry `Want-Content-Digest` (RFC 9530 §4).
-    pub fn wants_digest(&self) -> bool {
-        match self {
-            DigestError::Missing | DigestError::NoSupportedAlgorithm | DigestError::Malformed(_) => true,
-            DigestError::Mismatch { .. } => false,
-        }
-    }
 }
 
 /// Proof that the body matches the digest the client sent.

@@ -7,11 +7,10 @@ fn headers(field: &str) -> HeaderMap {
     h
 }
 
-/// Every case of `shared/spec/vectors/rfc9530-content-digest.json`.
+/// Every case of `tests/vectors/rfc9530-content-digest.json` (RFC 9530 App. B and D, RFC 9421 B.2).
 #[test]
 fn rfc9530_vectors() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/spec/vectors/rfc9530-content-digest.json"))
-        .expect("vectors present beside the repo");
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors/rfc9530-content-digest.json")).expect("vendored vectors");
     let doc: serde_json::Value = serde_json::from_str(&text).expect("json");
     let check = DigestCheck::new(true);
     let mut n = 0;
@@ -39,7 +38,6 @@ fn missing_digest_is_refused_only_when_required_signed_and_body_present() {
     assert_eq!(DigestCheck::new(false).verify(&signed, b"{}"), Ok(None));
     // Unsigned: the signature stage refuses it, with the clearer reason.
     assert_eq!(DigestCheck::new(true).verify(&HeaderMap::new(), b"{}"), Ok(None));
-    assert!(DigestError::Missing.wants_digest());
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! For every request it proves who sent it (HTTP Message Signature over a recomputed
 //! `Content-Digest`), what the user delegated (OAuth bearer token) and whether the action may
 //! happen now (Rego policy, quotas), then forwards and streams the answer back. The contract is
-//! PRODUCT.md; the pipeline reads:
+//! docs/design.md; the pipeline reads:
 //!
 //! ```text
 //! server (rustls, hyper, bounded body) -> pipeline::check -> Decision
@@ -17,6 +17,7 @@ pub mod client;
 pub mod config;
 pub mod decision;
 pub mod demo;
+pub mod denial;
 pub mod digest;
 pub mod directory;
 pub mod mcp;
@@ -29,6 +30,7 @@ pub mod quota;
 pub mod replay;
 pub mod report;
 pub mod server;
+pub mod session;
 pub mod signature;
 pub mod state;
 pub mod target;

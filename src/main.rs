@@ -66,7 +66,7 @@ enum PolicyCommand {
     /// Evaluate `policy.query` of the config's policy for an input document; print the
     /// decision and the rules that fired.
     Eval {
-        /// The input document (JSON, PRODUCT.md "Policy contract").
+        /// The input document (JSON, docs/design.md "Policy contract").
         #[arg(long)]
         input: PathBuf,
     },

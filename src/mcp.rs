@@ -1,11 +1,11 @@
-//! MCP parse (PRODUCT.md stage 8): the JSON-RPC 2.0 body and the MCP transport headers, read
+//! MCP parse (docs/design.md stage 8): the JSON-RPC 2.0 body and the MCP transport headers, read
 //! only after stages 2–7 passed on the raw bytes (the pipeline order guarantees that).
 //!
 //! It decides whether the body is a JSON-RPC message (or batch) the policy can reason about,
 //! and extracts what policy needs: method, id, the tool name and arguments of `tools/call`, the
 //! `uri` of `resources/read`, the prompt name of `prompts/get`, plus `Mcp-Session-Id` and
 //! `MCP-Protocol-Version`. For the 2026-07-28 transport it checks that the `Mcp-Method` and
-//! `Mcp-Name` headers agree with the body (spec/README.md §8, PRODUCT.md decision 5); policy
+//! `Mcp-Name` headers agree with the body (MCP Streamable HTTP 2026-07-28, docs/design.md decision 5); policy
 //! always sees the body's values. It trusts nothing in the body: every field is type-checked.
 //! GET and DELETE (no body) are not parsed; policy sees no message and the HTTP method.
 
@@ -24,6 +24,8 @@ pub const METHOD_HEADER: &str = "mcp-method";
 pub const NAME_HEADER: &str = "mcp-name";
 /// The first protocol version whose POSTs must carry `Mcp-Method`/`Mcp-Name`.
 pub const STATELESS_VERSION: &str = "2026-07-28";
+/// The default of `limits.max_batch`: the MCP reference server's own bound.
+pub const DEFAULT_MAX_BATCH: usize = 100;
 
 /// Why the MCP stage refused a request. Each maps to a 400 with a JSON-RPC error object.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -41,8 +43,19 @@ pub enum McpError {
         /// What is wrong.
         reason: String,
     },
+    /// A batch with more messages than `limits.max_batch` (JSON-RPC -32600). Raised before any
+    /// element is read, so policy never runs on it.
+    #[error("batch of {size} messages exceeds limits.max_batch = {limit}")]
+    BatchTooLarge {
+        /// How many messages the batch has.
+        size: usize,
+        /// The configured bound.
+        limit: usize,
+    },
     /// `Mcp-Method`/`Mcp-Name`/`MCP-Protocol-Version` disagree with the body, are missing
-    /// where the 2026-07-28 transport requires them, or are not decodable (MCP -32020).
+    /// where the 2026-07-28 transport requires them, or are not decodable (MCP -32020). The
+    /// reason names the header, never its value or the body's (tool names and URIs are body
+    /// content the client already has).
     #[error("{reason}")]
     HeaderMismatch {
         /// The message's id.
@@ -58,6 +71,7 @@ impl McpError {
         match self {
             McpError::NotJson(_) => "parse_error",
             McpError::InvalidRequest { .. } => "invalid_request",
+            McpError::BatchTooLarge { .. } => "batch_too_large",
             McpError::HeaderMismatch { .. } => "header_mismatch",
         }
     }
@@ -66,7 +80,7 @@ impl McpError {
     pub fn jsonrpc_code(&self) -> i64 {
         match self {
             McpError::NotJson(_) => -32700,
-            McpError::InvalidRequest { .. } => -32600,
+            McpError::InvalidRequest { .. } | McpError::BatchTooLarge { .. } => -32600,
             McpError::HeaderMismatch { .. } => -32020,
         }
     }
@@ -75,7 +89,7 @@ impl McpError {
     pub fn jsonrpc_message(&self) -> &'static str {
         match self {
             McpError::NotJson(_) => "Parse error",
-            McpError::InvalidRequest { .. } => "Invalid Request",
+            McpError::InvalidRequest { .. } | McpError::BatchTooLarge { .. } => "Invalid Request",
             McpError::HeaderMismatch { .. } => "Header mismatch",
         }
     }
@@ -83,7 +97,7 @@ impl McpError {
     /// The id for the error object (`null` when unknown, JSON-RPC 2.0 §5).
     pub fn id(&self) -> Value {
         match self {
-            McpError::NotJson(_) => Value::Null,
+            McpError::NotJson(_) | McpError::BatchTooLarge { .. } => Value::Null,
             McpError::InvalidRequest { id, .. } | McpError::HeaderMismatch { id, .. } => id.clone().unwrap_or(Value::Null),
         }
     }
@@ -151,6 +165,9 @@ pub struct McpRequest {
     pub session: Option<String>,
     /// `MCP-Protocol-Version`.
     pub protocol_version: Option<String>,
+    /// The body's size in bytes: the policy stage decides large requests off the async
+    /// workers.
+    pub body_len: usize,
 }
 
 impl McpRequest {
@@ -165,9 +182,20 @@ impl McpRequest {
     }
 }
 
-/// Parses the request's MCP view. Call only after the identity stages passed.
+/// Parses the request's MCP view, with batches of at most [`DEFAULT_MAX_BATCH`] messages. Call
+/// only after the identity stages passed.
 pub fn parse(method: &Method, headers: &HeaderMap, body: &Bytes) -> Result<McpRequest, McpError> {
-    let mut req = McpRequest { session: header_text(headers, SESSION_ID), protocol_version: header_text(headers, PROTOCOL_VERSION), ..McpRequest::default() };
+    parse_bounded(method, headers, body, DEFAULT_MAX_BATCH)
+}
+
+/// [`parse`] with batches of at most `max_batch` messages (`limits.max_batch`).
+pub fn parse_bounded(method: &Method, headers: &HeaderMap, body: &Bytes, max_batch: usize) -> Result<McpRequest, McpError> {
+    let mut req = McpRequest {
+        session: header_text(headers, SESSION_ID),
+        protocol_version: header_text(headers, PROTOCOL_VERSION),
+        body_len: body.len(),
+        ..McpRequest::default()
+    };
     // GET opens an SSE stream and DELETE ends a session (2025-11-25 transport): no JSON-RPC
     // body to read; policy still runs on the HTTP method.
     if body.is_empty() && method != Method::POST {
@@ -179,6 +207,9 @@ pub fn parse(method: &Method, headers: &HeaderMap, body: &Bytes) -> Result<McpRe
             // JSON-RPC 2.0 §6: an empty array is an invalid request.
             if items.is_empty() {
                 return Err(McpError::InvalidRequest { id: None, reason: "empty batch".to_owned() });
+            }
+            if items.len() > max_batch {
+                return Err(McpError::BatchTooLarge { size: items.len(), limit: max_batch });
             }
             req.is_batch = true;
             req.messages = items.into_iter().map(message).collect::<Result<_, _>>()?;
@@ -263,32 +294,26 @@ fn check_headers(headers: &HeaderMap, req: &McpRequest) -> Result<(), McpError> 
         let mismatch = |reason: String| McpError::HeaderMismatch { id: m.id.clone(), reason };
         let body_method = m.method.as_deref();
         match (&method_h, body_method) {
-            (Some(h), Some(b)) if h != b => return Err(mismatch(format!("Mcp-Method header {:?} does not match the body's method {:?}", clip(h), clip(b)))),
-            (Some(h), None) => return Err(mismatch(format!("Mcp-Method header {:?} sent with a JSON-RPC response", clip(h)))),
+            (Some(h), Some(b)) if h != b => return Err(mismatch("Mcp-Method header does not match the body's method".to_owned())),
+            (Some(_), None) => return Err(mismatch("Mcp-Method header sent with a JSON-RPC response".to_owned())),
             (None, Some(_)) if requires => return Err(mismatch(format!("Mcp-Method header is required by protocol version {STATELESS_VERSION}"))),
             _ => {}
         }
         let names_something = matches!(body_method, Some("tools/call" | "resources/read" | "prompts/get"));
         match (&name_h, m.name()) {
-            (Some(h), Some(b)) if h != b => return Err(mismatch(format!("Mcp-Name header {:?} does not match the body's name {:?}", clip(h), clip(b)))),
-            (Some(h), None) => return Err(mismatch(format!("Mcp-Name header {:?} but the body names nothing", clip(h)))),
+            (Some(h), Some(b)) if h != b => return Err(mismatch("Mcp-Name header does not match the body's name".to_owned())),
+            (Some(_), None) => return Err(mismatch("Mcp-Name header but the body names nothing".to_owned())),
             (None, _) if requires && names_something => return Err(mismatch("Mcp-Name header is required for this method".to_owned())),
             _ => {}
         }
         // 2026-07-28: the header MUST equal params._meta["io.modelcontextprotocol/protocolVersion"].
         if let (Some(h), Some(b)) = (&req.protocol_version, &m.meta_version) {
             if h != b {
-                return Err(mismatch(format!("MCP-Protocol-Version header {:?} does not match params._meta protocolVersion {:?}", clip(h), clip(b))));
+                return Err(mismatch("MCP-Protocol-Version header does not match params._meta protocolVersion".to_owned()));
             }
         }
     }
     Ok(())
-}
-
-/// At most the first 64 characters of a client-supplied value quoted in a refusal: the body's
-/// method or tool name can be as long as the body, and refusals and the decision log repeat it.
-fn clip(s: &str) -> &str {
-    s.char_indices().nth(64).map_or(s, |(end, _)| &s[..end])
 }
 
 /// A header's text value, `=?base64?…?=` decoded (MCP 2026-07-28 non-ASCII values).

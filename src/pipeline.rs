@@ -1,7 +1,9 @@
-//! The pipeline: runs the stages of PRODUCT.md "Pipeline" in order; the first failure decides.
+//! The pipeline: runs the stages of docs/design.md "The pipeline" in order; the first failure decides.
 //!
-//! This is the only place a [`Permit`] is made. Stages never see the mode: they return their
-//! own error, which converts into a [`Denial`], and `decision::apply_mode` does the rest.
+//! This is the only place a [`Permit`] or a [`Refusal`] is made: both carry the [`Evidence`]
+//! the stages verified, privately, and `decision::apply_mode` turns them into the only thing
+//! the proxy forwards. Stages never see the mode: they return their own error, which converts
+//! into a [`Denial`].
 //! Stage 1 (bounded body read) happens in `server`, before an [`Inbound`] exists; stage 11
 //! (forwarding) happens in `proxy`, after the mode is applied.
 
@@ -12,20 +14,20 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 
 use crate::config::{Config, ConfigError, FieldError};
-use crate::decision::{Decision, Denial, Permit};
-use crate::digest::{DigestCheck, VerifiedDigest};
+use crate::denial::Denial;
+use crate::digest::DigestCheck;
 use crate::directory::KeyResolver;
 use crate::mcp::{self, McpRequest};
 use crate::oauth::{TokenVerifier, VerifiedToken};
 use crate::policy::{AgentView, Policy, PolicyError, PolicyInput, RequestView, TokenView};
 use crate::quota::{QuotaError, QuotaSpec, Quotas};
 use crate::replay::ReplayGuard;
+use crate::session::{self, SessionGuard};
 use crate::signature::{SignatureError, SignatureVerifier, VerifiedSignature};
 use crate::state::Stores;
-use crate::telemetry::FetchLabels;
+use crate::telemetry::DirectoryMetrics;
 
 /// One request as the stages see it: the head, the exact raw body bytes, and the time.
 #[derive(Debug)]
@@ -80,7 +82,7 @@ impl UnixTime {
     }
 }
 
-/// The stages, named as in PRODUCT.md, in order. Also the `stage` label of latency metrics.
+/// The stages, named as in docs/design.md, in order. Also the `stage` label of latency metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Stage {
     /// 1: bounded body read.
@@ -93,6 +95,8 @@ pub enum Stage {
     Replay,
     /// 7: OAuth bearer token.
     Token,
+    /// Decision 9: `Mcp-Session-Id` bound to its owner (check, and binding on the response).
+    Session,
     /// 8: JSON-RPC parse.
     Mcp,
     /// 9: Rego policy.
@@ -105,8 +109,8 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in pipeline order.
-    pub const ALL: [Stage; 9] =
-        [Stage::Body, Stage::Digest, Stage::Signature, Stage::Replay, Stage::Token, Stage::Mcp, Stage::Policy, Stage::Quota, Stage::Upstream];
+    pub const ALL: [Stage; 10] =
+        [Stage::Body, Stage::Digest, Stage::Signature, Stage::Replay, Stage::Token, Stage::Session, Stage::Mcp, Stage::Policy, Stage::Quota, Stage::Upstream];
 
     /// The name in logs and metric labels.
     pub fn as_str(self) -> &'static str {
@@ -116,6 +120,7 @@ impl Stage {
             Stage::Signature => "signature",
             Stage::Replay => "replay",
             Stage::Token => "token",
+            Stage::Session => "session",
             Stage::Mcp => "mcp",
             Stage::Policy => "policy",
             Stage::Quota => "quota",
@@ -149,16 +154,91 @@ impl StageTimings {
     pub fn iter(&self) -> impl Iterator<Item = (Stage, Duration)> + '_ {
         self.entries.iter().copied()
     }
+
+    /// Runs `f` as `stage`, recording its duration.
+    fn timed<T>(&mut self, stage: Stage, f: impl FnOnce() -> T) -> T {
+        let start = Instant::now();
+        let out = stage_span(stage).in_scope(f);
+        self.record(stage, start.elapsed());
+        out
+    }
+
+    /// Awaits `f` as `stage`, recording its duration (added to earlier time in that stage).
+    async fn timed_async<T>(&mut self, stage: Stage, f: impl Future<Output = T>) -> T {
+        let start = Instant::now();
+        let out = tracing::Instrument::instrument(f, stage_span(stage)).await;
+        self.record(stage, start.elapsed());
+        out
+    }
+}
+
+/// The result of running the pipeline on one request.
+pub type Decision = Result<Permit, Refusal>;
+
+/// Proof that every configured stage passed, carrying what they verified. Its field is
+/// private: only [`check`] makes one, and only `decision::apply_mode` turns it into a forward.
+#[derive(Debug)]
+pub struct Permit {
+    evidence: Evidence,
+}
+
+impl Permit {
+    /// What the stages verified.
+    pub fn evidence(&self) -> &Evidence {
+        &self.evidence
+    }
+
+    /// The evidence, once the request is done.
+    pub fn into_evidence(self) -> Evidence {
+        self.evidence
+    }
+}
+
+/// A stage's refusal with what the stages before it verified (in monitor mode the request is
+/// forwarded with exactly that identity). Only [`check`] makes one.
+#[derive(Debug)]
+pub struct Refusal {
+    denial: Denial,
+    evidence: Evidence,
+}
+
+impl Refusal {
+    /// Why the request is refused.
+    pub fn denial(&self) -> &Denial {
+        &self.denial
+    }
+
+    /// What was verified before the refusal.
+    pub fn evidence(&self) -> &Evidence {
+        &self.evidence
+    }
+
+    /// Both, once the request is done.
+    pub fn into_parts(self) -> (Denial, Evidence) {
+        (self.denial, self.evidence)
+    }
+}
+
+#[cfg(test)]
+impl Permit {
+    /// A permit for tests of what happens after the pipeline.
+    pub(crate) fn for_test(evidence: Evidence) -> Permit {
+        Permit { evidence }
+    }
+}
+
+#[cfg(test)]
+impl Refusal {
+    /// A refusal for tests of what happens after the pipeline.
+    pub(crate) fn for_test(denial: Denial) -> Refusal {
+        Refusal { denial, evidence: Evidence::default() }
+    }
 }
 
 /// What the stages verified so far: the policy input, the identity headers sent upstream and
 /// the decision log are built from this, and from nothing a client can set directly.
 #[derive(Debug, Default)]
 pub struct Evidence {
-    /// Per-stage latency.
-    pub timings: StageTimings,
-    /// Stage 2 result, when a digest was sent.
-    pub digest: Option<VerifiedDigest>,
     /// Stages 3–6 result: the verified, first-use signature and the agent it speaks for.
     /// `None` when the request was unsigned and signatures are optional, or a stage 2–6
     /// refused (in monitor mode such a request is forwarded without identity).
@@ -192,24 +272,6 @@ pub fn stage_span(stage: Stage) -> tracing::Span {
 /// The target of [`stage_span`]s.
 pub const STAGE_SPAN_TARGET: &str = "portcullis::stage";
 
-impl Evidence {
-    /// Runs `f` as `stage`, recording its duration.
-    fn timed<T>(&mut self, stage: Stage, f: impl FnOnce() -> T) -> T {
-        let start = Instant::now();
-        let out = stage_span(stage).in_scope(f);
-        self.timings.record(stage, start.elapsed());
-        out
-    }
-
-    /// Awaits `f` as `stage`, recording its duration (added to earlier time in that stage).
-    async fn timed_async<T>(&mut self, stage: Stage, f: impl Future<Output = T>) -> T {
-        let start = Instant::now();
-        let out = tracing::Instrument::instrument(f, stage_span(stage)).await;
-        self.timings.record(stage, start.elapsed());
-        out
-    }
-}
-
 /// Every stage, built once from the config at start.
 #[derive(Debug)]
 pub struct Stages {
@@ -222,10 +284,14 @@ pub struct Stages {
     stores: Stores,
     /// Stage 7; `None` when `[oauth]` names no issuer and tokens are not required.
     token: Option<TokenVerifier>,
+    /// Decision 9: session ids bound to their owner.
+    sessions: SessionGuard,
     /// Stage 9 (public for the admin endpoints: reload health, version).
     pub policy: Policy,
     /// `policy.enabled`: whether stages 8–10 run.
     is_policy_enabled: bool,
+    /// `limits.max_batch`, for stage 8.
+    max_batch: usize,
     quotas: Quotas,
 }
 
@@ -257,8 +323,10 @@ impl Stages {
             directory,
             replay: ReplayGuard::new(sig, stores.replay.clone()),
             token,
+            sessions: SessionGuard::new(stores.session.clone(), config.state.session_ttl.0),
             policy,
             is_policy_enabled: config.policy.enabled,
+            max_batch: config.limits.max_batch,
             quotas: Quotas::new(stores.quota.clone()),
             stores,
         })
@@ -270,8 +338,13 @@ impl Stages {
     }
 
     /// The identity stages' counters (directory fetches by result, replay hits) to register.
-    pub fn identity_counters(&self) -> (Family<FetchLabels, Counter>, Counter) {
-        (self.directory.fetch_counter(), self.replay.hit_counter())
+    pub fn identity_counters(&self) -> (DirectoryMetrics, Counter) {
+        (self.directory.metrics(), self.replay.hit_counter())
+    }
+
+    /// The legacy `Signature-Agent` counter, to register with the metrics.
+    pub fn legacy_agent_counter(&self) -> Counter {
+        self.signature.legacy_agent_counter()
     }
 
     /// The shared store's error counter, when `state.store` is Redis.
@@ -293,37 +366,71 @@ impl Stages {
     }
 }
 
-/// Runs stages 2–10 of PRODUCT.md in order; the first failure decides.
-pub async fn check(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Decision {
-    seen.digest = seen.timed(Stage::Digest, || stages.digest.verify(&req.head.headers, &req.body))?;
-    if let Some(agent) = seen.timed_async(Stage::Signature, verify_signature(req, stages)).await? {
-        seen.timed_async(Stage::Replay, stages.replay.check_once(&agent, req.now)).await?;
+/// Runs stages 2–10 of docs/design.md in order; the first failure decides. The decision carries
+/// what was verified; `timings` gets each stage's latency.
+pub async fn check(req: &Inbound, stages: &Stages, timings: &mut StageTimings) -> Decision {
+    let mut seen = Evidence::default();
+    match run(req, stages, &mut seen, timings).await {
+        Ok(()) => Ok(Permit { evidence: seen }),
+        Err(denial) => Err(Refusal { denial, evidence: seen }),
+    }
+}
+
+async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut StageTimings) -> Result<(), Denial> {
+    timings.timed(Stage::Digest, || stages.digest.verify(&req.head.headers, &req.body))?;
+    if let Some(agent) = timings.timed_async(Stage::Signature, verify_signature(req, stages)).await? {
+        timings.timed_async(Stage::Replay, stages.replay.check_once(&agent, req.now)).await?;
         // Only a first-use signature names the agent: a replayed copy (forwarded in monitor
         // mode) must not carry the identity upstream.
         seen.agent = Some(agent);
     }
     if let Some(verifier) = &stages.token {
-        seen.token = seen
+        seen.token = timings
             .timed_async(Stage::Token, async {
                 verifier.check_query(&req.head.uri)?;
                 verifier.authenticate(&req.head.headers, req.now).await
             })
             .await?;
     }
+    // Decision 9: once the identity is verified, a session is only its owner's.
+    if req.head.headers.contains_key(crate::mcp::SESSION_ID) {
+        let owner = session::owner(seen);
+        timings.timed_async(Stage::Session, stages.sessions.check(&req.head.headers, &owner)).await?;
+    }
     if !stages.is_policy_enabled {
-        return Ok(Permit::granted());
+        return Ok(());
     }
     // Stage 8: JSON only now, after the identity stages passed on the raw bytes.
-    seen.mcp = Some(seen.timed(Stage::Mcp, || mcp::parse(&req.head.method, &req.head.headers, &req.body))?);
-    let quotas = authorize(req, stages, seen)?;
-    let started = Instant::now();
-    let spent = tracing::Instrument::instrument(stages.quotas.spend(&quotas, req.now), stage_span(Stage::Quota)).await;
-    seen.timings.record(Stage::Quota, started.elapsed());
+    seen.mcp = Some(timings.timed(Stage::Mcp, || mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch))?);
+    let quotas = {
+        // A batch or a large body is decided off the async workers, one per core at a time;
+        // it waits for its turn here (policy::Policy::turn).
+        let _turn = timings.timed_async(Stage::Policy, stages.policy.turn(seen.mcp.as_ref())).await;
+        authorize(req, stages, seen, timings)?
+    };
+    let spent = timings.timed_async(Stage::Quota, stages.quotas.spend(&quotas, req.now)).await;
     if let Err(QuotaError::Exhausted { key, .. }) = &spent {
         seen.quota_exhausted = Some(key.clone());
     }
     spent?;
-    Ok(Permit::granted())
+    Ok(())
+}
+
+/// Decision 9, on the backend's response head (before it is passed on): binds a new
+/// `Mcp-Session-Id` to the identity `seen` verified, or removes an ended session's binding.
+pub async fn settle_session(
+    stages: &Stages,
+    exchange: &session::Exchange,
+    status: http::StatusCode,
+    headers: &http::HeaderMap,
+    seen: &Evidence,
+    timings: &mut StageTimings,
+) -> Result<(), Denial> {
+    if !exchange.needs_settling(status, headers) {
+        return Ok(());
+    }
+    let owner = session::owner(seen);
+    Ok(timings.timed_async(Stage::Session, stages.sessions.settle(exchange, status, headers, &owner)).await?)
 }
 
 /// Stages 3–5: parse and check the signature, resolve its key, verify it. `Ok(None)`: the
@@ -343,7 +450,7 @@ async fn verify_signature(req: &Inbound, stages: &Stages) -> Result<Option<Verif
 }
 
 /// Stage 9: the policy decision, then the scopes it requires. Returns the quotas to spend.
-fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Result<Vec<QuotaSpec>, Denial> {
+fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut StageTimings) -> Result<Vec<QuotaSpec>, Denial> {
     let started = Instant::now();
     let empty = McpRequest::default();
     let (decided, scopes) = stage_span(Stage::Policy).in_scope(|| {
@@ -360,7 +467,7 @@ fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence) -> Result<Vec<
         let scopes = decided.as_ref().map(|d| check_scopes(&d.verdict.required_scopes, token.as_ref())).unwrap_or(Ok(()));
         (decided, scopes)
     });
-    seen.timings.record(Stage::Policy, started.elapsed());
+    timings.record(Stage::Policy, started.elapsed());
     let decided = match decided {
         Ok(d) => d,
         Err(e) => {

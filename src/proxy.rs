@@ -1,4 +1,4 @@
-//! Forwarding (PRODUCT.md stage 11): sends an allowed request to the MCP backend and streams
+//! Forwarding (docs/design.md stage 11): sends an allowed request to the MCP backend and streams
 //! the answer back.
 //!
 //! Only a [`Forward`] can be forwarded, and only `decision::apply_mode` makes one. The path and
@@ -23,7 +23,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use crate::config;
 use crate::decision::{Forward, ResponseBody, UpstreamError};
 use crate::oauth::VerifiedToken;
-use crate::pipeline::{Evidence, Inbound};
+use crate::pipeline::Inbound;
 
 /// Prefix of the headers the gateway itself sets upstream; inbound copies are always removed.
 pub const IDENTITY_PREFIX: &str = "x-portcullis-";
@@ -72,9 +72,10 @@ impl Upstream {
     }
 
     /// Sends `req` upstream and returns the response head with its body still streaming.
-    /// `permission` is the proof that the request may go (a permit, or a monitored denial).
-    pub async fn forward(&self, req: Inbound, permission: Forward, seen: &Evidence) -> Result<Response<ResponseBody>, UpstreamError> {
-        drop(permission);
+    /// `permission` is the proof that the request may go (a permit, or a monitored refusal);
+    /// the identity headers are made from its evidence and nothing else.
+    pub async fn forward(&self, req: Inbound, permission: &Forward) -> Result<Response<ResponseBody>, UpstreamError> {
+        let seen = permission.evidence();
         let Inbound { head, body, peer, is_tls, request_id, authority, .. } = req;
         let path_and_query = head.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
         let uri: Uri = format!("http://{}{}{}", self.authority, self.base_path, path_and_query)
@@ -85,7 +86,7 @@ impl Upstream {
         strip_hop_by_hop(&mut headers);
         headers.remove(HOST);
         // MCP: no token passthrough. Even with `forward_token`, only a token the gateway
-        // verified goes on (spec/mcp-auth.md §5).
+        // verified goes on (MCP Authorization: no token passthrough).
         if !self.forward_token || seen.token.is_none() {
             headers.remove(AUTHORIZATION);
         }

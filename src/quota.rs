@@ -1,4 +1,4 @@
-//! Quotas and rate limits (PRODUCT.md stage 10): spends the buckets the policy decision names.
+//! Quotas and rate limits (pipeline stage 10): spends the buckets the policy decision names.
 //!
 //! Each quota is `{key, cost, limit, per}` from the decision (policy.rs has already checked its
 //! shape). All of a request's quotas are spent or none is: they are spent in order, and when one

@@ -1,12 +1,12 @@
-//! Replay protection (PRODUCT.md stage 6): a verified signature is accepted once.
+//! Replay protection (pipeline stage 6): a verified signature is accepted once.
 //!
 //! Decides whether this exact signature (or its nonce) was already accepted. The record key
 //! is the keyid plus a SHA-256 of the signature bytes, so relabelling a captured signature
 //! (RFC 9421 §7.2.5) does not make it new; when a `nonce` is present, the keyid plus the nonce
-//! is also single-use (PRODUCT.md decision 4, RFC 9421 §7.2.2). Records are kept until the
+//! is also single-use (docs/design.md decision 4, RFC 9421 §7.2.2). Records are kept until the
 //! signature's `expires` plus the clock skew, after which the signature stage refuses it
 //! anyway. Trusts only a [`VerifiedSignature`] and the [`ReplayStore`]'s atomic answer; a store
-//! that cannot answer refuses the request (spec/README.md §4.6: no claim of replay protection
+//! that cannot answer refuses the request (Web Bot Auth "Freshness and Replay": no claim of replay protection
 //! without a record).
 
 use std::sync::Arc;

@@ -1,11 +1,13 @@
-//! The server edge: listeners, rustls, hyper, the bounded body read (stage 1), the request
-//! span, and graceful shutdown.
+//! The server edge: listeners, rustls, hyper, admission control, the bounded body read (stage
+//! 1), the request span, and graceful shutdown.
 //!
-//! Each request: read the clock once, give it an id, serve the RFC 9728 document if asked,
-//! read the body whole within `limits.max_body` and `limits.body_timeout`, run the pipeline,
-//! apply the mode, then forward or refuse; finally one decision-log line and the metrics.
+//! Each connection: deadlines for every phase and an idle timeout (`connection`). Each request:
+//! the RFC 9728 document is served at once; any other request is admitted within
+//! `limits.max_in_flight` or shed, and bounded by `limits.request_timeout` (`admission`); then
+//! read the clock once, read the body whole within `limits.max_body`, `limits.body_timeout`
+//! and `limits.max_body_in_flight` (`body`), run the pipeline, apply the mode, then forward or
+//! refuse; finally one decision-log line and the metrics.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,28 +15,29 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::header::{HeaderValue, CONTENT_LENGTH};
+use http::header::HeaderValue;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsAcceptor;
 use tracing::{info, info_span, warn, Instrument};
 
+mod admission;
+mod body;
+pub(crate) mod connection;
+
 use crate::admin;
 use crate::config::{Config, ConfigError};
-use crate::decision::{self, Challenge, Denial, Forward, Outcome, ResponseBody, Verdict};
-use crate::pipeline::{self, Evidence, Inbound, Stage, Stages, UnixTime};
+use crate::decision::{self, Answer, Challenge, Denial, Outcome, ResponseBody, Verdict};
+use crate::pipeline::{self, Evidence, Inbound, Stage, StageTimings, Stages, UnixTime};
+use crate::policy::ReloadTrigger;
 use crate::proxy::Upstream;
 use crate::telemetry::{rfc3339, DecisionLog, DecisionRecord, Metrics};
 use crate::tls;
+use admission::Admission;
+use body::BodyBudget;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +80,10 @@ pub(crate) struct Shared {
     prm_paths: Vec<String>,
     /// The paths forwarded (the MCP endpoint and `upstream.extra_paths`).
     routes: crate::target::Routes,
+    body_budget: Arc<BodyBudget>,
+    /// `limits.max_in_flight`: requests being decided or waiting for the backend's answer,
+    /// over all connections. Taken once the body is read (admission).
+    slots: Arc<Semaphore>,
     pub(crate) is_shutting_down: AtomicBool,
 }
 
@@ -89,14 +96,22 @@ pub struct Running {
     pub admin_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    policy_reload: ReloadTrigger,
 }
 
 impl Running {
     /// Stops accepting, lets in-flight requests finish (bounded by `limits.shutdown_grace`),
-    /// and returns when every connection is closed.
+    /// and returns when every connection is closed and their decision-log lines are written.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
+    }
+
+    /// Asks this gateway to recompile its policy, as SIGHUP does (but for this gateway alone,
+    /// not every gateway in the process). The reload runs in the background; a failed one
+    /// keeps the previous policy and shows on `/metrics` and `/readyz`.
+    pub fn reload_policy(&self) {
+        self.policy_reload.reload();
     }
 
     /// Waits until `signal` resolves, then shuts down gracefully.
@@ -121,8 +136,10 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     let mut metrics = Metrics::new();
     metrics.register_policy_health(stages.policy.health().reload_errors.clone(), stages.policy.health().last_reload_ok.clone());
     let policy_reloader = stages.policy.spawn_reloader();
+    let policy_reload = policy_reloader.trigger();
     let tls = config.listen.tls.as_ref().map(tls::acceptor).transpose()?;
     let log = DecisionLog::open(&config.log.decisions).map_err(|source| StartError::DecisionLog { path: format!("{:?}", config.log.decisions), source })?;
+    metrics.register_decision_log(log.dropped());
     let addr = listener.local_addr().map_err(|source| StartError::Bind { what: "listen.addr", addr: config.listen.addr, source })?;
     let admin_listener = match config.admin {
         Some(a) => Some(TcpListener::bind(a).await.map_err(|source| StartError::Bind { what: "admin.addr", addr: a, source })?),
@@ -133,6 +150,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     let (prm, prm_paths) = protected_resource_metadata(&config);
     let (directory_fetches, replay_hits) = stages.identity_counters();
     metrics.register_identity(directory_fetches, replay_hits);
+    metrics.register_legacy_agents(stages.legacy_agent_counter());
     if let Some(m) = stages.token_metrics() {
         metrics.register_token(m);
     }
@@ -152,13 +170,22 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         prm,
         prm_paths,
         routes: crate::target::Routes::new(&config.listen.public_url, &config.upstream.extra_paths),
+        body_budget: BodyBudget::new(config.limits.max_body_in_flight),
+        slots: Arc::new(Semaphore::new(config.limits.max_in_flight)),
         is_shutting_down: AtomicBool::new(false),
         config,
     });
     let (stop, stop_rx) = watch::channel(false);
     // The admin listener outlives the drain, so probes see /readyz answer 503 meanwhile.
     let (admin_stop, admin_stop_rx) = watch::channel(false);
-    info!(addr = %addr, tls = tls.is_some(), mode = shared.config.mode.as_str(), upstream = %shared.config.upstream.url, "Portcullis listening");
+    info!(
+        addr = %addr,
+        tls = tls.is_some(),
+        mode = shared.config.mode.as_str(),
+        upstream = %shared.config.upstream.url,
+        max_in_flight = shared.config.limits.max_in_flight,
+        "Portcullis listening"
+    );
     if let Some(a) = admin_addr {
         info!(addr = %a, "Admin listener on /healthz /readyz /metrics");
     }
@@ -166,19 +193,22 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     let task = tokio::spawn(async move {
         // Reloads stop with the gateway.
         let _reloader = policy_reloader;
-        accept_loop(listener, tls, shared, stop_rx).await;
+        accept_loop(listener, tls, shared.clone(), stop_rx).await;
         let _ = admin_stop.send(true);
         if let Some(t) = admin_task {
             let _ = t.await;
         }
+        // The drained requests' lines are queued: write them before reporting the stop.
+        shared.log.flush().await;
     });
-    Ok(Running { addr, admin_addr, stop, task })
+    Ok(Running { addr, admin_addr, stop, task, policy_reload })
 }
 
 async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let graceful = GracefulShutdown::new();
-    let builder = Arc::new(connection_builder(&shared.config.limits));
+    let builder = Arc::new(connection::builder(&shared.config.limits));
     // Bounds open client connections; past it, new ones wait in the kernel's accept queue.
+    // Every phase of a connection has a deadline (`connection`), so a permit is always given
+    // back.
     let permits = Arc::new(Semaphore::new(shared.config.limits.max_connections));
     let mut connections = JoinSet::new();
     loop {
@@ -203,13 +233,33 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
             }
         };
         let _ = stream.set_nodelay(true);
-        let (shared, builder, watcher, tls) = (shared.clone(), builder.clone(), graceful.watcher(), tls.clone());
+        let deadlines = connection::Deadlines::new(&shared.config.limits, tokio::time::Instant::now());
+        let (shared, builder, stop, tls) = (shared.clone(), builder.clone(), stop.clone(), tls.clone());
         connections.spawn(async move {
             let _permit = permit;
+            let respond = move |is_tls: bool| {
+                let admission = Admission::new(&shared, peer, is_tls);
+                move |req: Request<Incoming>| {
+                    // Each request runs in its own task, so a client that goes away mid-request
+                    // does not cancel it half-way: it keeps its slot, the pipeline finishes and
+                    // the decision-log line is written.
+                    let handling = tokio::spawn(admission.clone().serve(req));
+                    async move {
+                        match handling.await {
+                            Ok(resp) => resp,
+                            Err(e) => {
+                                tracing::error!(error = %e, "Request handler failed");
+                                decision::respond_upstream(&decision::UpstreamError::Failed("request handler failed".into()), "")
+                            }
+                        }
+                    }
+                }
+            };
             match tls {
-                None => serve_connection(&builder, watcher, TokioIo::new(stream), shared, peer, false).await,
-                Some(acceptor) => match tokio::time::timeout(shared.config.limits.header_timeout, acceptor.accept(stream)).await {
-                    Ok(Ok(tls_stream)) => serve_connection(&builder, watcher, TokioIo::new(tls_stream), shared, peer, true).await,
+                None => connection::serve(&builder, stream, peer, deadlines, stop, respond(false)).await,
+                // The handshake counts against the time to the first request head.
+                Some(acceptor) => match tokio::time::timeout_at(deadlines.first_request, acceptor.accept(stream)).await {
+                    Ok(Ok(tls_stream)) => connection::serve(&builder, tls_stream, peer, deadlines, stop, respond(true)).await,
                     Ok(Err(e)) => tracing::debug!(peer = %peer, error = %e, "TLS handshake failed"),
                     Err(_) => tracing::debug!(peer = %peer, "TLS handshake timed out"),
                 },
@@ -218,57 +268,14 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
     }
     drop(listener);
     shared.is_shutting_down.store(true, Ordering::SeqCst);
+    // `stop` is true now: every connection closes gracefully (HTTP/2 GOAWAY, HTTP/1.1 after the
+    // current exchange).
     let grace = shared.config.limits.shutdown_grace;
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+    let drained = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(grace, drained).await.is_err() {
         warn!(grace = ?grace, open = connections.len(), "Shutdown grace period over; closing remaining connections");
         connections.abort_all();
-    }
-    while connections.join_next().await.is_some() {}
-}
-
-/// HTTP/1.1 and HTTP/2 settings from `[limits]`: head size and count, head timeout, streams per
-/// connection (each may hold a body of up to `max_body`), and HTTP/2 keep-alive so dead peers
-/// are noticed.
-fn connection_builder(limits: &crate::config::Limits) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout).max_buf_size(limits.max_header_bytes).max_headers(limits.max_headers);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(limits.max_header_bytes as u32)
-        .max_concurrent_streams(limits.max_streams_per_connection)
-        .keep_alive_interval(Some(Duration::from_secs(30)))
-        .keep_alive_timeout(Duration::from_secs(20));
-    builder
-}
-
-async fn serve_connection<I>(
-    builder: &auto::Builder<TokioExecutor>,
-    watcher: hyper_util::server::graceful::Watcher,
-    io: TokioIo<I>,
-    shared: Arc<Shared>,
-    peer: SocketAddr,
-    is_tls: bool,
-) where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let service = service_fn(move |req: Request<Incoming>| {
-        // Each request runs in its own task, so a client that goes away mid-request does not
-        // cancel it half-way: the pipeline finishes and the decision-log line is written.
-        let handling = tokio::spawn(shared.clone().handle(req, peer, is_tls));
-        async move {
-            Ok::<_, Infallible>(match handling.await {
-                Ok(resp) => resp,
-                Err(e) => {
-                    tracing::error!(error = %e, "Request handler failed");
-                    decision::respond_upstream(&decision::UpstreamError::Failed("request handler failed".into()), "")
-                }
-            })
-        }
-    });
-    let conn = builder.serve_connection(io, service);
-    if let Err(e) = watcher.watch(conn.into_owned()).await {
-        tracing::debug!(peer = %peer, error = %e, "Connection ended with an error");
+        while connections.join_next().await.is_some() {}
     }
 }
 
@@ -277,7 +284,7 @@ impl Shared {
         let arrived = Instant::now();
         let wall = SystemTime::now();
         let now = UnixTime::now();
-        let request_id = uuid::Uuid::now_v7().to_string();
+        let request_id = admission::request_id(&req);
         let span = info_span!("request", request_id = %request_id, method = %req.method(), path = %req.uri().path());
         let _in_flight = self.metrics.in_flight();
         async move {
@@ -289,42 +296,63 @@ impl Shared {
             let (head, body) = req.into_parts();
             // Only the decision log reads it: no second parse of Signature-Agent without one.
             let claimed_agent = if self.log.is_on() { crate::telemetry::claimed_agent(&head.headers) } else { None };
+            let mut timings = StageTimings::default();
+            // What the stages verified, for the decision log (empty until the pipeline ran).
             let mut seen = Evidence::default();
-            // The path and the authority, read once (PRODUCT.md decisions 3 and 9): a request
+            // The path and the authority, read once (docs/design.md decisions 3 and 9): a request
             // for another path, or one whose authority reads two ways, is refused before any
             // stage and before its body is read.
             let authority =
                 if self.routes.serves(head.uri.path()) { crate::target::authority(&head, is_tls).map_err(Denial::from) } else { Err(Denial::NotFound) };
             let read_started = Instant::now();
+            let limits = &self.config.limits;
             let body = match &authority {
-                Ok(_) => self.read_body(&head, body).instrument(crate::pipeline::stage_span(Stage::Body)).await,
-                Err(_) => Ok(Bytes::new()),
+                Ok(_) => Some(
+                    body::read(&head, body, limits.max_body, limits.body_timeout, &self.body_budget).instrument(crate::pipeline::stage_span(Stage::Body)).await,
+                ),
+                Err(_) => None,
             };
-            seen.timings.record(Stage::Body, read_started.elapsed());
+            timings.record(Stage::Body, read_started.elapsed());
+            // Held until the request is answered: the body is in memory until then.
+            let (body, _reservation) = match body {
+                Some(Ok((bytes, reservation))) => (Ok(bytes), Some(reservation)),
+                Some(Err(denial)) => (Err(denial), None),
+                None => (Ok(Bytes::new()), None),
+            };
 
             let mut upstream_error = None;
-            let (outcome, summary, resp) = match authority.and_then(|a| Ok((a, body?))) {
+            // Admission (limits.max_in_flight): a slot is taken only once the body is read, so
+            // slow uploads, bounded by body_timeout and max_body_in_flight, cannot hold every
+            // slot; without one the request is shed at once.
+            let admitted = authority.and_then(|a| Ok((a, body?))).and_then(|read| match self.slots.clone().try_acquire_owned() {
+                Ok(slot) => Ok((read, (slot, self.metrics.admitted()))),
+                Err(_) => Err(Denial::Shed),
+            });
+            let (outcome, summary, resp) = match admitted {
                 // Stage 1 is a resource bound, not a decision: a body the gateway refused to
                 // hold (or never fully received) cannot be forwarded, so it is refused in both
                 // modes and never reaches `apply_mode`. Likewise a path or authority the
                 // backend could read otherwise than the gateway.
                 Err(denial) => self.refuse(&denial, &request_id),
-                Ok((authority, body)) => {
+                Ok(((authority, body), _slot)) => {
                     let inbound = Inbound { head, body, now, peer, is_tls, request_id: request_id.clone(), authority };
-                    let decision = pipeline::check(&inbound, &self.stages, &mut seen).await;
+                    let decision = pipeline::check(&inbound, &self.stages, &mut timings).await;
                     match decision::apply_mode(self.config.mode, decision) {
-                        Verdict::Refuse(denial) => self.refuse(&denial, &request_id),
+                        Verdict::Refuse(refusal) => {
+                            let (denial, evidence) = refusal.into_parts();
+                            seen = evidence;
+                            self.refuse(&denial, &request_id)
+                        }
                         Verdict::Forward(fwd) => {
-                            let (outcome, summary) = match &fwd {
-                                Forward::Permitted(_) => (Outcome::Allow, None),
-                                Forward::Monitored(d) => {
-                                    info!(error.code = d.code(), "Request would be denied (monitor mode)");
-                                    (Outcome::WouldDeny, Some((d.code(), d.reason())))
-                                }
+                            let (outcome, summary) = match fwd.monitored() {
+                                None => (Outcome::Allow, None),
+                                Some(d) => (Outcome::WouldDeny, Some((d.code(), d.reason()))),
                             };
+                            let exchange = crate::session::Exchange::of(&inbound.head);
                             let started = Instant::now();
-                            let result = self.upstream.forward(inbound, fwd, &seen).instrument(crate::pipeline::stage_span(Stage::Upstream)).await;
-                            seen.timings.record(Stage::Upstream, started.elapsed());
+                            let result = self.upstream.forward(inbound, &fwd).instrument(crate::pipeline::stage_span(Stage::Upstream)).await;
+                            timings.record(Stage::Upstream, started.elapsed());
+                            seen = fwd.into_evidence();
                             let resp = match result {
                                 Ok(resp) => resp,
                                 Err(e) => {
@@ -335,7 +363,7 @@ impl Shared {
                                     r
                                 }
                             };
-                            (outcome, summary, resp)
+                            self.settle_session(&exchange, &seen, &mut timings, (outcome, summary, resp), &request_id).await
                         }
                     }
                 }
@@ -364,8 +392,8 @@ impl Shared {
                 latency_us: Default::default(),
                 total_us: arrived.elapsed().as_micros() as u64,
             }
-            .with_timings(&seen.timings);
-            self.metrics.observe(&record, &seen.timings, arrived.elapsed());
+            .with_timings(&timings);
+            self.metrics.observe(&record, &timings, arrived.elapsed());
             self.log.write(&record);
             with_request_id(resp, &request_id)
         }
@@ -373,33 +401,35 @@ impl Shared {
         .await
     }
 
-    /// The refusal response for `denial`, with its log summary.
+    /// The refusal response for `denial`, with its log summary (the decision log and the
+    /// metrics say it; no diagnostic line per refusal).
     fn refuse(&self, denial: &Denial, request_id: &str) -> (Outcome, Option<(&'static str, String)>, Response<ResponseBody>) {
-        info!(error.code = denial.code(), "Request denied");
+        tracing::debug!(error.code = denial.code(), "Request refused");
         (Outcome::Deny, Some((denial.code(), denial.reason())), decision::respond(denial, request_id, &self.challenge))
     }
 
-    /// Stage 1: the whole body, within `limits.max_body` and `limits.body_timeout`.
-    async fn read_body(&self, head: &http::request::Parts, body: Incoming) -> Result<Bytes, Denial> {
-        let limit = self.config.limits.max_body;
-        let declared = head.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit) {
-            return Err(Denial::BodyTooLarge { limit });
-        }
-        let read = Limited::new(body, limit as usize).collect();
-        match tokio::time::timeout(self.config.limits.body_timeout, read).await {
-            Err(_) => Err(Denial::BodyTimeout { after: self.config.limits.body_timeout }),
-            Ok(Ok(collected)) => Ok(collected.to_bytes()),
-            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(Denial::BodyTooLarge { limit }),
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "Request body unreadable");
-                Err(Denial::BodyUnreadable(e.to_string()))
-            }
+    /// Decision 9: binds a session id the backend just issued to the request's identity before
+    /// the client sees it. A binding that cannot be made is a refusal like any other: the
+    /// backend's answer is withheld in enforce mode, passed on and logged in monitor mode.
+    async fn settle_session(
+        &self,
+        exchange: &crate::session::Exchange,
+        seen: &Evidence,
+        timings: &mut StageTimings,
+        sent: (Outcome, Option<(&'static str, String)>, Response<ResponseBody>),
+        request_id: &str,
+    ) -> (Outcome, Option<(&'static str, String)>, Response<ResponseBody>) {
+        let (outcome, summary, resp) = sent;
+        let settled = pipeline::settle_session(&self.stages, exchange, resp.status(), resp.headers(), seen, timings).await;
+        let Err(denial) = settled else { return (outcome, summary, resp) };
+        match decision::apply_mode_to_answer(self.config.mode, denial) {
+            Answer::Withhold(d) => self.refuse(&d, request_id),
+            Answer::PassOn(d) => (Outcome::WouldDeny, summary.or(Some((d.code(), d.reason()))), resp),
         }
     }
 
     /// RFC 9728 protected-resource metadata, at the root well-known path and the
-    /// path-suffixed form for `listen.public_url`'s path (spec/mcp-auth.md §2).
+    /// path-suffixed form for `listen.public_url`'s path (MCP Authorization and RFC 9728 §3).
     fn well_known(&self, req: &Request<Incoming>) -> Option<Response<ResponseBody>> {
         let path = req.uri().path();
         if !self.prm_paths.iter().any(|p| p == path) {

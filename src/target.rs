@@ -1,5 +1,5 @@
 //! The request target, read once at the edge: the authority the request is addressed to and
-//! whether its path is one the gateway serves (PRODUCT.md decisions 3 and 9).
+//! whether its path is one the gateway serves (docs/design.md decisions 3 and 9).
 //!
 //! Every later reading of "which host" and "which path" — the signature base, the policy input,
 //! `X-Forwarded-Host`, the upstream URI — uses these values, never the raw fields again, so

@@ -1,14 +1,14 @@
-//! Telemetry: tracing setup, Prometheus metrics, and the decision log (PRODUCT.md "Decision
-//! log line").
+//! Telemetry: tracing setup, Prometheus metrics, and the decision log (docs/design.md
+//! "Decision log").
 //!
 //! Metric labels come from small fixed sets (outcome, status, `Denial::code()`, stage name),
 //! never from keyids, subjects, tools or paths, so cardinality stays bounded. The decision log
 //! is one JSON object per request and never holds token values, signature values, request
 //! bodies or tool arguments: [`DecisionRecord`] has no field that could carry them.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{self, Write};
-use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::time::{Duration, SystemTime};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -18,6 +18,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use serde::Serialize;
+use tokio::sync::oneshot;
 
 use crate::config::DecisionSink;
 use crate::pipeline::{Stage, StageTimings};
@@ -61,6 +62,24 @@ pub struct FetchLabels {
     pub result: &'static str,
 }
 
+/// Label of the fetch-budget refusal counter: which budget was exhausted.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BudgetLabels {
+    /// `origin` (`signatures.directory_fetch_budget`) or `global`.
+    pub budget: &'static str,
+}
+
+/// Counters of key resolution (stage 4): directory fetches by result, and requests refused
+/// because a fetch budget was exhausted. Made by the resolver, registered by
+/// [`Metrics::register_identity`].
+#[derive(Clone, Debug, Default)]
+pub struct DirectoryMetrics {
+    /// Fetches by result.
+    pub fetches: Family<FetchLabels, Counter>,
+    /// Fetches refused by an exhausted budget (nothing was sent).
+    pub budget_exhausted: Family<BudgetLabels, Counter>,
+}
+
 /// The gateway's Prometheus metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -70,6 +89,7 @@ pub struct Metrics {
     request_seconds: Histogram,
     upstream_errors: Family<ErrorLabels, Counter>,
     in_flight: Gauge,
+    admitted: Gauge,
 }
 
 impl Default for Metrics {
@@ -91,8 +111,10 @@ impl Metrics {
         let upstream_errors = Family::<ErrorLabels, Counter>::default();
         registry.register("upstream_errors", "Failed forwards by error code", upstream_errors.clone());
         let in_flight = Gauge::default();
-        registry.register("in_flight_requests", "Requests being handled now", in_flight.clone());
-        Metrics { registry, requests, stage_seconds, request_seconds, upstream_errors, in_flight }
+        registry.register("in_flight_requests", "Requests being handled now (body read included)", in_flight.clone());
+        let admitted = Gauge::default();
+        registry.register("admitted_requests", "Requests holding a limits.max_in_flight slot (after the body read, until the response head)", admitted.clone());
+        Metrics { registry, requests, stage_seconds, request_seconds, upstream_errors, in_flight, admitted }
     }
 
     /// Counts one finished request and its per-stage latencies.
@@ -104,11 +126,23 @@ impl Metrics {
         self.request_seconds.observe(total.as_secs_f64());
     }
 
-    /// Registers the identity stages' counters: directory fetches by result, and signatures
-    /// refused as replays.
-    pub fn register_identity(&mut self, directory_fetches: Family<FetchLabels, Counter>, replay_hits: Counter) {
-        self.registry.register("directory_fetches", "Key directory fetches by result", directory_fetches);
+    /// Registers the identity stages' counters: directory fetches by result, fetches refused by
+    /// an exhausted budget, and signatures refused as replays.
+    pub fn register_identity(&mut self, directory: DirectoryMetrics, replay_hits: Counter) {
+        self.registry.register("directory_fetches", "Key directory fetches by result", directory.fetches);
+        self.registry.register(
+            "directory_fetch_budget_exhausted",
+            "Requests refused because a key directory fetch budget (origin or global) was exhausted",
+            directory.budget_exhausted,
+        );
         self.registry.register("replay_hits", "Signatures refused because they were already used", replay_hits);
+    }
+
+    /// Registers `portcullis_legacy_signature_agent_total`: verified-or-not requests naming their
+    /// agent with the legacy sf-string `Signature-Agent` (the diagnostic log says it once per
+    /// origin).
+    pub fn register_legacy_agents(&mut self, legacy: Counter) {
+        self.registry.register("legacy_signature_agent", "Signatures naming their agent with the legacy sf-string Signature-Agent", legacy);
     }
 
     /// Registers the shared state store's error counter (`portcullis_state_store_errors_total`).
@@ -123,6 +157,11 @@ impl Metrics {
         self.registry.register("policy_last_reload_ok", "1 if the last policy (re)load succeeded, else 0", last_reload_ok);
     }
 
+    /// Registers the decision log's `portcullis_decision_log_dropped_total`.
+    pub fn register_decision_log(&mut self, dropped: Counter) {
+        self.registry.register("decision_log_dropped", "Decision log lines dropped because the sink did not keep up (queue full)", dropped);
+    }
+
     /// Counts a failed forward.
     pub fn upstream_error(&self, code: &'static str) {
         self.upstream_errors.get_or_create(&ErrorLabels { error: code }).inc();
@@ -132,6 +171,12 @@ impl Metrics {
     pub fn in_flight(&self) -> InFlight {
         self.in_flight.inc();
         InFlight(self.in_flight.clone())
+    }
+
+    /// Tracks requests holding an admission slot; the guard decrements on drop.
+    pub fn admitted(&self) -> InFlight {
+        self.admitted.inc();
+        InFlight(self.admitted.clone())
     }
 
     /// The Prometheus text exposition.
@@ -154,6 +199,7 @@ struct ResultLabels {
 pub struct TokenMetrics {
     cache: Family<ResultLabels, Counter>,
     jwks_fetches: Family<ResultLabels, Counter>,
+    jwks_budget_exhausted: Counter,
 }
 
 impl TokenMetrics {
@@ -166,6 +212,21 @@ impl TokenMetrics {
     pub fn jwks_fetch(&self, result: &'static str) {
         self.jwks_fetches.get_or_create(&ResultLabels { result }).inc();
     }
+
+    /// How many JWKS fetches ended with `result` (`ok` or `error`).
+    pub fn jwks_fetches_count(&self, result: &'static str) -> u64 {
+        self.jwks_fetches.get_or_create(&ResultLabels { result }).get()
+    }
+
+    /// Counts one unknown-`kid` refetch refused by `oauth.jwks_refetch_budget`.
+    pub fn jwks_budget_exhausted(&self) {
+        self.jwks_budget_exhausted.inc();
+    }
+
+    /// How many unknown-`kid` refetches the budget refused.
+    pub fn jwks_budget_exhausted_count(&self) -> u64 {
+        self.jwks_budget_exhausted.get()
+    }
 }
 
 impl Metrics {
@@ -173,6 +234,11 @@ impl Metrics {
     pub fn register_token(&mut self, m: &TokenMetrics) {
         self.registry.register("token_cache_lookups", "Verified-token cache lookups by result (hit, miss)", m.cache.clone());
         self.registry.register("jwks_fetches", "Issuer JWKS fetches by result (ok, error)", m.jwks_fetches.clone());
+        self.registry.register(
+            "jwks_refetch_budget_exhausted",
+            "Tokens refused because an unknown-kid JWKS refetch would exceed oauth.jwks_refetch_budget",
+            m.jwks_budget_exhausted.clone(),
+        );
     }
 }
 
@@ -282,43 +348,69 @@ pub fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-/// Where decision-log lines are written; one `write` per line, so lines never interleave.
+/// Lines the decision-log queue holds before new ones are dropped (and counted). At a few
+/// hundred bytes a line this bounds the queue to a few MiB, and covers a sink that stalls for
+/// a second at ~16k requests per second.
+pub const DECISION_LOG_QUEUE: usize = 16_384;
+
+/// How long a graceful shutdown waits for the queued lines to be written.
+const FLUSH_LIMIT: Duration = Duration::from_secs(10);
+
+/// Lines written in one `write` call at most (the writer batches what is queued).
+const WRITE_BATCH: usize = 256 * 1024;
+
+/// Where decision-log lines go. The request path never blocks on the sink: [`DecisionLog::write`]
+/// serializes the record and hands the line to a bounded queue; one writer thread owns the sink
+/// and writes whatever is queued in one `write` (so lines never interleave). When the queue is
+/// full the line is dropped and counted in `portcullis_decision_log_dropped_total`.
 #[derive(Debug)]
 pub struct DecisionLog {
-    sink: Sink,
+    /// `None`: `log.decisions = "off"`.
+    queue: Option<SyncSender<Message>>,
+    dropped: Counter,
 }
 
-#[derive(Debug)]
-enum Sink {
-    Stdout,
-    Stderr,
-    Off,
-    File(Mutex<File>),
+enum Message {
+    Line(Vec<u8>),
+    /// Answered once every line queued before it is written.
+    Flush(oneshot::Sender<()>),
 }
 
 impl DecisionLog {
-    /// Opens the sink (a file is created if missing and appended to).
+    /// Opens the sink (a file is created if missing and appended to) and starts its writer
+    /// thread, with a queue of [`DECISION_LOG_QUEUE`] lines.
     pub fn open(sink: &DecisionSink) -> io::Result<DecisionLog> {
-        let sink = match sink {
-            DecisionSink::Stdout => Sink::Stdout,
-            DecisionSink::Stderr => Sink::Stderr,
-            DecisionSink::Off => Sink::Off,
-            DecisionSink::File(p) => Sink::File(Mutex::new(OpenOptions::new().create(true).append(true).open(p)?)),
+        let out: Box<dyn Write + Send> = match sink {
+            DecisionSink::Off => return Ok(DecisionLog { queue: None, dropped: Counter::default() }),
+            DecisionSink::Stdout => Box::new(io::stdout()),
+            DecisionSink::Stderr => Box::new(io::stderr()),
+            DecisionSink::File(p) => Box::new(OpenOptions::new().create(true).append(true).open(p)?),
         };
-        Ok(DecisionLog { sink })
+        Self::with_writer(out, DECISION_LOG_QUEUE)
+    }
+
+    /// A log writing to `out` through a queue of `capacity` lines (at least 1).
+    fn with_writer(out: Box<dyn Write + Send>, capacity: usize) -> io::Result<DecisionLog> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(capacity.max(1));
+        std::thread::Builder::new().name("decision-log".to_owned()).spawn(move || write_queued(&rx, out))?;
+        Ok(DecisionLog { queue: Some(tx), dropped: Counter::default() })
     }
 
     /// Whether records are written anywhere (`log.decisions` is not `"off"`).
     pub fn is_on(&self) -> bool {
-        !matches!(self.sink, Sink::Off)
+        self.queue.is_some()
     }
 
-    /// Writes one record as a JSON line. A failed write is reported on the diagnostic log;
-    /// it never fails the request.
+    /// `portcullis_decision_log_dropped_total`, for the metrics registry.
+    pub fn dropped(&self) -> Counter {
+        self.dropped.clone()
+    }
+
+    /// Queues one record as a JSON line. Never blocks and never fails the request: a line that
+    /// does not fit in the queue is dropped, counted, and reported on the diagnostic log (the
+    /// first time, then every 10,000th).
     pub fn write(&self, record: &DecisionRecord<'_>) {
-        if matches!(self.sink, Sink::Off) {
-            return;
-        }
+        let Some(queue) = &self.queue else { return };
         let mut line = match serde_json::to_vec(record) {
             Ok(l) => l,
             Err(e) => {
@@ -327,17 +419,70 @@ impl DecisionLog {
             }
         };
         line.push(b'\n');
-        let res = match &self.sink {
-            Sink::Stdout => io::stdout().lock().write_all(&line),
-            Sink::Stderr => io::stderr().lock().write_all(&line),
-            Sink::File(f) => match f.lock() {
-                Ok(mut f) => f.write_all(&line),
-                Err(_) => Err(io::Error::other("decision log lock poisoned")),
-            },
-            Sink::Off => Ok(()),
-        };
-        if let Err(e) = res {
-            tracing::error!(error = %e, "Cannot write decision log line");
+        if let Err(e) = queue.try_send(Message::Line(line)) {
+            let before = self.dropped.inc();
+            if before % 10_000 == 0 {
+                let why = if matches!(e, TrySendError::Full(_)) { "the sink is not keeping up" } else { "the writer stopped" };
+                tracing::warn!(dropped = before + 1, "Decision log line dropped: {why} (counted in portcullis_decision_log_dropped_total)");
+            }
+        }
+    }
+
+    /// Waits until every line queued so far is written (at most 10 s: a sink that is stuck
+    /// must not hold up a shutdown forever). Never blocks a runtime thread.
+    pub async fn flush(&self) {
+        let Some(queue) = &self.queue else { return };
+        let (ack, written) = oneshot::channel();
+        let deadline = tokio::time::Instant::now() + FLUSH_LIMIT;
+        let mut message = Message::Flush(ack);
+        loop {
+            match queue.try_send(message) {
+                Ok(()) => break,
+                Err(TrySendError::Full(m)) if tokio::time::Instant::now() < deadline => {
+                    message = m;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err(_) => {
+                    tracing::warn!("Decision log not flushed: the writer is not draining its queue");
+                    return;
+                }
+            }
+        }
+        if tokio::time::timeout_at(deadline, written).await.is_err() {
+            tracing::warn!("Decision log not flushed within {FLUSH_LIMIT:?}");
         }
     }
 }
+
+/// The writer thread: waits for a line, takes whatever else is queued (up to [`WRITE_BATCH`]
+/// bytes), writes it in one call, answers flushes. Ends when every sender is gone and the
+/// queue is drained.
+fn write_queued(rx: &Receiver<Message>, mut out: Box<dyn Write + Send>) {
+    let mut batch = Vec::with_capacity(64 * 1024);
+    let mut flushed = Vec::new();
+    while let Ok(first) = rx.recv() {
+        let mut next = Some(first);
+        while let Some(message) = next.take() {
+            match message {
+                Message::Line(line) => batch.extend_from_slice(&line),
+                Message::Flush(ack) => flushed.push(ack),
+            }
+            if batch.len() < WRITE_BATCH {
+                next = rx.try_recv().ok();
+            }
+        }
+        if !batch.is_empty() {
+            if let Err(e) = out.write_all(&batch).and_then(|()| out.flush()) {
+                tracing::error!(error = %e, "Cannot write decision log lines");
+            }
+            batch.clear();
+        }
+        for ack in flushed.drain(..) {
+            let _ = ack.send(());
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "telemetry_tests.rs"]
+mod tests;

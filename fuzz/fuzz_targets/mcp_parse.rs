@@ -123,6 +123,7 @@ fn check_refusal(e: &McpError) {
             (-32700, "parse_error", "Parse error")
         }
         McpError::InvalidRequest { .. } => (-32600, "invalid_request", "Invalid Request"),
+        McpError::BatchTooLarge { .. } => (-32600, "batch_too_large", "Invalid Request"),
         McpError::HeaderMismatch { .. } => (-32020, "header_mismatch", "Header mismatch"),
     };
     assert_eq!((e.jsonrpc_code(), e.code(), e.jsonrpc_message()), expected);

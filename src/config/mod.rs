@@ -1,6 +1,6 @@
 //! Configuration: TOML → [`RawConfig`] (serde, mirrors the file) → [`Config`] (validated).
 //!
-//! Loaded once at start. Every key is listed in PRODUCT.md "Configuration"; unknown keys are an
+//! Loaded once at start. Every key is listed in README "Configuration reference"; unknown keys are an
 //! error that names the key (serde's `deny_unknown_fields`, which cannot be combined with
 //! `flatten`, so no section flattens). Validation checks every field before failing and the
 //! error names each bad field by its dotted path. `portcullis check` runs exactly this code
@@ -22,6 +22,10 @@ pub use units::{parse_duration, parse_size, ByteSize, HumanDuration};
 
 /// The configuration used when no `--config` is given (see README "Embedded defaults").
 pub const EMBEDDED_DEFAULT: &str = include_str!("../default_config.toml");
+
+/// The largest `limits.max_in_flight` accepted: far above what one process serves, low enough
+/// that a typo is caught rather than turning the limit off.
+pub const MAX_IN_FLIGHT: usize = 1_000_000;
 
 /// Whether refusals are sent (`enforce`) or only logged as `would_deny` (`monitor`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -174,8 +178,10 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Header line count bound.
     pub max_headers: usize,
-    /// Time to receive the head.
+    /// Time from connect to the first request head, and to receive each HTTP/1.1 head.
     pub header_timeout: Duration,
+    /// Time a connection may stay without a request in flight.
+    pub idle_timeout: Duration,
     /// Time to receive the body.
     pub body_timeout: Duration,
     /// Drain time on shutdown.
@@ -184,6 +190,14 @@ pub struct Limits {
     pub max_connections: usize,
     /// HTTP/2 streams per connection bound.
     pub max_streams_per_connection: u32,
+    /// Request body bytes held at once, over all requests.
+    pub max_body_in_flight: u64,
+    /// Messages per JSON-RPC batch bound.
+    pub max_batch: usize,
+    /// Client requests handled at once, over all connections (set, or sized for the machine).
+    pub max_in_flight: usize,
+    /// Time from a request's admission to its response head.
+    pub request_timeout: Duration,
 }
 
 /// Validated `[oauth]` basics; the token stage validates the rest.
@@ -348,7 +362,26 @@ impl Config {
             if raw.limits.max_headers < 16 || raw.limits.max_headers > 10_000 { Err("must be between 16 and 10000".into()) } else { Ok(()) },
         );
         check("limits.header_timeout", nonzero(raw.limits.header_timeout.0));
+        check("limits.idle_timeout", nonzero(raw.limits.idle_timeout.0));
+        check(
+            "limits.max_body_in_flight",
+            if raw.limits.max_body_in_flight.0 < raw.limits.max_body.0 {
+                Err(format!("must be at least limits.max_body ({} bytes), so one largest body fits", raw.limits.max_body.0))
+            } else {
+                Ok(())
+            },
+        );
+        check("limits.max_batch", if !(1..=10_000).contains(&raw.limits.max_batch) { Err("must be between 1 and 10000".into()) } else { Ok(()) });
         check("limits.body_timeout", nonzero(raw.limits.body_timeout.0));
+        check(
+            "limits.max_in_flight",
+            if raw.limits.max_in_flight.is_some_and(|n| !(1..=MAX_IN_FLIGHT).contains(&n)) {
+                Err(format!("must be between 1 and {MAX_IN_FLIGHT}"))
+            } else {
+                Ok(())
+            },
+        );
+        check("limits.request_timeout", nonzero(raw.limits.request_timeout.0));
         check("admin.addr", admin.as_ref().map(|_| ()).map_err(Clone::clone));
         check("oauth.audience", parse_url(&audience, &["https", "http"]).map(|_| ()));
         check(
@@ -362,6 +395,8 @@ impl Config {
         check("state.connect_timeout", nonzero(raw.state.connect_timeout.0));
         check("state.command_timeout", nonzero(raw.state.command_timeout.0));
         check("state.max_replay_entries", if raw.state.max_replay_entries == 0 { Err("must be at least 1".into()) } else { Ok(()) });
+        check("state.session_ttl", nonzero(raw.state.session_ttl.0));
+        check("state.max_sessions", if raw.state.max_sessions == 0 { Err("must be at least 1".into()) } else { Ok(()) });
         if let Some(endpoint) = &raw.log.otlp_endpoint {
             check(
                 "log.otlp_endpoint",
@@ -395,10 +430,15 @@ impl Config {
                     max_header_bytes: raw.limits.max_header_bytes.0 as usize,
                     max_headers: raw.limits.max_headers,
                     header_timeout: raw.limits.header_timeout.0,
+                    idle_timeout: raw.limits.idle_timeout.0,
                     body_timeout: raw.limits.body_timeout.0,
                     shutdown_grace: raw.limits.shutdown_grace.0,
                     max_connections: raw.limits.max_connections,
                     max_streams_per_connection: raw.limits.max_streams_per_connection,
+                    max_body_in_flight: raw.limits.max_body_in_flight.0,
+                    max_batch: raw.limits.max_batch,
+                    max_in_flight: raw.limits.max_in_flight.unwrap_or_else(default_max_in_flight),
+                    request_timeout: raw.limits.request_timeout.0,
                 },
                 signatures,
                 oauth: OAuth { raw: raw.oauth, audience },

@@ -14,7 +14,7 @@ use super::Mode;
 // Raw configuration: mirrors the TOML file. Defaults live here so the file can stay short.
 // ---------------------------------------------------------------------------------------------
 
-/// The TOML file as written. See PRODUCT.md "Configuration".
+/// The TOML file as written. See README "Configuration reference".
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
@@ -132,9 +132,15 @@ pub struct RawLimits {
     /// Most header lines accepted on an HTTP/1.1 request.
     #[serde(default = "d_max_headers")]
     pub max_headers: usize,
-    /// Time a client has to send the request head (slow-loris guard).
+    /// Time a client has from connecting to the end of its first request head (TLS handshake,
+    /// protocol detection, the HTTP/2 preface), and to send each later HTTP/1.1 request head
+    /// (slow-loris guard).
     #[serde(default = "d_header_timeout")]
     pub header_timeout: HumanDuration,
+    /// A connection with no request in flight for this long is closed: HTTP/2 with no open
+    /// stream, HTTP/1.1 between requests.
+    #[serde(default = "d_idle_timeout")]
+    pub idle_timeout: HumanDuration,
     /// Time a client has to send the whole body once the head arrived.
     #[serde(default = "d_body_timeout")]
     pub body_timeout: HumanDuration,
@@ -147,6 +153,21 @@ pub struct RawLimits {
     /// Most concurrent HTTP/2 streams per client connection.
     #[serde(default = "d_max_streams")]
     pub max_streams_per_connection: u32,
+    /// Request body bytes held at once, over all requests; past it → 503 `overloaded`.
+    #[serde(default = "d_max_body_in_flight")]
+    pub max_body_in_flight: ByteSize,
+    /// Most messages in one JSON-RPC batch; more → 400 before policy runs.
+    #[serde(default = "d_max_batch")]
+    pub max_batch: usize,
+    /// Most client requests handled at once over all connections, from arrival until the
+    /// response head; past it → 503 `overloaded` at once. Absent: sized for the machine
+    /// ([`default_max_in_flight`]).
+    #[serde(default)]
+    pub max_in_flight: Option<usize>,
+    /// Longest time from a request's admission to its response head (a streamed body is not
+    /// bounded); past it → 504 `request_timeout`.
+    #[serde(default = "d_request_timeout")]
+    pub request_timeout: HumanDuration,
 }
 
 impl Default for RawLimits {
@@ -156,10 +177,15 @@ impl Default for RawLimits {
             max_header_bytes: d_max_header_bytes(),
             max_headers: d_max_headers(),
             header_timeout: d_header_timeout(),
+            idle_timeout: d_idle_timeout(),
             body_timeout: d_body_timeout(),
             shutdown_grace: d_shutdown_grace(),
             max_connections: d_max_connections(),
             max_streams_per_connection: d_max_streams(),
+            max_body_in_flight: d_max_body_in_flight(),
+            max_batch: d_max_batch(),
+            max_in_flight: None,
+            request_timeout: d_request_timeout(),
         }
     }
 }
@@ -176,6 +202,9 @@ fn d_max_headers() -> usize {
 fn d_header_timeout() -> HumanDuration {
     HumanDuration(Duration::from_secs(10))
 }
+fn d_idle_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(60))
+}
 fn d_body_timeout() -> HumanDuration {
     HumanDuration(Duration::from_secs(30))
 }
@@ -187,6 +216,35 @@ fn d_max_connections() -> usize {
 }
 fn d_max_streams() -> u32 {
     100
+}
+/// 64 bodies of the default `max_body`: far above what MCP traffic holds at once (requests are
+/// a few KiB and read in microseconds), small enough that a flood of stalled uploads cannot
+/// push the gateway out of memory.
+fn d_max_body_in_flight() -> ByteSize {
+    ByteSize(64 << 20)
+}
+/// The MCP reference server's own bound.
+fn d_max_batch() -> usize {
+    crate::mcp::DEFAULT_MAX_BATCH
+}
+/// `body_timeout` plus `upstream.response_timeout` at their defaults, so those report their
+/// own, more precise errors first; this one catches what nothing else bounds (the queue for a
+/// heavy policy evaluation, a stage waiting on several fetches in turn).
+fn d_request_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(60))
+}
+
+/// `limits.max_in_flight` when not set: 1024 requests per core the process may use
+/// (`std::thread::available_parallelism`, which honours CPU affinity and cgroup quotas), at
+/// least 4096. A signed request costs ~100 µs of CPU, so a core decides ~10k a second; by
+/// Little's law 1024 in flight per core keeps it busy while the backend answers within
+/// ~100 ms. The floor spares small machines from shedding only because the backend is slow;
+/// at ~20 KiB per request waiting on the backend it costs ~80 MiB when full.
+pub fn default_max_in_flight() -> usize {
+    const IN_FLIGHT_PER_CORE: usize = 1024;
+    const MIN_IN_FLIGHT: usize = 4096;
+    let cores = std::thread::available_parallelism().map(usize::from).unwrap_or(1);
+    cores.saturating_mul(IN_FLIGHT_PER_CORE).max(MIN_IN_FLIGHT)
 }
 
 /// `[signatures]` (stages 2–6).
@@ -216,6 +274,10 @@ pub struct RawSignatures {
     /// Accept the legacy sf-string `Signature-Agent` form (logged).
     #[serde(default = "d_true")]
     pub accept_legacy_agent: bool,
+    /// Accept `Signature-Agent` members with `type=jwks_uri`: a key set at any path of a trusted
+    /// origin, whose keys then speak for that full URL (never for the bare origin).
+    #[serde(default)]
+    pub accept_jwks_uri: bool,
     /// Refuse signatures without `nonce`.
     #[serde(default)]
     pub require_nonce: bool,
@@ -230,14 +292,26 @@ pub struct RawSignatures {
     /// Wall-clock limit on one key directory fetch (connect, TLS, headers and body).
     #[serde(default = "d_directory_timeout")]
     pub directory_timeout: HumanDuration,
-    /// Shortest time a fetched directory is kept, whatever its `Cache-Control` says; also the
-    /// least time between two fetches of one directory (no fetch storm on unknown keyids).
+    /// Shortest time a fetched directory is kept, whatever its `Cache-Control` says (docs/design.md
+    /// decision 7: `max-age` is honoured down to 1 s).
     #[serde(default = "d_directory_min_ttl")]
     pub directory_min_ttl: HumanDuration,
     /// Longest time a fetched directory is kept before it is fetched again (bounds how long a
     /// key removed from the directory still works).
     #[serde(default = "d_directory_max_ttl")]
     pub directory_max_ttl: HumanDuration,
+    /// Least time between two fetches of an origin's keys caused by an unknown keyid (forged
+    /// keyids cannot cause a fetch storm); also how long a failed fetch is remembered (at most
+    /// 5 minutes).
+    #[serde(default = "d_directory_refetch_interval")]
+    pub directory_refetch_interval: HumanDuration,
+    /// Most key directory fetches per trusted origin per minute, whatever URLs or keyids the
+    /// requests name; beyond it a request that needs a fetch is refused.
+    #[serde(default = "d_directory_fetch_budget")]
+    pub directory_fetch_budget: u32,
+    /// Most key directory fetches per minute over all origins.
+    #[serde(default = "d_directory_fetch_budget_global")]
+    pub directory_fetch_budget_global: u32,
 }
 
 impl Default for RawSignatures {
@@ -251,12 +325,16 @@ impl Default for RawSignatures {
             trusted_agents: Vec::new(),
             directory_ca: None,
             accept_legacy_agent: true,
+            accept_jwks_uri: false,
             require_nonce: false,
             authority: Vec::new(),
             keys: Vec::new(),
             directory_timeout: d_directory_timeout(),
             directory_min_ttl: d_directory_min_ttl(),
             directory_max_ttl: d_directory_max_ttl(),
+            directory_refetch_interval: d_directory_refetch_interval(),
+            directory_fetch_budget: d_directory_fetch_budget(),
+            directory_fetch_budget_global: d_directory_fetch_budget_global(),
         }
     }
 }
@@ -290,10 +368,21 @@ fn d_directory_timeout() -> HumanDuration {
     HumanDuration(Duration::from_secs(5))
 }
 fn d_directory_min_ttl() -> HumanDuration {
-    HumanDuration(Duration::from_secs(60))
+    HumanDuration(Duration::from_secs(1))
 }
 fn d_directory_max_ttl() -> HumanDuration {
     HumanDuration(Duration::from_secs(3600))
+}
+fn d_directory_refetch_interval() -> HumanDuration {
+    HumanDuration(Duration::from_secs(60))
+}
+/// Twice what one origin's directory can need (a refresh per second at `max-age=1`, plus an
+/// unknown-keyid refetch per interval), so only a flood of URLs or keyids reaches it.
+fn d_directory_fetch_budget() -> u32 {
+    120
+}
+fn d_directory_fetch_budget_global() -> u32 {
+    1200
 }
 
 /// `[oauth]` (stage 7).
@@ -330,6 +419,10 @@ pub struct RawOAuth {
     /// cause a fetch storm).
     #[serde(default = "d_jwks_refetch_interval")]
     pub jwks_refetch_interval: HumanDuration,
+    /// Most JWKS refetches caused by unknown `kid`s per minute, whatever the interval allows;
+    /// beyond it such a token is refused without a fetch.
+    #[serde(default = "d_jwks_refetch_budget")]
+    pub jwks_refetch_budget: u32,
     /// `[oauth.introspection]`: RFC 7662 introspection for opaque (non-JWT) tokens.
     pub introspection: Option<RawIntrospection>,
 }
@@ -348,6 +441,7 @@ impl Default for RawOAuth {
             fetch_timeout: d_fetch_timeout(),
             token_cache_size: d_token_cache_size(),
             jwks_refetch_interval: d_jwks_refetch_interval(),
+            jwks_refetch_budget: d_jwks_refetch_budget(),
             introspection: None,
         }
     }
@@ -361,6 +455,9 @@ fn d_token_cache_size() -> u64 {
 }
 fn d_jwks_refetch_interval() -> HumanDuration {
     HumanDuration(Duration::from_secs(30))
+}
+fn d_jwks_refetch_budget() -> u32 {
+    10
 }
 
 /// `[oauth.introspection]` (RFC 7662), used for tokens that are not JWTs.
@@ -449,6 +546,12 @@ pub struct RawState {
     /// Most quota buckets the memory store holds; beyond it new keys fail closed (503).
     #[serde(default = "d_max_quota_keys")]
     pub max_quota_keys: usize,
+    /// How long an `Mcp-Session-Id` binding lives without being used; each use restarts it.
+    #[serde(default = "d_session_ttl")]
+    pub session_ttl: HumanDuration,
+    /// Most session bindings the memory store holds; when full, new sessions fail closed (503).
+    #[serde(default = "d_max_sessions")]
+    pub max_sessions: usize,
 }
 
 impl Default for RawState {
@@ -461,6 +564,8 @@ impl Default for RawState {
             ca: None,
             max_replay_entries: d_max_replay_entries(),
             max_quota_keys: d_max_quota_keys(),
+            session_ttl: d_session_ttl(),
+            max_sessions: d_max_sessions(),
         }
     }
 }
@@ -476,6 +581,13 @@ fn d_store_command_timeout() -> HumanDuration {
 }
 
 fn d_max_quota_keys() -> usize {
+    100_000
+}
+
+fn d_session_ttl() -> HumanDuration {
+    HumanDuration(Duration::from_secs(24 * 3600))
+}
+fn d_max_sessions() -> usize {
     100_000
 }
 

@@ -32,6 +32,37 @@ fn minimal_config_gets_product_defaults() {
 }
 
 #[test]
+fn connection_and_load_limits_have_defaults_and_are_validated() {
+    let c = parse(MINIMAL).expect("valid");
+    assert_eq!(c.limits.idle_timeout, Duration::from_secs(60));
+    assert_eq!(c.limits.max_body_in_flight, 64 << 20);
+    assert_eq!(c.limits.max_batch, 100);
+    let c = parse(&format!("{MINIMAL}\n[limits]\nidle_timeout = \"5s\"\nmax_body_in_flight = \"8MiB\"\nmax_batch = 10\n")).expect("valid");
+    assert_eq!((c.limits.idle_timeout, c.limits.max_body_in_flight, c.limits.max_batch), (Duration::from_secs(5), 8 << 20, 10));
+    let text = format!("{MINIMAL}\n[limits]\nidle_timeout = \"0s\"\nmax_body = \"2MiB\"\nmax_body_in_flight = \"1MiB\"\nmax_batch = 0\n");
+    let Err(ConfigError::Invalid { errors, .. }) = parse(&text) else { panic!("expected invalid") };
+    let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, ["limits.idle_timeout", "limits.max_body_in_flight", "limits.max_batch"]);
+    assert!(errors[1].reason.contains("at least limits.max_body"), "{}", errors[1]);
+}
+
+#[test]
+fn admission_limits_have_defaults_and_are_validated() {
+    let c = parse(MINIMAL).expect("valid");
+    let cores = std::thread::available_parallelism().map(usize::from).unwrap_or(1);
+    assert_eq!(c.limits.max_in_flight, (1024 * cores).max(4096), "sized for the machine");
+    assert_eq!(c.limits.request_timeout, Duration::from_secs(60));
+    let c = parse(&format!("{MINIMAL}\n[limits]\nmax_in_flight = 4\nrequest_timeout = \"2s\"\n")).expect("valid");
+    assert_eq!((c.limits.max_in_flight, c.limits.request_timeout), (4, Duration::from_secs(2)));
+    let text = format!("{MINIMAL}\n[limits]\nmax_in_flight = 0\nrequest_timeout = \"0s\"\n");
+    let Err(ConfigError::Invalid { errors, .. }) = parse(&text) else { panic!("expected invalid") };
+    let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, ["limits.max_in_flight", "limits.request_timeout"]);
+    assert!(parse(&format!("{MINIMAL}\n[limits]\nmax_in_flight = 1000001\n")).is_err(), "a typo does not turn the limit off");
+    assert!(parse(&format!("{MINIMAL}\n[limits]\nrequest_timeout = 60\n")).is_err(), "a duration needs a unit");
+}
+
+#[test]
 fn unknown_key_is_named() {
     let err = parse(&format!("{MINIMAL}\n[limits]\nmax_bodyy = 5\n")).expect_err("unknown key");
     let msg = err.to_string();

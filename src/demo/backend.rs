@@ -118,7 +118,11 @@ async fn handle(req: Request<Incoming>, state: &State) -> Response<ResponseBody>
         Err((code, message)) => rpc_error(id, code, &message),
     };
     if method == "initialize" {
-        resp.headers_mut().insert("mcp-session-id", HeaderValue::from_static("example-session"));
+        // A fresh id per session, as MCP requires ("globally unique and cryptographically
+        // secure"); the gateway binds it to the identity that initialized.
+        if let Ok(id) = HeaderValue::from_str(&uuid::Uuid::new_v4().simple().to_string()) {
+            resp.headers_mut().insert("mcp-session-id", id);
+        }
     }
     resp
 }

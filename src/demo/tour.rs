@@ -61,7 +61,7 @@ impl Step<'_> {
         let status = resp.status().as_u16();
         let rid = resp.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
         let _ = resp.bytes().await;
-        let line = decision_line(&self.gw.log, &rid);
+        let line = decision_line(&self.gw.log, &rid).await;
         let field = |k: &str| line.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
         let expected = if self.gw.mode == "monitor" { 200 } else { enforce_status };
         self.rows.push(TourRow {
@@ -77,10 +77,19 @@ impl Step<'_> {
     }
 }
 
-/// The decision-log line of request `rid` (written before the response is sent).
-fn decision_line(log: &std::path::Path, rid: &str) -> Value {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    text.lines().rev().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|v| v["request_id"] == rid).unwrap_or(Value::Null)
+/// The decision-log line of request `rid`. It is queued before the response is sent and
+/// written by the log's writer thread moments later: look for it for up to 5 s.
+async fn decision_line(log: &std::path::Path, rid: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let text = tokio::fs::read_to_string(log).await.unwrap_or_default();
+        let found = text.lines().rev().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|v| v["request_id"] == rid);
+        match found {
+            Some(line) => return line,
+            None if tokio::time::Instant::now() >= deadline => return Value::Null,
+            None => tokio::time::sleep(std::time::Duration::from_millis(5)).await,
+        }
+    }
 }
 
 fn tour_err(step: &str) -> impl Fn(crate::client::ClientError) -> DemoError + '_ {

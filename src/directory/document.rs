@@ -13,7 +13,7 @@ use crate::signature::{ed25519_thumbprint, verifying_key_from_jwk};
 /// Most keys a directory may list (WBA "SSRF": key-count cap).
 pub const MAX_DIRECTORY_KEYS: usize = 64;
 
-/// One usable key of a directory, with its validity window (PRODUCT.md decision 6).
+/// One usable key of a directory, with its validity window (docs/design.md decision 6).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirectoryKey {
     /// The Ed25519 public key.
@@ -40,7 +40,7 @@ pub enum ParseError {
 /// that are not usable public Ed25519 signing keys, or whose `nbf`/`exp` are not integers,
 /// are dropped (WBA "Directory Format": validate and drop malformed entries).
 pub fn parse_key_set(body: &[u8]) -> Result<KeySet, ParseError> {
-    let doc: Value = serde_json::from_slice(body).map_err(|e| ParseError::Malformed(format!("not JSON: {e}")))?;
+    let doc: Value = serde_json::from_slice(body).map_err(|e| ParseError::Malformed(json_error_text(&e)))?;
     let keys = doc.get("keys").and_then(Value::as_array).ok_or_else(|| ParseError::Malformed("no \"keys\" array".to_owned()))?;
     if keys.len() > MAX_DIRECTORY_KEYS {
         return Err(ParseError::TooManyKeys);
@@ -61,6 +61,16 @@ pub fn parse_key_set(body: &[u8]) -> Result<KeySet, ParseError> {
         out.insert(ed25519_thumbprint(&key), DirectoryKey { key, nbf, exp });
     }
     Ok(out)
+}
+
+/// A JSON error as a refusal may say it: serde_json's fixed syntax texts with a position, never
+/// its type errors, which quote the document's strings (the document may be anyone's upload).
+fn json_error_text(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Syntax | Category::Eof => format!("not JSON: {e}"),
+        Category::Data | Category::Io => format!("not JSON: unreadable at line {} column {}", e.line(), e.column()),
+    }
 }
 
 fn time_member(jwk: &Value, name: &str) -> Result<Option<u64>, ()> {

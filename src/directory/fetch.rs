@@ -1,4 +1,4 @@
-//! Fetching and parsing one key directory (spec/README.md §5.3; WBA "Key Distribution and
+//! Fetching and parsing one key directory (Web Bot Auth "Key Distribution and
 //! Discovery", "Directory Format", "SSRF").
 //!
 //! HTTPS only, no redirects, status exactly 200, the directory media type, a size cap checked
@@ -51,22 +51,24 @@ impl HttpFetch {
     }
 
     async fn get(&self, url: &str, kind: AgentKind) -> Result<Fetched, DirectoryError> {
-        let unreachable = |e: reqwest::Error| DirectoryError::Unreachable { url: url.to_owned(), reason: crate::telemetry::error_chain(&e) };
+        let source = source_name(url, kind);
+        // `without_url`: a jwks_uri's path is the client's; errors name the source instead.
+        let unreachable = |e: reqwest::Error| DirectoryError::Unreachable { url: source.clone(), reason: crate::telemetry::error_chain(&e.without_url()) };
         let mut resp = self.client.get(url).header(ACCEPT, DIRECTORY_MEDIA_TYPE).send().await.map_err(unreachable)?;
         // WBA -02: exactly 200; a redirect is a discovery failure, never followed.
         if resp.status().as_u16() != 200 {
-            return Err(DirectoryError::BadStatus { url: url.to_owned(), status: resp.status().as_u16() });
+            return Err(DirectoryError::BadStatus { url: source.clone(), status: resp.status().as_u16() });
         }
-        let content_type = resp.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+        let content_type: String = resp.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().chars().take(64).collect();
         let media_type = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
         let accepted = match kind {
             AgentKind::Directory => media_type == DIRECTORY_MEDIA_TYPE,
             AgentKind::JwksUri | AgentKind::Cimd => JWKS_MEDIA_TYPES.contains(&media_type.as_str()),
         };
         if !accepted {
-            return Err(DirectoryError::BadMediaType { url: url.to_owned(), content_type });
+            return Err(DirectoryError::BadMediaType { url: source.clone(), content_type });
         }
-        let too_large = || DirectoryError::TooLarge { url: url.to_owned(), limit: MAX_DIRECTORY_BYTES };
+        let too_large = || DirectoryError::TooLarge { url: source.clone(), limit: MAX_DIRECTORY_BYTES };
         let declared = resp.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > MAX_DIRECTORY_BYTES as u64) {
             return Err(too_large());
@@ -80,8 +82,8 @@ impl HttpFetch {
             body.extend_from_slice(&chunk);
         }
         let keys = parse_key_set(&body).map_err(|e| match e {
-            ParseError::TooManyKeys => DirectoryError::TooManyKeys { url: url.to_owned(), limit: MAX_DIRECTORY_KEYS },
-            ParseError::Malformed(reason) => DirectoryError::Malformed { url: url.to_owned(), reason },
+            ParseError::TooManyKeys => DirectoryError::TooManyKeys { url: source.clone(), limit: MAX_DIRECTORY_KEYS },
+            ParseError::Malformed(reason) => DirectoryError::Malformed { url: source.clone(), reason },
         })?;
         Ok(Fetched { keys, max_age })
     }
@@ -94,7 +96,20 @@ impl Fetch for HttpFetch {
         // body included, however slowly the directory trickles bytes.
         match tokio::time::timeout(self.timeout, self.get(url, kind)).await {
             Ok(r) => r,
-            Err(_) => Err(DirectoryError::Unreachable { url: url.to_owned(), reason: format!("no complete answer within {:?}", self.timeout) }),
+            Err(_) => Err(DirectoryError::Unreachable { url: source_name(url, kind), reason: format!("no complete answer within {:?}", self.timeout) }),
+        }
+    }
+}
+
+/// How refusals and logs name the key source at `url`: a directory by its URL (a trusted
+/// origin and the well-known path), a `jwks_uri` key set by its origin only, since its path
+/// and query are the client's text.
+pub(crate) fn source_name(url: &str, kind: AgentKind) -> String {
+    match kind {
+        AgentKind::Directory => url.to_owned(),
+        AgentKind::JwksUri | AgentKind::Cimd => {
+            let origin = url::Url::parse(url).map(|u| u.origin().ascii_serialization()).unwrap_or_default();
+            format!("{origin} ({} key set)", kind.as_str())
         }
     }
 }

@@ -1,11 +1,14 @@
-//! The compact forms a bearer token arrives in (PRODUCT.md stage 7, before any key is used):
+//! The compact forms a bearer token arrives in (pipeline stage 7, before any key is used):
 //! `Authorization: Bearer <token68>` (RFC 6750 §2.1) and the JWS compact serialization of a
 //! JWT (RFC 7515 §7.1): three base64url parts, a JOSE header and a JSON claims object, with the
 //! header rules that need no key (RFC 9068 §4 `typ`, the accepted `alg`, RFC 7515 §4.1.11
 //! `crit`).
 //!
 //! It trusts nothing: every byte comes from the client, and a decoded token is only a claim
-//! until `token::verify_signature` checks it. The file depends on http, base64, serde,
+//! until `token::verify_signature` checks it. No refusal quotes the token or what it decodes
+//! to: JSON errors are reduced to their kind and position ([`json_error_text`]; serde_json's
+//! own messages quote the strings they choke on), and `typ`/`alg` are quoted only when they
+//! are registered names ([`shown_typ`], [`shown_alg`]). The file depends on http, base64, serde,
 //! serde_json and thiserror only, so `fuzz/` compiles this very source; the stage maps
 //! [`CompactError`] to `TokenError` without changing a byte of the refusal texts.
 
@@ -36,22 +39,23 @@ pub enum CompactError {
         /// `header` or `claims`.
         part: &'static str,
     },
-    /// The header is not a JSON object with a string `alg` (serde_json's position message).
+    /// The header is not a JSON object with a string `alg` and string `typ`/`kid` (what is
+    /// wrong, and where; never the header's text).
     #[error("header is not a JOSE header: {0}")]
     NotJoseHeader(String),
-    /// The claims are not a JSON object (serde_json's position message).
+    /// The claims are not a JSON object ([`json_error_text`]: kind and position only).
     #[error("claims are not a JSON object: {0}")]
     ClaimsNotObject(String),
     /// `typ` is absent or not `at+jwt` (RFC 9068 §4).
-    #[error("token type {typ:?} is not at+jwt")]
+    #[error("token type {:?} is not at+jwt", shown_typ(.typ))]
     WrongType {
-        /// The `typ` sent, in full (empty when absent).
+        /// The `typ` sent, in full (empty when absent); shown only if registered.
         typ: String,
     },
     /// `alg` is not RS256, PS256, ES256 or EdDSA.
-    #[error("token algorithm {alg:?} is not accepted")]
+    #[error("token algorithm {:?} is not accepted", shown_alg(.alg))]
     UnsupportedAlgorithm {
-        /// The `alg` sent, in full.
+        /// The `alg` sent, in full; shown only if registered.
         alg: String,
     },
     /// The header has `crit` extensions, which the gateway does not implement.
@@ -139,11 +143,11 @@ pub fn decode(token: &str) -> Result<Jws<'_>, CompactError> {
         return Err(CompactError::NotCompact);
     };
     let header_json = b64(h, "header")?;
-    let header: RawHeader = serde_json::from_slice(&header_json).map_err(|e| CompactError::NotJoseHeader(e.to_string()))?;
+    let header: RawHeader = serde_json::from_slice(&header_json).map_err(|e| CompactError::NotJoseHeader(header_problem(&header_json, &e)))?;
     // RFC 7515 §5.2 step 4: the header must be UTF-8 and a completely valid JSON object. A
     // derived struct also reads a JSON array, and serde_json skips the members it ignores
     // without checking their UTF-8, so the whole header is read once more as an object.
-    serde_json::from_slice::<Map<String, Value>>(&header_json).map_err(|e| CompactError::NotJoseHeader(e.to_string()))?;
+    serde_json::from_slice::<Map<String, Value>>(&header_json).map_err(|e| CompactError::NotJoseHeader(header_problem(&header_json, &e)))?;
     // RFC 9068 §4: the resource server MUST check `typ`; media types are case-insensitive.
     let typ = header.typ.as_deref().unwrap_or("");
     if !typ.eq_ignore_ascii_case("at+jwt") && !typ.eq_ignore_ascii_case("application/at+jwt") {
@@ -154,9 +158,65 @@ pub fn decode(token: &str) -> Result<Jws<'_>, CompactError> {
     if header.crit.is_some() {
         return Err(CompactError::CriticalHeader);
     }
-    let claims: Map<String, Value> = serde_json::from_slice(&b64(c, "claims")?).map_err(|e| CompactError::ClaimsNotObject(e.to_string()))?;
+    let claims: Map<String, Value> = serde_json::from_slice(&b64(c, "claims")?).map_err(|e| CompactError::ClaimsNotObject(json_error_text(&e)))?;
     let signing_input = &token[..h.len() + 1 + c.len()];
     Ok(Jws { alg, kid: header.kid, signing_input, signature, claims })
+}
+
+/// A JSON error as a refusal may say it. Syntax and end-of-input messages are serde_json's
+/// fixed texts with a position; its type errors quote the strings, numbers and member names
+/// they choke on (`invalid type: string "…"`), which here are the token's own content, so
+/// those are reduced to a position.
+pub fn json_error_text(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Syntax | Category::Eof => e.to_string(),
+        Category::Data | Category::Io => format!("JSON of another type or shape at line {} column {}", e.line(), e.column()),
+    }
+}
+
+/// What is wrong with a header the `RawHeader` shape refused, in the gateway's words.
+fn header_problem(header_json: &[u8], e: &serde_json::Error) -> String {
+    if e.classify() != serde_json::error::Category::Data {
+        return json_error_text(e);
+    }
+    let Ok(members) = serde_json::from_slice::<Map<String, Value>>(header_json) else {
+        return "not a JSON object".to_owned();
+    };
+    let is_string_or_absent = |name: &str| members.get(name).is_none_or(|v| v.is_string() || v.is_null());
+    if !members.get("alg").is_some_and(Value::is_string) {
+        "alg is missing or not a string".to_owned()
+    } else if !is_string_or_absent("typ") || !is_string_or_absent("kid") {
+        "typ or kid is not a string".to_owned()
+    } else {
+        // serde_json's object reader kept the last of repeated members; the derived shape did not.
+        "a member is repeated".to_owned()
+    }
+}
+
+/// JOSE `typ` values a refusal may quote (RFC 9068, RFC 7519, RFC 9449, RFC 8417 and the
+/// OpenID logout token); any other value is the client's text and is not shown.
+const REGISTERED_TYPS: [&str; 8] = ["", "JWT", "at+jwt", "application/at+jwt", "dpop+jwt", "JOSE", "secevent+jwt", "logout+jwt"];
+
+/// JWS `alg` values a refusal may quote (RFC 7518 §3.1, RFC 8037, RFC 8812).
+const REGISTERED_ALGS: [&str; 17] =
+    ["none", "HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512", "EdDSA", "Ed25519", "Ed448", "ES256K"];
+
+/// `typ` as a refusal may quote it: registered values (case-insensitively), else a description.
+pub fn shown_typ(typ: &str) -> &str {
+    match REGISTERED_TYPS.iter().find(|t| t.eq_ignore_ascii_case(typ)) {
+        Some(_) => typ,
+        None => "(unregistered)",
+    }
+}
+
+/// `alg` as a refusal may quote it: registered values, else a description.
+pub fn shown_alg(alg: &str) -> &str {
+    if REGISTERED_ALGS.contains(&alg) {
+        alg
+    } else {
+        "(unregistered)"
+    }
 }
 
 fn accepted_algorithm(alg: &str) -> Result<Alg, CompactError> {

@@ -1,4 +1,4 @@
-//! The issuer's documents, parsed (PRODUCT.md stage 7): the JWK Set (RFC 7517 §5) with the
+//! The issuer's documents, parsed (docs/design.md stage 7): the JWK Set (RFC 7517 §5) with the
 //! `Cache-Control` it came with, and the `jwks_uri` of an RFC 8414 metadata document. Pure
 //! functions over the bytes the issuer sent, apart from the fetches in `jwks.rs` and
 //! `issuer.rs` so that `fuzz/` compiles this file alone.

@@ -1,4 +1,4 @@
-//! Opaque tokens (PRODUCT.md stage 7, optional): RFC 7662 token introspection with the
+//! Opaque tokens (pipeline stage 7, optional): RFC 7662 token introspection with the
 //! gateway's client credentials (`[oauth.introspection]`).
 //!
 //! Used only for tokens that are not JWTs. The issuer's answer is trusted for what it says
@@ -45,8 +45,8 @@ impl Introspector {
         let doc = self.client.post_form(&self.url, &user, &password, &[("token", token), ("token_type_hint", "access_token")]).await.map_err(|e| match e {
             FetchError::Unreachable(r) | FetchError::Refused(r) => self.client.unavailable(&what, r),
         })?;
-        let answer: Map<String, Value> =
-            serde_json::from_slice(&doc.body).map_err(|e| self.client.unavailable(&what, format!("not an introspection response: {e}")))?;
+        let answer: Map<String, Value> = serde_json::from_slice(&doc.body)
+            .map_err(|e| self.client.unavailable(&what, format!("not an introspection response: {}", super::compact::json_error_text(&e))))?;
         check_answer(answer, rules, now)
     }
 }

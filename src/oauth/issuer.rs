@@ -1,4 +1,4 @@
-//! The issuer's HTTP side (PRODUCT.md stage 7): bounded HTTPS fetches and RFC 8414 metadata
+//! The issuer's HTTP side (pipeline stage 7): bounded HTTPS fetches and RFC 8414 metadata
 //! discovery of `jwks_uri`.
 //!
 //! Every fetch goes through `tls::outbound_client` (HTTPS only, no redirects, `issuer_ca` as
@@ -111,9 +111,10 @@ async fn read(req: reqwest::RequestBuilder, url: &Url) -> Result<Fetched, FetchE
     Ok(Fetched { body: body.freeze(), cache_control })
 }
 
-/// RFC 8414 §3.1 well-known URLs, with the path-insertion rules of spec/mcp-auth.md §4:
-/// `oauth-authorization-server` then `openid-configuration` inserted after the host, and for
-/// an issuer with a path also OIDC's appended form (`<issuer>/.well-known/openid-configuration`).
+/// RFC 8414 §3.1 well-known URLs, with the path-insertion rules of the MCP Authorization
+/// spec's discovery section: `oauth-authorization-server` then `openid-configuration`
+/// inserted after the host, and for an issuer with a path also OIDC's appended form
+/// (`<issuer>/.well-known/openid-configuration`).
 pub(crate) fn metadata_urls(issuer: &Url) -> Vec<Url> {
     let path = issuer.path().trim_end_matches('/');
     let origin = issuer.origin().ascii_serialization();

@@ -1,12 +1,16 @@
-//! The issuer's signing keys (PRODUCT.md stage 7): JWKS fetch (from `oauth.jwks_url` or the
+//! The issuer's signing keys (pipeline stage 7): JWKS fetch (from `oauth.jwks_url` or the
 //! metadata's `jwks_uri`) and the cache; parsing is in `documents.rs`.
 //!
 //! The key set is cached (moka) for the `Cache-Control` `max-age` the issuer sent, clamped to
 //! `MIN_TTL`..`MAX_TTL`; concurrent misses share one fetch. A `kid` not in the set causes
 //! one refetch (key rotation without restart), at most once per `oauth.jwks_refetch_interval`
-//! measured on the requests' clock, so forged kids cannot make the gateway hammer the issuer.
+//! measured on the requests' clock (a request timed earlier than the last refetch counts as
+//! within the interval: requests race), and at most `oauth.jwks_refetch_budget` per minute
+//! whatever the interval allows, so forged kids cannot make the gateway hammer the issuer.
 //! Only asymmetric keys usable for RS256/PS256 (RSA), ES256 (P-256) and EdDSA (Ed25519) are
-//! kept; symmetric (`oct`) keys and `use = "enc"` keys are ignored. Unreachable issuer: error.
+//! kept; symmetric (`oct`) keys and `use = "enc"` keys are ignored. Unreachable issuer: error,
+//! remembered for [`FAILURE_MEMORY`] so a flood of tokens against a failing issuer causes one
+//! fetch a second, not one each.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,8 +24,14 @@ pub(crate) use super::documents::{ttl_from_cache_control, KeyKind, KeySet, Publi
 pub(crate) use super::documents::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
 use super::issuer::{FetchError, IssuerClient};
 use super::{short, TokenError};
+use crate::directory::FetchBudget;
 use crate::pipeline::UnixTime;
 use crate::telemetry::TokenMetrics;
+
+/// How long a failed fetch is remembered: while the issuer fails, requests (any token shape
+/// reaches the key lookup) cause one fetch per this time, not one each. Matches the
+/// `Retry-After: 1` of the `issuer_unavailable` refusal.
+pub(crate) const FAILURE_MEMORY: Duration = Duration::from_secs(1);
 
 /// The cached key set of one issuer.
 pub(crate) struct Jwks {
@@ -29,9 +39,39 @@ pub(crate) struct Jwks {
     configured_url: Option<Url>,
     discovered_url: OnceCell<Url>,
     cache: moka::future::Cache<(), Arc<KeySet>>,
-    refetch_interval: Duration,
-    last_refetch: Mutex<Option<UnixTime>>,
+    refetch: Refetch,
+    /// The last failed fetch of an empty cache, and when (the request's clock).
+    last_failure: Mutex<Option<(UnixTime, TokenError)>>,
     metrics: TokenMetrics,
+}
+
+/// The limits on unknown-`kid` refetches: an interval and a per-minute budget.
+pub(crate) struct Refetch {
+    interval: Duration,
+    last: Mutex<Option<UnixTime>>,
+    budget: FetchBudget,
+}
+
+impl Refetch {
+    /// `oauth.jwks_refetch_interval` and `oauth.jwks_refetch_budget`.
+    pub(crate) fn new(interval: Duration, per_minute: u32) -> Refetch {
+        Refetch { interval, last: Mutex::new(None), budget: FetchBudget::per_minute(per_minute) }
+    }
+
+    /// Takes the refetch slot at `now`: `Ok(true)` to refetch, `Ok(false)` when the last
+    /// refetch is within the interval, `Err` when the budget is exhausted.
+    fn take(&self, now: UnixTime) -> Result<bool, TokenError> {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        // A `now` earlier than the last refetch is a request that raced it: within the interval.
+        if last.is_some_and(|t| now.0 < t.0 + self.interval) {
+            return Ok(false);
+        }
+        if !self.budget.try_take(now) {
+            return Err(TokenError::RefetchBudgetExhausted);
+        }
+        *last = Some(now);
+        Ok(true)
+    }
 }
 
 impl std::fmt::Debug for Jwks {
@@ -50,37 +90,65 @@ impl moka::Expiry<(), Arc<KeySet>> for SetExpiry {
 
 impl Jwks {
     /// `configured_url` is `oauth.jwks_url`; without it the URL is discovered once.
-    pub(crate) fn new(client: IssuerClient, configured_url: Option<Url>, refetch_interval: Duration, metrics: TokenMetrics) -> Jwks {
+    pub(crate) fn new(client: IssuerClient, configured_url: Option<Url>, refetch: Refetch, metrics: TokenMetrics) -> Jwks {
         let cache = moka::future::Cache::builder().max_capacity(1).expire_after(SetExpiry).build();
-        Jwks { client, configured_url, discovered_url: OnceCell::new(), cache, refetch_interval, last_refetch: Mutex::new(None), metrics }
+        Jwks { client, configured_url, discovered_url: OnceCell::new(), cache, refetch, last_failure: Mutex::new(None), metrics }
     }
 
     /// The keys that may verify a token with `kid` and `alg`: from the cached set, or after
     /// one rate-limited refetch when the set does not know `kid`.
     pub(crate) async fn keys_for(&self, kid: Option<&str>, alg: Algorithm, now: UnixTime) -> Result<Vec<PublicKey>, TokenError> {
         let kind = super::token::key_kind(alg).ok_or_else(|| TokenError::UnsupportedAlgorithm { alg: format!("{alg:?}") })?;
-        let set = self.cache.try_get_with((), self.fetch()).await.map_err(|e| (*e).clone())?;
+        let set = self.key_set(now).await?;
         let found: Vec<PublicKey> = set.candidates(kid, kind).into_iter().cloned().collect();
         if !found.is_empty() {
             return Ok(found);
         }
         let Some(kid) = kid else {
-            return Err(TokenError::UnknownKeyId { kid: "(none)".into() });
+            return Err(TokenError::UnknownKeyId);
         };
         if set.has_kid(kid) {
+            // The issuer publishes this kid: quoting it quotes the issuer, not the client.
             return Err(TokenError::KeyMismatch { kid: short(kid), alg: format!("{alg:?}") });
         }
-        if !self.may_refetch(now) {
-            return Err(TokenError::UnknownKeyId { kid: short(kid) });
+        match self.refetch.take(now) {
+            Ok(true) => {}
+            Ok(false) => return Err(TokenError::UnknownKeyId),
+            Err(e) => {
+                self.metrics.jwks_budget_exhausted();
+                tracing::warn!("JWKS refetch refused: oauth.jwks_refetch_budget exhausted");
+                return Err(e);
+            }
         }
         // Unknown kid: the issuer may have rotated its keys (RFC 7517 §4.5 hints at this use).
         let fresh = self.fetch().await?;
         self.cache.insert((), fresh.clone()).await;
         let found: Vec<PublicKey> = fresh.candidates(Some(kid), kind).into_iter().cloned().collect();
         if found.is_empty() {
-            return Err(TokenError::UnknownKeyId { kid: short(kid) });
+            return Err(TokenError::UnknownKeyId);
         }
         Ok(found)
+    }
+
+    /// The cached key set, or one fetch shared by concurrent misses. A failure is remembered
+    /// for [`FAILURE_MEMORY`]: meanwhile requests get it again without a fetch.
+    async fn key_set(&self, now: UnixTime) -> Result<Arc<KeySet>, TokenError> {
+        if let Some(set) = self.cache.get(&()).await {
+            return Ok(set);
+        }
+        {
+            let last = self.last_failure.lock().unwrap_or_else(|p| p.into_inner());
+            // A request timed before the failure (requests race) is within the memory too.
+            if let Some((at, e)) = last.as_ref().filter(|(at, _)| now.0 < at.0 + FAILURE_MEMORY) {
+                tracing::debug!(failed_at = at.secs(), "JWKS fetch failed moments ago; not asking again yet");
+                return Err(e.clone());
+            }
+        }
+        self.cache.try_get_with((), self.fetch()).await.map_err(|e| {
+            let e = (*e).clone();
+            *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some((now, e.clone()));
+            e
+        })
     }
 
     /// Puts `set` in the cache as if it had been fetched (unit tests without an issuer).
@@ -89,22 +157,10 @@ impl Jwks {
         self.cache.insert((), Arc::new(set)).await;
     }
 
-    /// [`Jwks::may_refetch`] for unit tests.
+    /// Takes the unknown-kid refetch slot, as `keys_for` does (unit tests).
     #[cfg(test)]
-    pub(crate) fn may_refetch_for_test(&self, now: UnixTime) -> bool {
-        self.may_refetch(now)
-    }
-
-    /// Takes the refetch slot if the last unknown-kid refetch is older than the interval.
-    fn may_refetch(&self, now: UnixTime) -> bool {
-        let Ok(mut last) = self.last_refetch.lock() else { return false };
-        match *last {
-            Some(t) if now.0 < t.0 + self.refetch_interval && now >= t => false,
-            _ => {
-                *last = Some(now);
-                true
-            }
-        }
+    pub(crate) fn may_refetch_for_test(&self, now: UnixTime) -> Result<bool, TokenError> {
+        self.refetch.take(now)
     }
 
     async fn url(&self) -> Result<Url, TokenError> {

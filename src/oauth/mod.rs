@@ -1,5 +1,5 @@
-//! User authority (PRODUCT.md stage 7): the OAuth 2.1 bearer token of the MCP Authorization
-//! spec, as the resource server checks it (spec/mcp-auth.md §3–§5).
+//! User authority (pipeline stage 7): the OAuth 2.1 bearer token of the MCP Authorization
+//! spec, as the resource server checks it (MCP Authorization, RFC 6750, RFC 9068).
 //!
 //! [`TokenVerifier::authenticate`] takes the token only from `Authorization: Bearer <token68>`
 //! (RFC 6750 §2.1; a token in the query string is never used and is refused by
@@ -11,8 +11,8 @@
 //! re-checked against each request's `now` on every hit.
 //!
 //! Malformed `Authorization` (not `Bearer <token68>`, sent twice) and query tokens are
-//! RFC 6750 §3.1 `invalid_request` (400, mcp-auth.md §3 "malformed auth request"), not
-//! `invalid_token`: the client sent no token we could judge.
+//! RFC 6750 §3.1 `invalid_request` (400, the MCP Authorization spec's "malformed
+//! authorization request"), not `invalid_token`: the client sent no token we could judge.
 
 mod compact;
 mod documents;
@@ -40,7 +40,9 @@ use crate::tls;
 /// the issuer takes effect within this time.
 const INTROSPECTION_MAX_TTL: Duration = Duration::from_secs(60);
 
-/// Why the token stage refused a request. Messages name what failed, never the token.
+/// Why the token stage refused a request. Messages name what failed, never the token: nothing
+/// the token carries is quoted except a registered `typ`/`alg` and the issuer's own `kid`
+/// (a key it publishes); the configured issuer and audience are the operator's words.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TokenError {
     /// No bearer token and `oauth.required = true`.
@@ -58,24 +60,27 @@ pub enum TokenError {
     /// The JWT header `typ` is not `at+jwt` (RFC 9068 §4).
     #[error("token type {typ:?} is not at+jwt")]
     WrongType {
-        /// The `typ` sent (empty when absent).
+        /// The `typ` sent (empty when absent) if it is a registered one, else "(unregistered)".
         typ: String,
     },
     /// `alg` is not RS256, PS256, ES256 or EdDSA (`none` and HMAC are refused here).
     #[error("token algorithm {alg:?} is not accepted")]
     UnsupportedAlgorithm {
-        /// The `alg` sent.
+        /// The `alg` sent if it is a registered one, else "(unregistered)".
         alg: String,
     },
     /// The JWT header has `crit` extensions, which the gateway does not implement (RFC 7515 §4.1.11).
     #[error("token header has critical extensions")]
     CriticalHeader,
-    /// No issuer key has the token's `kid`, even after a refetch (or the refetch was rate-limited).
-    #[error("no issuer key with kid {kid:?}")]
-    UnknownKeyId {
-        /// The `kid` sent ("(none)" when absent).
-        kid: String,
-    },
+    /// No issuer key has the token's `kid` (or, without a `kid`, is of the token's type), even
+    /// after a refetch, or the refetch was within `oauth.jwks_refetch_interval`. The `kid` is
+    /// the client's text and is not quoted.
+    #[error("no issuer key matches the token's kid")]
+    UnknownKeyId,
+    /// The token's `kid` is unknown and a refetch would exceed `oauth.jwks_refetch_budget`:
+    /// refused without asking the issuer.
+    #[error("no issuer key matches the token's kid, and the JWKS refetch budget (oauth.jwks_refetch_budget) is exhausted")]
+    RefetchBudgetExhausted,
     /// The key named by `kid` is not of the type (or JWK `alg`) the token's `alg` needs.
     #[error("issuer key {kid:?} cannot verify {alg}")]
     KeyMismatch {
@@ -99,12 +104,9 @@ pub enum TokenError {
         /// The claim name.
         claim: &'static str,
     },
-    /// `iss` is not the configured issuer.
-    #[error("token issuer {iss:?} is not the configured issuer")]
-    WrongIssuer {
-        /// The `iss` sent.
-        iss: String,
-    },
+    /// `iss` is not the configured issuer (the `iss` sent is not quoted).
+    #[error("token issuer is not the configured issuer")]
+    WrongIssuer,
     /// `aud` does not contain this resource (RFC 8707): the token was minted for another one.
     #[error("token audience does not include {audience}")]
     WrongAudience {
@@ -144,7 +146,7 @@ pub enum TokenError {
 
 impl From<CompactError> for TokenError {
     /// `compact` names what is wrong with the header or token; the stage adds its prefix and
-    /// shortens quoted client text, so the texts are those the stage always gave.
+    /// quotes `typ`/`alg` only when registered.
     fn from(e: CompactError) -> TokenError {
         match e {
             CompactError::MalformedHeader(why) => TokenError::MalformedHeader(why),
@@ -153,14 +155,15 @@ impl From<CompactError> for TokenError {
             | CompactError::NotBase64url { .. }
             | CompactError::NotJoseHeader(_)
             | CompactError::ClaimsNotObject(_) => TokenError::Malformed(e.to_string()),
-            CompactError::WrongType { typ } => TokenError::WrongType { typ: short(&typ) },
-            CompactError::UnsupportedAlgorithm { alg } => TokenError::UnsupportedAlgorithm { alg: short(&alg) },
+            CompactError::WrongType { typ } => TokenError::WrongType { typ: compact::shown_typ(&typ).to_owned() },
+            CompactError::UnsupportedAlgorithm { alg } => TokenError::UnsupportedAlgorithm { alg: compact::shown_alg(&alg).to_owned() },
             CompactError::CriticalHeader => TokenError::CriticalHeader,
         }
     }
 }
 
-/// Shortens client-supplied text quoted in errors (kid, typ, iss) to 64 characters.
+/// Shortens issuer-supplied text quoted in errors (a published `kid`, a metadata `issuer`) to
+/// 64 characters.
 pub(crate) fn short(s: &str) -> String {
     s.chars().take(64).collect()
 }
@@ -291,6 +294,9 @@ impl TokenVerifier {
             None => Err(FieldError::new("oauth.issuer", "required to verify bearer tokens (or set oauth.required = false)")),
             Some(i) => https_url("oauth.issuer", i).map(|_| i.to_owned()),
         };
+        if raw.jwks_refetch_budget == 0 {
+            errs.push(FieldError::new("oauth.jwks_refetch_budget", "must be at least 1 (refetches per minute)"));
+        }
         let jwks_url = raw.jwks_url.as_deref().map(|u| https_url("oauth.jwks_url", u)).transpose();
         let introspection_url = raw.introspection.as_ref().map(|i| https_url("oauth.introspection.url", &i.url)).transpose();
         let client = tls::outbound_client("oauth.issuer_ca", raw.issuer_ca.as_ref().map(|p| base_dir.join(p)).as_deref(), raw.fetch_timeout.0)
@@ -318,7 +324,7 @@ impl TokenVerifier {
         Ok(TokenVerifier {
             is_required: raw.required,
             rules: token::Rules { issuer, audience: cfg.audience.clone(), skew_secs: raw.clock_skew.0.as_secs() },
-            jwks: jwks::Jwks::new(issuer_client, jwks_url, raw.jwks_refetch_interval.0, metrics.clone()),
+            jwks: jwks::Jwks::new(issuer_client, jwks_url, jwks::Refetch::new(raw.jwks_refetch_interval.0, raw.jwks_refetch_budget), metrics.clone()),
             introspection,
             cache,
             metrics,
@@ -412,3 +418,7 @@ mod test_keys;
 #[cfg(test)]
 #[path = "mod_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "refusal_text_tests.rs"]
+mod refusal_text_tests;

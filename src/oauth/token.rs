@@ -1,4 +1,4 @@
-//! JWT access tokens (RFC 9068), PRODUCT.md stage 7: the signature check against one issuer
+//! JWT access tokens (RFC 9068), pipeline stage 7: the signature check against one issuer
 //! key and the claim checks (`iss`, `aud`, `exp`, `nbf`, `iat`, scopes), after `compact` read
 //! the token's shape and applied the header rules.
 //!
@@ -91,7 +91,7 @@ pub(crate) fn validate_jwt(jwt: Jwt<'_>, rules: &Rules, now: UnixTime) -> Result
 /// Checks `iss`, `aud`, the time window and reads the identity and scopes.
 pub(crate) fn validate_claims(claims: Map<String, Value>, rules: &Rules, now: UnixTime, profile: Profile) -> Result<VerifiedToken, TokenError> {
     match (string_claim(&claims, "iss")?, profile) {
-        (Some(iss), _) if iss != rules.issuer => return Err(TokenError::WrongIssuer { iss: short(iss) }),
+        (Some(iss), _) if iss != rules.issuer => return Err(TokenError::WrongIssuer),
         (None, Profile::Jwt) => return Err(TokenError::MissingClaim { claim: "iss" }),
         _ => {}
     }

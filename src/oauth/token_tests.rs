@@ -133,10 +133,7 @@ fn header_that_is_not_a_valid_json_object_is_malformed() {
         text(b"{\"alg\":\"EdDSA\",\"typ\":\"at+jwt\",\"x\":\"\xe3\x8e8\"}"),
         Err("token is malformed: header is not a JOSE header: invalid unicode code point at line 1 column 36".into())
     );
-    assert_eq!(
-        text(br#"["EdDSA","at+jwt",null,null]"#),
-        Err("token is malformed: header is not a JOSE header: invalid type: sequence, expected a map at line 1 column 0".into())
-    );
+    assert_eq!(text(br#"["EdDSA","at+jwt",null,null]"#), Err("token is malformed: header is not a JOSE header: not a JSON object".into()));
     assert_eq!(text(r#"{"alg":"EdDSA","typ":"at+jwt","x":"é"}"#.as_bytes()), Ok(()));
 }
 
@@ -169,7 +166,7 @@ fn wrong_issuer_and_wrong_audience_are_refused() {
     let c = with(|m| {
         m.insert("iss".into(), json!("https://evil.example"));
     });
-    assert_eq!(check(&ed().sign(&c), ed()).err(), Some(TokenError::WrongIssuer { iss: "https://evil.example".into() }));
+    assert_eq!(check(&ed().sign(&c), ed()).err(), Some(TokenError::WrongIssuer));
     let c = with(|m| {
         m.insert("aud".into(), json!(["https://other.example/mcp"]));
     });

@@ -1,4 +1,4 @@
-//! The policy input document (PRODUCT.md "Policy contract"), built directly as a regorus
+//! The policy input document (docs/design.md "Policy contract"), built directly as a regorus
 //! [`Value`] from the parts the earlier stages verified: no JSON text round trip.
 //!
 //! The agent and the token come from stages that verified them; a missing one is

@@ -1,4 +1,4 @@
-//! Rego policy (PRODUCT.md stage 9): decides whether the action may happen, which scopes the
+//! Rego policy (pipeline stage 9): decides whether the action may happen, which scopes the
 //! user's token must hold and which quotas to spend, by evaluating `policy.query` with regorus.
 //!
 //! The policy set is compiled once at start (a compile error names file and line and the
@@ -16,9 +16,11 @@ pub mod input;
 pub mod load;
 mod reload;
 mod rvm;
+mod schedule;
 pub mod tooling;
 pub mod verdict;
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -29,7 +31,11 @@ use regorus::{Engine, Value};
 pub use convert::ConvertError;
 pub use input::{AgentView, PolicyInput, RequestView, TokenView};
 pub use load::{LoadError, Source};
+pub use reload::ReloadTrigger;
 pub use verdict::PolicyVerdict;
+
+use crate::mcp::McpRequest;
+pub(crate) use schedule::Turn;
 
 use crate::config::{PolicyEvaluator, RawPolicy};
 
@@ -177,6 +183,8 @@ pub(crate) const EVALUATION_TIME_LIMIT: regorus::utils::limits::ExecutionTimerCo
 pub struct Policy {
     slot: Slot,
     watch: bool,
+    /// Where large evaluations run (see `schedule`).
+    lane: schedule::Lane,
 }
 
 impl Policy {
@@ -188,7 +196,7 @@ impl Policy {
         let health = PolicyHealth::default();
         health.last_reload_ok.set(1);
         let slot = Slot { current: Arc::new(ArcSwap::from_pointee(loaded)), source, query: cfg.query.clone(), evaluator: cfg.evaluator, health };
-        Ok(Policy { slot, watch: cfg.watch })
+        Ok(Policy { slot, watch: cfg.watch, lane: schedule::Lane::new() })
     }
 
     /// Reload health, for metrics and readiness.
@@ -212,9 +220,23 @@ impl Policy {
         reload::spawn(self.slot.clone(), self.watch)
     }
 
+    /// Waits, without holding a thread, until a heavy request (a batch, or a body of 16KiB or
+    /// more) may be evaluated: at most one per core at once. Resolves at once for a light
+    /// one. Hold the turn while calling [`Policy::decide`].
+    pub(crate) fn turn(&self, mcp: Option<&McpRequest>) -> impl Future<Output = Option<Turn>> + 'static {
+        self.lane.turn(mcp.is_some_and(|m| schedule::is_heavy(m.messages.len(), m.body_len)))
+    }
+
     /// Evaluates the policy for `input`: one evaluation per JSON-RPC message; the request is
-    /// refused if any message is, else required scopes and quotas are the union of all.
+    /// refused if any message is, else required scopes and quotas are the union of all. A
+    /// heavy request (see [`Policy::turn`]) is evaluated off the async workers; the call
+    /// returns when the decision is made either way.
     pub fn decide(&self, input: &PolicyInput<'_>) -> Result<Decided, PolicyError> {
+        let heavy = schedule::is_heavy(input.mcp.messages.len(), input.mcp.body_len);
+        schedule::Lane::run(heavy, || self.decide_here(input))
+    }
+
+    fn decide_here(&self, input: &PolicyInput<'_>) -> Result<Decided, PolicyError> {
         let loaded = self.slot.current.load();
         let version = &loaded.version;
         let mut merged: Option<PolicyVerdict> = None;

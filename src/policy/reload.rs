@@ -18,6 +18,26 @@ const SETTLE: Duration = Duration::from_millis(100);
 #[derive(Debug)]
 pub struct ReloadTask {
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    trigger: ReloadTrigger,
+}
+
+impl ReloadTask {
+    /// A handle that asks this task for a reload, as SIGHUP does.
+    pub fn trigger(&self) -> ReloadTrigger {
+        self.trigger.clone()
+    }
+}
+
+/// Asks one reload task for a reload (the same path as a file change or SIGHUP: settle,
+/// recompile off the request threads, keep the old set on error).
+#[derive(Debug, Clone)]
+pub struct ReloadTrigger(mpsc::UnboundedSender<()>);
+
+impl ReloadTrigger {
+    /// Requests a reload; `false` once the reload task has stopped.
+    pub fn reload(&self) -> bool {
+        self.0.send(()).is_ok()
+    }
 }
 
 impl Drop for ReloadTask {
@@ -40,8 +60,8 @@ pub(super) fn spawn(slot: Slot, watch: bool) -> ReloadTask {
         run(slot, rx).await;
     });
     let mut tasks = vec![task];
-    tasks.extend(spawn_sighup(tx));
-    ReloadTask { tasks }
+    tasks.extend(spawn_sighup(tx.clone()));
+    ReloadTask { tasks, trigger: ReloadTrigger(tx) }
 }
 
 fn start_watcher(paths: &[PathBuf], tx: mpsc::UnboundedSender<()>) -> Option<notify::RecommendedWatcher> {

@@ -1,4 +1,4 @@
-//! The decision contract (PRODUCT.md "Policy contract"), parsed strictly: a decision that is
+//! The decision contract (docs/design.md "Policy contract"), parsed strictly: a decision that is
 //! undefined, has a wrong type, an unknown field or a bad quota is an error, never an allow.
 
 use std::time::Duration;

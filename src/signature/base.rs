@@ -1,5 +1,5 @@
 //! The signature base (RFC 9421 §2.5): the exact bytes a signature is made over, rebuilt from
-//! the message as received. PRODUCT.md stages 3 and 5.
+//! the message as received. docs/design.md stages 3 and 5.
 //!
 //! One line per covered component, in `Signature-Input` order, then the `@signature-params`
 //! line (no trailing newline). Any component that cannot be resolved fails the whole base; none
@@ -29,7 +29,7 @@ pub struct RequestView<'a> {
     /// `https` when the client connection is TLS, else `http` (`@scheme`, `@target-uri`).
     pub scheme: &'a str,
     /// The configured `signatures.authority`, which replaces the request's own authority
-    /// (PRODUCT.md decision 3).
+    /// (docs/design.md decision 3).
     pub authority: Option<&'a str>,
 }
 
@@ -143,7 +143,7 @@ fn unsupported(component: &str, parameter: &str) -> BaseError {
 }
 
 /// Reads and type-checks the component's parameters. `tr` is refused: trailers are never
-/// covered (spec/README.md §2.2, [GW]).
+/// covered (RFC 9421 §2.2).
 fn flags<'p>(name: &str, item: &'p Item) -> Result<Flags<'p>, BaseError> {
     let mut f = Flags::default();
     let is_derived = name.starts_with('@');

@@ -1,6 +1,91 @@
-//! Why a signature was refused (PRODUCT.md stages 3 and 5), and why a signature base could not
+//! Why a signature was refused (pipeline stages 3 and 5), and why a signature base could not
 //! be built (RFC 9421 §2.5). Every `Display` names what failed; none ever prints a signature
 //! value, a header value that could carry a credential, or the body.
+//!
+//! A refusal reaches the client, the decision log and the diagnostics log, so it is written in
+//! the gateway's words. Client-chosen text is quoted only through [`shown_name`] (names the
+//! gateway knows, or at most [`MAX_SHOWN_NAME`] bytes of the field-name alphabet), [`shown_alg`]
+//! (registered algorithm names) and [`shown_keyid`] (an RFC 7638 thumbprint's shape); anything
+//! else is described, never echoed.
+
+/// Longest client-chosen name a refusal quotes when the gateway does not know it: room for
+/// `sig1`, `x-tenant`, `nonce`, too little for a fragment of a credential or a body (a JWT
+/// header alone is 36 characters). The refusal-text test checks that no 12-byte run of input
+/// reaches a reason.
+pub const MAX_SHOWN_NAME: usize = 11;
+
+/// Component and field names the gateway knows: the RFC 9421 derived components, the
+/// signature and digest fields, the MCP transport headers and common HTTP fields.
+const KNOWN_NAMES: [&str; 34] = [
+    "@method",
+    "@target-uri",
+    "@authority",
+    "@scheme",
+    "@request-target",
+    "@path",
+    "@query",
+    "@query-param",
+    "@status",
+    "@signature-params",
+    "signature-agent",
+    "signature-input",
+    "signature",
+    "content-digest",
+    "repr-digest",
+    "want-content-digest",
+    "content-type",
+    "content-length",
+    "content-encoding",
+    "authorization",
+    "dpop",
+    "host",
+    "date",
+    "accept",
+    "user-agent",
+    "cache-control",
+    "forwarded",
+    "origin",
+    "mcp-method",
+    "mcp-name",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "idempotency-key",
+    "x-request-id",
+];
+
+/// The HTTP Message Signature algorithms of the IANA registry (RFC 9421 §6.2.2).
+const REGISTERED_ALGS: [&str; 6] = ["hmac-sha256", "rsa-pss-sha512", "rsa-v1_5-sha256", "ecdsa-p256-sha256", "ecdsa-p384-sha384", "ed25519"];
+
+/// A client-chosen name (label, member key, component, parameter, scheme, `type`) as a refusal
+/// may quote it: a name the gateway knows, or a short one in the field-name alphabet; anything
+/// else is replaced by a description.
+pub fn shown_name(name: &str) -> &str {
+    let is_short = !name.is_empty() && name.len() <= MAX_SHOWN_NAME && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.*@".contains(&b));
+    if is_short || KNOWN_NAMES.contains(&name) {
+        name
+    } else {
+        "(a name not shown)"
+    }
+}
+
+/// An `alg` parameter as a refusal may quote it: registered names only.
+pub fn shown_alg(alg: &str) -> &str {
+    if REGISTERED_ALGS.contains(&alg) {
+        alg
+    } else {
+        "(unregistered)"
+    }
+}
+
+/// A `keyid` as a refusal may quote it: the shape of an RFC 7638 SHA-256 thumbprint (43
+/// base64url characters, what Web Bot Auth keyids are); anything else is not shown.
+pub fn shown_keyid(keyid: &str) -> &str {
+    if keyid.len() == 43 && keyid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        keyid
+    } else {
+        "(not a key thumbprint)"
+    }
+}
 
 /// Why the signature base could not be built (RFC 9421 §2.5: any component that cannot be
 /// resolved fails the whole signature, it is never skipped).
@@ -14,21 +99,21 @@ pub enum BaseError {
     #[error("covered component is not a string")]
     NotAString,
     /// The same identifier (name and parameters) is covered twice (RFC 9421 §2.5 step 2.0).
-    #[error("component {0} is covered twice")]
+    #[error("component {} is covered twice", shown_name(.0))]
     DuplicateComponent(String),
     /// `@signature-params` appears in the covered list (RFC 9421 §2.3).
     #[error("\"@signature-params\" must not be a covered component")]
     SignatureParamsCovered,
     /// A derived component name we do not know, or one that does not apply to this message
     /// (`@status` on a request).
-    #[error("unknown or inapplicable derived component {0}")]
+    #[error("unknown or inapplicable derived component {}", shown_name(.0))]
     UnknownComponent(String),
     /// A field component name with uppercase or characters a field name cannot have.
-    #[error("component name {0} is not a lowercase field name")]
+    #[error("component name {} is not a lowercase field name", shown_name(.0))]
     InvalidName(String),
     /// A component parameter that is unknown, has the wrong type, or is not allowed here
     /// (`req` on a request, `tr`: trailers are never covered, `name` outside `@query-param`).
-    #[error("component {component} has an unsupported parameter {parameter}")]
+    #[error("component {} has an unsupported parameter {}", shown_name(.component), shown_name(.parameter))]
     UnsupportedParameter {
         /// The component name.
         component: String,
@@ -36,13 +121,13 @@ pub enum BaseError {
         parameter: String,
     },
     /// `bs` combined with `sf` or `key` (RFC 9421 §2.1.3).
-    #[error("component {0} combines bs with sf or key")]
+    #[error("component {} combines bs with sf or key", shown_name(.0))]
     IncompatibleParameters(String),
     /// A covered header field is absent from the message.
-    #[error("covered field {0} is absent")]
+    #[error("covered field {} is absent", shown_name(.0))]
     MissingField(String),
     /// `;key="m"` names a member the Dictionary field does not have (RFC 9421 §2.1.2).
-    #[error("covered field {field} has no member {key}")]
+    #[error("covered field {} has no member {}", shown_name(.field), shown_name(.key))]
     MissingDictionaryMember {
         /// The field name.
         field: String,
@@ -51,7 +136,7 @@ pub enum BaseError {
     },
     /// `;sf` or `;key` on a field whose value does not parse as its structured type, or `;sf` on
     /// a field whose structured type we do not know (RFC 9421 §2.1.1).
-    #[error("covered field {field} is not a valid structured field: {reason}")]
+    #[error("covered field {} is not a valid structured field: {reason}", shown_name(.field))]
     NotStructured {
         /// The field name.
         field: String,
@@ -59,11 +144,11 @@ pub enum BaseError {
         reason: String,
     },
     /// `@query-param` names a parameter absent from the query, or one that occurs more than
-    /// once (RFC 9421 §2.2.8).
-    #[error("query parameter {0} is absent or repeated")]
+    /// once (RFC 9421 §2.2.8), or has no `name` parameter.
+    #[error("query parameter {} is absent or repeated", shown_name(.0))]
     QueryParam(String),
     /// A value that cannot appear in a base: non-ASCII bytes or a missing authority.
-    #[error("component {0} has no usable value (non-ASCII or absent)")]
+    #[error("component {} has no usable value (non-ASCII or absent)", shown_name(.0))]
     UnusableValue(String),
 }
 
@@ -115,7 +200,7 @@ pub enum SignatureError {
     },
     /// `alg` names an algorithm other than `ed25519` (including any `hmac-*`: Web Bot Auth
     /// forbids shared secrets).
-    #[error("signature algorithm {0} is not supported (only ed25519)")]
+    #[error("signature algorithm {} is not supported (only ed25519)", shown_alg(.0))]
     UnsupportedAlgorithm(String),
     /// `signatures.require_nonce` is on and the signature has no `nonce`.
     #[error("signature parameter nonce is required")]
@@ -132,7 +217,7 @@ pub enum SignatureError {
     #[error("{0}")]
     Base(#[from] BaseError),
     /// The Ed25519 signature does not verify over the base with the resolved key.
-    #[error("signature does not verify with key {keyid}")]
+    #[error("signature does not verify with key {}", shown_keyid(.keyid))]
     BadSignature {
         /// The key that was tried.
         keyid: String,

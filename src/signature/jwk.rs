@@ -2,8 +2,8 @@
 //!
 //! Web Bot Auth identifies a key by its RFC 7638 SHA-256 thumbprint (`keyid`), computed over the
 //! required members only (RFC 8037 App. A.3 for OKP). We always compute the thumbprint ourselves
-//! and never trust a directory's `kid` (spec/README.md §5.3: the draft's own example has a wrong
-//! `kid`). The only key type the gateway verifies with is OKP/Ed25519 (PRODUCT.md stage 5);
+//! and never trust a directory's `kid` (tests/vectors/jwk-thumbprint.json: the draft's own example has a
+//! wrong `kid`). The only key type the gateway verifies with is OKP/Ed25519 (pipeline stage 5);
 //! thumbprints are also computed for RSA and EC so every vector can be checked.
 //!
 //! Trusts nothing: every member is checked for type and length before use.

@@ -1,4 +1,4 @@
-//! HTTP Message Signatures (RFC 9421) in the Web Bot Auth profile: PRODUCT.md stages 3 and 5.
+//! HTTP Message Signatures (RFC 9421) in the Web Bot Auth profile: pipeline stages 3 and 5.
 //!
 //! - [`parse`]: `Signature-Input`, `Signature`, `Signature-Agent` as structured fields.
 //! - [`base`]: the signature base, byte for byte (RFC 9421 §2.5).
@@ -18,7 +18,7 @@ pub mod parse;
 pub mod signer;
 pub mod verify;
 
-pub use error::{BaseError, SignatureError};
+pub use error::{shown_alg, shown_keyid, shown_name, BaseError, SignatureError, MAX_SHOWN_NAME};
 pub use jwk::{ed25519_public_jwk, ed25519_thumbprint, jwk_thumbprint, verifying_key_from_jwk, JwkError};
 pub use parse::{AgentForm, AgentKind, AgentRef};
 pub use signer::{Nonce, SignError, Signer};

@@ -1,7 +1,7 @@
-//! Parsing of `Signature-Input`, `Signature` (RFC 9421 §4) and `Signature-Agent` (Web Bot Auth,
-//! spec/README.md §5.1–5.2): PRODUCT.md stage 3, before anything is verified.
+//! Parsing of `Signature-Input`, `Signature` (RFC 9421 §4) and `Signature-Agent` (Web Bot Auth
+//! "Signature-Agent"): pipeline stage 3, before anything is verified.
 //!
-//! All three are Structured Fields parsed by `sfv` as RFC 8941 (spec/README.md §3: the RFC 9651
+//! All three are Structured Fields parsed by `sfv` as RFC 8941 (the RFC 9651
 //! additions Date and Display String are refused). Several field lines are joined with `", "`
 //! before parsing, and a parse failure refuses the whole field (RFC 9651 §4.2), never half of
 //! it. Trusts nothing: every type is checked before use; nothing here says a signature is good.
@@ -10,7 +10,7 @@ use http::HeaderMap;
 use sfv::{BareItem, Dictionary, InnerList, Item, ListEntry, Parser, Version};
 use url::Url;
 
-use super::error::SignatureError;
+use super::error::{shown_name, SignatureError};
 
 /// `Signature-Input` field name.
 pub const SIGNATURE_INPUT: &str = "signature-input";
@@ -86,20 +86,20 @@ pub fn parse_signatures(input: &str, signature: &str) -> Result<Vec<SignatureMem
     let mut out = Vec::with_capacity(inputs.len());
     for (label, entry) in inputs {
         let ListEntry::InnerList(covered) = entry else {
-            return Err(SignatureError::Malformed(format!("Signature-Input member {} is not an inner list", label.as_str())));
+            return Err(SignatureError::Malformed(format!("Signature-Input member {} is not an inner list", shown_name(label.as_str()))));
         };
         if let Some(bad) = covered.items.iter().find(|i| !matches!(i.bare_item, BareItem::String(_))) {
-            return Err(SignatureError::Malformed(format!("Signature-Input member {} covers a non-string {:?}", label.as_str(), kind_of(bad))));
+            return Err(SignatureError::Malformed(format!("Signature-Input member {} covers a non-string {:?}", shown_name(label.as_str()), kind_of(bad))));
         }
         let bytes = match signatures.shift_remove(label.as_str()) {
             Some(ListEntry::Item(Item { bare_item: BareItem::ByteSequence(b), .. })) => b,
-            Some(_) => return Err(SignatureError::Malformed(format!("Signature member {} is not a byte sequence", label.as_str()))),
-            None => return Err(SignatureError::Malformed(format!("label {} is in Signature-Input but not in Signature", label.as_str()))),
+            Some(_) => return Err(SignatureError::Malformed(format!("Signature member {} is not a byte sequence", shown_name(label.as_str())))),
+            None => return Err(SignatureError::Malformed(format!("label {} is in Signature-Input but not in Signature", shown_name(label.as_str())))),
         };
         out.push(SignatureMember { label: label.as_str().to_owned(), covered, signature: bytes });
     }
     if let Some((label, _)) = signatures.first() {
-        return Err(SignatureError::Malformed(format!("label {} is in Signature but not in Signature-Input", label.as_str())));
+        return Err(SignatureError::Malformed(format!("label {} is in Signature but not in Signature-Input", shown_name(label.as_str()))));
     }
     Ok(out)
 }
@@ -118,7 +118,7 @@ fn kind_of(item: &Item) -> &'static str {
 }
 
 /// The first member whose `tag` parameter equals `tag` (the Web Bot Auth profile picks by tag,
-/// spec/README.md §4.2 step 1). Other members are left alone.
+/// RFC 9421 §3.2 step 1). Other members are left alone.
 pub fn pick_tagged(members: Vec<SignatureMember>, tag: &str) -> Result<SignatureMember, SignatureError> {
     for m in members {
         if m.string_param("tag")? == Some(tag) {
@@ -219,7 +219,7 @@ pub struct AgentMember {
 }
 
 /// Parses a combined `Signature-Agent` value. First non-SP character `"` → legacy sf-string
-/// (one member, `key: None`); otherwise an RFC 8941 Dictionary (spec/README.md §5.2). A field
+/// (one member, `key: None`); otherwise an RFC 8941 Dictionary (Web Bot Auth "Signature-Agent"). A field
 /// that does not parse is `Malformed`; members that parse but cannot be used are returned with
 /// the reason, so the caller can say why when it is the covered one.
 pub fn parse_signature_agent(field: &str) -> Result<Vec<AgentMember>, SignatureError> {
@@ -240,7 +240,7 @@ pub fn parse_signature_agent(field: &str) -> Result<Vec<AgentMember>, SignatureE
             let form = AgentForm::Dictionary { key: key.as_str().to_owned() };
             let agent = match &entry {
                 ListEntry::Item(item) => agent_from_item(item, form),
-                ListEntry::InnerList(_) => Err(format!("member {} is an inner list, not a string", key.as_str())),
+                ListEntry::InnerList(_) => Err(format!("member {} is an inner list, not a string", shown_name(key.as_str()))),
             };
             AgentMember { key: Some(key.as_str().to_owned()), agent }
         })
@@ -259,13 +259,13 @@ fn agent_from_item(item: &Item, form: AgentForm) -> Result<AgentRef, String> {
             "directory" => AgentKind::Directory,
             "jwks_uri" => AgentKind::JwksUri,
             "cimd" => AgentKind::Cimd,
-            other => return Err(format!("unknown type {other}")),
+            other => return Err(format!("unknown type {}", shown_name(other))),
         },
         Some(_) => return Err("type is not a token".to_owned()),
     };
     let mut url = Url::parse(s.as_str()).map_err(|e| format!("not a URL: {e}"))?;
     if url.scheme() != "https" {
-        return Err(format!("scheme {} is not https", url.scheme()));
+        return Err(format!("scheme {} is not https", shown_name(url.scheme())));
     }
     if !url.username().is_empty() || url.password().is_some() || url.host_str().is_none() {
         return Err("URL has user info or no host".to_owned());

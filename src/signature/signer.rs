@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use super::base::{signature_base, MessageView, RequestView};
 use super::error::BaseError;
 use super::jwk::ed25519_thumbprint;
-use super::parse::{serialize_signatures, SignatureMember, SIGNATURE, SIGNATURE_AGENT, SIGNATURE_INPUT};
+use super::parse::{serialize_signatures, AgentKind, SignatureMember, SIGNATURE, SIGNATURE_AGENT, SIGNATURE_INPUT};
 use crate::digest::CONTENT_DIGEST;
 use crate::pipeline::UnixTime;
 
@@ -56,6 +56,7 @@ pub struct Signer {
     key: SigningKey,
     keyid: String,
     agent: String,
+    agent_kind: AgentKind,
     tag: String,
     components: Vec<String>,
     lifetime: Duration,
@@ -76,11 +77,19 @@ impl Signer {
             key,
             keyid,
             agent: agent_url.to_owned(),
+            agent_kind: AgentKind::Directory,
             tag: "web-bot-auth".to_owned(),
             components: ["@method", "@authority", "@path", "content-digest", "signature-agent"].map(String::from).to_vec(),
             lifetime: Duration::from_secs(60),
             nonce: Nonce::Random,
         })
+    }
+
+    /// Names the agent with this `Signature-Agent` `type` (a `jwks_uri` key set, say); the
+    /// default, `directory`, sends no `type`.
+    pub fn with_agent_type(mut self, kind: AgentKind) -> Signer {
+        self.agent_kind = kind;
+        self
     }
 
     /// Uses `tag` instead of `web-bot-auth`.
@@ -142,7 +151,11 @@ impl Signer {
         }
         let mut agent = String::new();
         let agent_url = StringRef::from_str(&self.agent).map_err(|_| SignError::InvalidAgent(self.agent.clone()))?;
-        let _ = sfv::DictSerializer::with_buffer(&mut agent).bare_item(KeyRef::constant(LABEL), agent_url);
+        let mut dict = sfv::DictSerializer::with_buffer(&mut agent);
+        let member = dict.bare_item(KeyRef::constant(LABEL), agent_url);
+        if self.agent_kind != AgentKind::Directory {
+            let _ = member.parameter(KeyRef::constant("type"), sfv::TokenRef::constant(self.agent_kind.as_str()));
+        }
         set(parts, SIGNATURE_AGENT, &agent)?;
         let covered = self.covered(body.is_empty(), parts.uri.query().is_some(), now)?;
         let scheme = parts.uri.scheme_str().unwrap_or("https");

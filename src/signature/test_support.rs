@@ -1,4 +1,4 @@
-//! Test helpers: the spec vectors (read at test time from shared/spec/vectors) and a small
+//! Test helpers: the standards vectors (read at test time from `tests/vectors/`) and a small
 //! parser for the HTTP/1.1 message text they carry.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
@@ -11,9 +11,9 @@ use serde_json::Value;
 use crate::config::{HumanDuration, RawSignatures};
 use crate::pipeline::{Inbound, UnixTime};
 
-/// Loads `shared/spec/vectors/<file>`.
+/// Loads `tests/vectors/<file>` (see its README for each file's source).
 pub fn vectors(file: &str) -> Value {
-    let path = format!("{}/../shared/spec/vectors/{file}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/tests/vectors/{file}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).unwrap()
 }

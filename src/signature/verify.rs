@@ -1,4 +1,4 @@
-//! The signature stage's checks (PRODUCT.md stages 3 and 5): pick the tagged signature, enforce
+//! The signature stage's checks (docs/design.md stages 3 and 5): pick the tagged signature, enforce
 //! the Web Bot Auth profile and our coverage/time rules, build the base, then verify Ed25519.
 //!
 //! Split in two so key resolution (stage 4, `directory`) sits between: [`SignatureVerifier::prepare`]
@@ -10,13 +10,13 @@ use ed25519_dalek::{Signature, VerifyingKey};
 use sfv::{BareItem, InnerList, Item};
 
 use super::base::{signature_base, MessageView, RequestView};
-use super::error::SignatureError;
+use super::error::{shown_name, SignatureError};
 use super::parse::{combined_field, parse_signature_agent, parse_signatures, pick_tagged, AgentForm, AgentRef, SignatureMember};
 use super::parse::{SIGNATURE, SIGNATURE_AGENT, SIGNATURE_INPUT};
 use crate::config::{FieldError, RawSignatures};
 use crate::pipeline::Inbound;
 
-/// The only algorithm the gateway verifies (product scope, spec/README.md §4.5).
+/// The only algorithm the gateway verifies (product scope; Web Bot Auth asks for Ed25519).
 const ED25519: &str = "ed25519";
 /// Derived components a configuration may require (RFC 9421 §2.2, request side).
 const DERIVED: [&str; 7] = ["@method", "@authority", "@path", "@query", "@target-uri", "@scheme", "@request-target"];
@@ -35,12 +35,35 @@ pub struct SignatureVerifier {
     /// The gateway's own authorities, normalized: `@authority` must be one of them.
     authorities: Vec<String>,
     accept_signature: String,
+    /// Legacy sf-string `Signature-Agent` uses (a metric), and the origins already named in
+    /// the log, so it says so once per origin rather than once per request.
+    legacy: LegacyAgents,
+}
+
+/// Counts legacy `Signature-Agent` uses and remembers which origins the log has named.
+#[derive(Debug, Clone, Default)]
+struct LegacyAgents {
+    uses: prometheus_client::metrics::counter::Counter,
+    logged: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+impl LegacyAgents {
+    /// Origins remembered at most: past it, the log stays quiet and the counter still counts.
+    const MAX_LOGGED: usize = 1024;
+
+    fn record(&self, url: &str) {
+        self.uses.inc();
+        let Ok(mut logged) = self.logged.lock() else { return };
+        if logged.len() < Self::MAX_LOGGED && logged.insert(url.to_owned()) {
+            tracing::info!(agent.url = %url, "Agent uses the legacy sf-string Signature-Agent (said once per agent; portcullis_legacy_signature_agent_total counts every request)");
+        }
+    }
 }
 
 impl SignatureVerifier {
     /// Validates `[signatures]` (tag, components, durations, authority) and builds the rules.
     /// Every bad field is reported. The required components may be configured, never below the
-    /// profile minimum: `@authority` or `@target-uri`, plus `signature-agent` (PRODUCT.md
+    /// profile minimum: `@authority` or `@target-uri`, plus `signature-agent` (docs/design.md
     /// decision 2).
     pub fn new(cfg: &RawSignatures) -> Result<Self, Vec<FieldError>> {
         let mut errors = Vec::new();
@@ -92,7 +115,13 @@ impl SignatureVerifier {
             requires_nonce: cfg.require_nonce,
             authorities,
             accept_signature,
+            legacy: LegacyAgents::default(),
         })
+    }
+
+    /// The legacy `Signature-Agent` counter, to register with the metrics.
+    pub fn legacy_agent_counter(&self) -> prometheus_client::metrics::counter::Counter {
+        self.legacy.uses.clone()
     }
 
     /// Value for the `Accept-Signature` header on refusals (RFC 9421 §5.1): the required
@@ -130,11 +159,9 @@ impl SignatureVerifier {
         };
         let base = signature_base(&MessageView::Request(view), &member.covered)?;
         let agent = self.agent(&member.covered, headers)?;
-        let signature: [u8; 64] = member
-            .signature
-            .as_slice()
-            .try_into()
-            .map_err(|_| SignatureError::Malformed(format!("signature {} is {} bytes; Ed25519 signatures are 64", member.label, member.signature.len())))?;
+        let signature: [u8; 64] = member.signature.as_slice().try_into().map_err(|_| {
+            SignatureError::Malformed(format!("signature {} is {} bytes; Ed25519 signatures are 64", shown_name(&member.label), member.signature.len()))
+        })?;
         Ok(Some(PendingSignature { label: member.label, params, agent: Some(agent), base, signature }))
     }
 
@@ -172,7 +199,7 @@ impl SignatureVerifier {
         Ok(())
     }
 
-    /// Required coverage (PRODUCT.md decision 2; WBA profile: `@authority`/`@target-uri` and the
+    /// Required coverage (docs/design.md decision 2; WBA profile: `@authority`/`@target-uri` and the
     /// Signature-Agent member). `content-digest` only when the request has a body, `@query`
     /// (or `@target-uri`, which holds it) only when the request has a query.
     ///
@@ -202,7 +229,7 @@ impl SignatureVerifier {
     }
 
     /// The agent the signature covers: `"signature-agent";key="k"` names dictionary member `k`
-    /// (any key, not only the label: PRODUCT.md decision 1); a bare `"signature-agent"` names a
+    /// (any key, not only the label: docs/design.md decision 1); a bare `"signature-agent"` names a
     /// legacy sf-string. The base was already built, so the field and member exist.
     fn agent(&self, covered: &InnerList, headers: &http::HeaderMap) -> Result<AgentRef, SignatureError> {
         let mut covering = covered.items.iter().filter(|i| is_agent_member(i));
@@ -216,7 +243,7 @@ impl SignatureVerifier {
         let field = combined_field(headers, SIGNATURE_AGENT)?.ok_or_else(|| SignatureError::MissingComponent(SIGNATURE_AGENT.to_owned()))?;
         let members = parse_signature_agent(&field)?;
         let member = members.into_iter().find(|m| m.key.as_deref() == key).ok_or_else(|| match key {
-            Some(k) => SignatureError::UnusableAgent(format!("no member {k}")),
+            Some(k) => SignatureError::UnusableAgent(format!("no member {}", shown_name(k))),
             None => SignatureError::UnusableAgent("a whole Signature-Agent dictionary is covered; cover one member with ;key".to_owned()),
         })?;
         let agent = member.agent.map_err(SignatureError::UnusableAgent)?;
@@ -224,7 +251,7 @@ impl SignatureVerifier {
             if !self.accepts_legacy_agent {
                 return Err(SignatureError::LegacyAgentRefused);
             }
-            tracing::info!(agent.url = %agent.url(), "Legacy sf-string Signature-Agent accepted");
+            self.legacy.record(agent.url().as_str());
         }
         Ok(agent)
     }

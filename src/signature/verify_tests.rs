@@ -288,3 +288,15 @@ fn a_verifier_without_an_authority_is_a_config_error() {
     let errs = SignatureVerifier::new(&crate::config::RawSignatures::default()).unwrap_err();
     assert!(errs.iter().any(|e| e.field == "signatures.authority"), "{errs:?}");
 }
+
+#[test]
+fn legacy_agent_uses_are_counted_every_time() {
+    let c = case("web-bot-auth.json", "wba-ed25519-legacy");
+    let verifier = vector_verifier(&["@authority", "signature-agent"]);
+    for _ in 0..3 {
+        let req = inbound(c["message"].as_str().unwrap(), 1_735_689_600, true);
+        verifier.prepare(&req).unwrap().unwrap();
+    }
+    assert_eq!(verifier.legacy_agent_counter().get(), 3);
+    assert_eq!(verifier.legacy.logged.lock().unwrap().len(), 1, "the log names the origin once");
+}

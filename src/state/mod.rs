@@ -1,4 +1,5 @@
-//! Shared state behind small traits: the replay cache (stage 6) and quota counters (stage 10).
+//! Shared state behind small traits: the replay cache (stage 6), session bindings (decision 9)
+//! and quota counters (stage 10).
 //! `memory` is the embedded default; a Redis store (several instances) implements the same
 //! traits, and one contract test suite per trait runs against each store.
 //!
@@ -7,6 +8,7 @@
 pub mod quota;
 pub mod redis;
 pub mod replay;
+pub mod session;
 
 use std::sync::Arc;
 
@@ -14,6 +16,7 @@ use crate::config::{FieldError, RawState};
 use quota::{MemoryQuotaStore, QuotaStore};
 use redis::{RedisSettings, RedisStore};
 use replay::{MemoryReplayStore, ReplayStore};
+use session::{MemorySessionStore, SessionStore};
 
 /// The stores chosen by `state.store`, built once at start.
 #[derive(Clone)]
@@ -22,6 +25,8 @@ pub struct Stores {
     pub replay: Arc<dyn ReplayStore>,
     /// Stage 10: quota buckets.
     pub quota: Arc<dyn QuotaStore>,
+    /// Decision 9: which identity owns each `Mcp-Session-Id`.
+    pub session: Arc<dyn SessionStore>,
     /// The shared Redis, when `state.store` names one (for readiness and metrics).
     pub redis: Option<Arc<RedisStore>>,
 }
@@ -33,8 +38,8 @@ impl std::fmt::Debug for Stores {
 }
 
 impl Stores {
-    /// `memory`: in-process stores bounded by `state.max_replay_entries` and
-    /// `state.max_quota_keys`. `redis://…`: one
+    /// `memory`: in-process stores bounded by `state.max_replay_entries`,
+    /// `state.max_quota_keys` and `state.max_sessions`. `redis://…`: one
     /// shared connection for every store (it connects on first use, so the gateway can start
     /// before Redis and report itself unready until then).
     pub fn from_config(cfg: &RawState) -> Result<Stores, FieldError> {
@@ -45,6 +50,7 @@ impl Stores {
             return Ok(Stores {
                 replay: Arc::new(MemoryReplayStore::new(cfg.max_replay_entries)),
                 quota: Arc::new(MemoryQuotaStore::new(cfg.max_quota_keys)),
+                session: Arc::new(MemorySessionStore::new(cfg.max_sessions)),
                 redis: None,
             });
         }
@@ -61,7 +67,7 @@ impl Stores {
         })
         .map(Arc::new)
         .map_err(|e| FieldError::new("state.store", e))?;
-        Ok(Stores { replay: redis.clone(), quota: redis.clone(), redis: Some(redis) })
+        Ok(Stores { replay: redis.clone(), quota: redis.clone(), session: redis.clone(), redis: Some(redis) })
     }
 }
 

@@ -1,4 +1,4 @@
-//! Quota counters (PRODUCT.md stage 10): the [`QuotaStore`] trait and its in-memory store.
+//! Quota counters (pipeline stage 10): the [`QuotaStore`] trait and its in-memory store.
 //!
 //! Buckets are GCRA (generic cell rate algorithm): a bucket of `limit` units refills evenly
 //! over `per`, so `limit` units may be spent at once and then one unit every `per / limit`.

@@ -1,4 +1,5 @@
-//! The Redis store: replay records and quota counters shared by every gateway instance.
+//! The Redis store: replay records, quota counters and session bindings shared by every gateway
+//! instance.
 //!
 //! One lazily opened, auto-reconnecting connection (`redis::aio::ConnectionManager`) per
 //! gateway, with a connect timeout and a per-command timeout. A command that fails or times out
@@ -13,6 +14,7 @@ use tokio::sync::OnceCell;
 
 use super::quota::{QuotaOutcome, QuotaStore};
 use super::replay::ReplayStore;
+use super::session::{Binding, OwnerKey, SessionKey, SessionStore};
 use super::StoreError;
 use crate::pipeline::UnixTime;
 
@@ -40,6 +42,9 @@ pub struct RedisStore {
     settings: RedisSettings,
     /// The URL without credentials, for error messages and logs.
     label: String,
+    /// Whether the last command failed: the log says so once per outage (the counter counts
+    /// every failure), not once per request.
+    is_down: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -63,7 +68,7 @@ impl RedisStore {
         }
         .map_err(|e| format!("invalid Redis URL: {e}"))?;
         let label = redacted(&settings.url);
-        Ok(RedisStore { errors: Default::default(), client, conn: OnceCell::new(), settings, label })
+        Ok(RedisStore { errors: Default::default(), client, conn: OnceCell::new(), settings, label, is_down: Default::default() })
     }
 
     /// The store's URL without credentials.
@@ -86,10 +91,22 @@ impl RedisStore {
         self.errors.clone()
     }
 
+    /// A failed command: counted every time, logged at the start of an outage only (a WARN
+    /// per request would be a log storm at request rate while Redis is down).
     fn unavailable(&self, reason: impl std::fmt::Display) -> StoreError {
         self.errors.inc();
-        tracing::warn!(store = %self.label, error = %reason, "State store unavailable");
+        if !self.is_down.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(store = %self.label, error = %reason, "State store unavailable; requests that need it are refused (503) until it answers again");
+        }
         StoreError::Unavailable { store: self.label.clone(), reason: reason.to_string() }
+    }
+
+    /// A command answered: ends an outage, saying so once.
+    fn answered<T>(&self, v: T) -> T {
+        if self.is_down.load(std::sync::atomic::Ordering::Relaxed) && self.is_down.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(store = %self.label, "State store answers again");
+        }
+        v
     }
 
     async fn connection(&self) -> Result<ConnectionManager, StoreError> {
@@ -112,7 +129,7 @@ impl RedisStore {
     pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
         let mut conn = self.connection().await?;
         match tokio::time::timeout(self.settings.command_timeout, cmd.query_async::<T>(&mut conn)).await {
-            Ok(Ok(v)) => Ok(v),
+            Ok(Ok(v)) => Ok(self.answered(v)),
             Ok(Err(e)) => Err(self.unavailable(e)),
             Err(_) => Err(self.unavailable(format!("no answer within {:?}", self.settings.command_timeout))),
         }
@@ -122,7 +139,7 @@ impl RedisStore {
     pub async fn script<T: redis::FromRedisValue>(&self, invocation: &redis::ScriptInvocation<'_>) -> Result<T, StoreError> {
         let mut conn = self.connection().await?;
         match tokio::time::timeout(self.settings.command_timeout, invocation.invoke_async::<T>(&mut conn)).await {
-            Ok(Ok(v)) => Ok(v),
+            Ok(Ok(v)) => Ok(self.answered(v)),
             Ok(Err(e)) => Err(self.unavailable(e)),
             Err(_) => Err(self.unavailable(format!("no answer within {:?}", self.settings.command_timeout))),
         }
@@ -220,6 +237,86 @@ impl ReplayStore for RedisStore {
     }
 }
 
+/// Session bindings, one Lua script per operation so each read-decide-write is atomic across
+/// instances. KEYS[1] = `prefix + "session:" + base64url(SHA-256(session id))`; ARGV[1] = the
+/// owner digest (base64url); ARGV[2] = idle lifetime in ms.
+/// BIND: 1 = bound to ARGV[1] now (lifetime restarted), 2 = another owner holds it.
+const SESSION_BIND_LUA: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[1] then return 2 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+";
+
+/// VERIFY: 0 = unbound, 1 = bound to ARGV[1] (lifetime restarted), 2 = another owner holds it.
+const SESSION_VERIFY_LUA: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 0 end
+if cur ~= ARGV[1] then return 2 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+";
+
+/// UNBIND: 1 = removed ARGV[1]'s binding, 0 = none to remove.
+const SESSION_UNBIND_LUA: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+";
+
+fn millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+impl RedisStore {
+    async fn session_script(
+        &self,
+        lua: &'static str,
+        cell: &std::sync::OnceLock<redis::Script>,
+        session: &SessionKey,
+        owner: &OwnerKey,
+        ttl: Option<Duration>,
+    ) -> Result<i64, StoreError> {
+        let script = cell.get_or_init(|| redis::Script::new(lua));
+        let mut inv = script.key(self.key("session", &session.encoded()));
+        inv.arg(owner.encoded());
+        if let Some(ttl) = ttl {
+            inv.arg(millis(ttl));
+        }
+        self.script(&inv).await
+    }
+
+    fn binding(&self, reply: i64) -> Result<Binding, StoreError> {
+        match reply {
+            0 => Ok(Binding::Unbound),
+            1 => Ok(Binding::Owner),
+            2 => Ok(Binding::Other),
+            other => Err(self.unavailable(format!("unexpected session script reply {other}"))),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for RedisStore {
+    async fn bind(&self, session: &SessionKey, owner: &OwnerKey, ttl: Duration) -> Result<Binding, StoreError> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let reply = self.session_script(SESSION_BIND_LUA, &SCRIPT, session, owner, Some(ttl)).await?;
+        self.binding(reply)
+    }
+
+    async fn verify(&self, session: &SessionKey, owner: &OwnerKey, ttl: Duration) -> Result<Binding, StoreError> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let reply = self.session_script(SESSION_VERIFY_LUA, &SCRIPT, session, owner, Some(ttl)).await?;
+        self.binding(reply)
+    }
+
+    async fn unbind(&self, session: &SessionKey, owner: &OwnerKey) -> Result<bool, StoreError> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        Ok(self.session_script(SESSION_UNBIND_LUA, &SCRIPT, session, owner, None).await? == 1)
+    }
+}
+
 /// The URL with any password replaced, so it can be logged.
 fn redacted(url: &str) -> String {
     match url::Url::parse(url) {
@@ -281,6 +378,35 @@ mod contract_tests {
     }
 
     #[tokio::test]
+    async fn redis_store_meets_the_session_contract() {
+        use crate::state::session::contract;
+        let server = redis_server::RedisServer::start();
+        let s = store(&server);
+        contract::a_session_belongs_to_the_owner_that_bound_it(s.as_ref()).await;
+        contract::unknown_sessions_are_unbound_and_sessions_are_independent(s.as_ref()).await;
+        contract::only_the_owner_unbinds(s.as_ref()).await;
+        contract::concurrent_binds_have_exactly_one_winner(s.clone(), 100).await;
+        // Real time: steps of 1.2 s against a 2 s lifetime leave 0.8 s for scheduling delays.
+        contract::a_binding_expires_after_ttl_without_use(s.as_ref(), Duration::from_secs(2), tokio::time::sleep).await;
+    }
+
+    #[tokio::test]
+    async fn session_keys_hold_digests_only_and_carry_a_ttl() {
+        use crate::state::session::{OwnerKey, SessionKey};
+        let server = redis_server::RedisServer::start();
+        let s = store(&server);
+        let session = SessionKey::of(b"secret-session-id");
+        s.bind(&session, &OwnerKey::of(Some("https://agent.example"), None, Some("user-1842")), Duration::from_secs(30)).await.expect("bind");
+        let keys: Vec<String> = s.query(redis::cmd("KEYS").arg("*")).await.expect("keys");
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        assert!(keys[0].ends_with(&session.encoded()) && !keys[0].contains("secret"), "{keys:?}");
+        let value: String = s.query(redis::cmd("GET").arg(&keys[0])).await.expect("get");
+        assert!(!value.contains("agent") && !value.contains("user-1842"), "the owner is stored as a digest: {value}");
+        let ttl: i64 = s.query(redis::cmd("PTTL").arg(&keys[0])).await.expect("pttl");
+        assert!((29_000..=30_000).contains(&ttl), "{ttl}");
+    }
+
+    #[tokio::test]
     async fn quota_keys_carry_a_ttl_so_redis_memory_stays_bounded() {
         let server = redis_server::RedisServer::start();
         let s = store(&server);
@@ -328,5 +454,51 @@ mod tests {
             ca_pem: None,
         });
         assert!(err.is_err());
+    }
+}
+
+#[cfg(test)]
+mod outage_log_tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// Collects formatted log lines.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().map_err(|_| std::io::Error::other("poisoned"))?.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_outage_is_logged_once_and_counted_every_time() {
+        let lines = Lines::default();
+        let sink = lines.clone();
+        let subscriber = tracing_subscriber::fmt().with_writer(move || sink.clone()).with_ansi(false).finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        // Nothing listens there: every command fails.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(1);
+        let store = RedisStore::new(RedisSettings {
+            url: format!("redis://127.0.0.1:{port}"),
+            prefix: "outage:".into(),
+            connect_timeout: Duration::from_millis(200),
+            command_timeout: Duration::from_millis(200),
+            ca_pem: None,
+        })
+        .expect("valid url");
+        for _ in 0..5 {
+            assert!(store.set_once("k", Duration::from_secs(1)).await.is_err());
+        }
+        assert_eq!(store.error_counter().get(), 5, "every failure is counted");
+        let text = String::from_utf8(lines.0.lock().map(|l| l.clone()).unwrap_or_default()).unwrap_or_default();
+        assert_eq!(text.matches("State store unavailable").count(), 1, "one warning per outage:\n{text}");
     }
 }

@@ -1,6 +1,6 @@
 //! Replay store: each signature fingerprint or nonce is accepted once until it expires (stage 6).
 //!
-//! [`ReplayStore::first_use`] is an atomic check-and-record (spec/README.md §4.6: duplicate
+//! [`ReplayStore::first_use`] is an atomic check-and-record (Web Bot Auth "Freshness and Replay": duplicate
 //! detection needs an atomic check across every instance that enforces it). The memory store
 //! is exact within one process; a Redis store implements the same contract with
 //! `SET key 1 NX PX ttl`. A store that cannot record a key answers with an error, never with

@@ -97,7 +97,12 @@ async fn sigterm_finishes_in_flight_requests_then_exits() {
         let url = format!("http://{addr}/delay?ms=1500");
         async move { client().get(url).send().await }
     });
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // SIGTERM only once the request is in flight: the upstream has it (and answers in 1.5 s).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !upstream.seen().iter().any(|s| s.path_and_query == "/delay?ms=1500") {
+        assert!(std::time::Instant::now() < deadline, "the request did not reach the upstream within 10 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(status.success());
 

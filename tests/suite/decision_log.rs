@@ -1,4 +1,4 @@
-//! One JSON line per request with the PRODUCT.md fields, and never a token, a signature, a
+//! One JSON line per request with the fields of docs/design.md, and never a token, a signature, a
 //! body or tool arguments.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 use crate::common;
@@ -53,4 +53,29 @@ async fn log_lines_have_the_contract_fields_and_no_secrets() {
         assert_eq!(l["outcome"], "deny");
         assert_eq!(l["error"], "invalid_agent_credentials");
     }
+}
+
+#[tokio::test]
+async fn lines_arrive_while_the_gateway_runs_and_dropped_lines_are_a_metric() {
+    let upstream = Upstream::start().await;
+    let (_dir, log) = temp_path("decisions.log");
+    let mut cfg = config_without_policy(&upstream.url(), "");
+    cfg.log.decisions = portcullis::config::DecisionSink::File(log.clone());
+    let gw = Gateway::start(cfg).await;
+
+    let sends = (0..20).map(|_| client().post(gw.url("/mcp")).body("{}").send());
+    let mut ids: Vec<String> =
+        futures_util::future::join_all(sends).await.into_iter().map(|r| r.unwrap().headers()["x-request-id"].to_str().unwrap().to_owned()).collect();
+    // Written by the log's own thread, not the request's: the lines appear without a shutdown.
+    let lines = common::wait_for_decision_lines(&log, 20).await;
+    let mut logged: Vec<String> = lines.iter().map(|l| l["request_id"].as_str().unwrap().to_owned()).collect();
+    ids.sort();
+    logged.sort();
+    assert_eq!(logged, ids, "one line per request");
+
+    let metrics = common::metrics(&gw).await;
+    assert!(metrics.contains("# TYPE portcullis_decision_log_dropped counter"), "{metrics}");
+    assert!(metrics.contains("portcullis_decision_log_dropped_total 0"), "{metrics}");
+    gw.shutdown().await;
+    assert_eq!(decision_lines(&log).len(), 20, "nothing written twice");
 }

@@ -3,8 +3,9 @@
 //! and the long-running mode serves the printed commands and stops on ctrl-c (SIGINT).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use portcullis::demo::{tour, Demo};
@@ -65,16 +66,45 @@ fn tour_only_prints_the_table_and_exits_zero() {
     assert!(!stdout.contains("Try it"), "--tour-only does not stay up: {stdout}");
 }
 
+/// Kills the demo if the test fails before it stopped by itself.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// How long the demo may take to print its commands (it builds a CA and starts six servers).
+const STARTUP: Duration = Duration::from_secs(60);
+
 #[test]
 fn long_running_demo_serves_the_printed_command_and_stops_on_ctrl_c() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(BIN).args(["demo", "--dir"]).arg(dir.path()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut child = KillOnDrop(Command::new(BIN).args(["demo", "--dir"]).arg(dir.path()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap());
+    // Lines arrive through a thread, so every wait for one is bounded.
+    let stdout = BufReader::new(child.0.stdout.take().unwrap());
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
     let mut seen = String::new();
+    let deadline = Instant::now() + STARTUP;
     let command = loop {
-        let mut line = String::new();
-        assert!(stdout.read_line(&mut line).unwrap() > 0, "demo ended early: {seen}");
+        let line = match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => line,
+            Err(RecvTimeoutError::Timeout) => panic!("the demo printed no `--tool weather.get` command within {STARTUP:?}; it printed:\n{seen}"),
+            Err(RecvTimeoutError::Disconnected) => panic!("the demo ended before printing its commands; it printed:\n{seen}"),
+        };
         seen.push_str(&line);
+        seen.push('\n');
         if line.contains("--tool weather.get") {
             break line.trim().to_owned();
         }
@@ -85,17 +115,21 @@ fn long_running_demo_serves_the_printed_command_and_stops_on_ctrl_c() {
     let printed = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && printed.starts_with("HTTP/1.1 200 OK") && printed.contains("Sunny in Paris"), "{printed}");
 
-    Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    Command::new("kill").args(["-INT", &child.0.id().to_string()]).status().unwrap();
     let deadline = Instant::now() + Duration::from_secs(15);
     let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
+        if let Some(s) = child.0.try_wait().unwrap() {
             break s;
         }
         assert!(Instant::now() < deadline, "demo did not stop on SIGINT");
         std::thread::sleep(Duration::from_millis(50));
     };
+    // The process has exited: the rest of its output is at most a pipe's worth away.
     let mut rest = String::new();
-    stdout.read_to_string(&mut rest).unwrap();
+    while let Ok(line) = lines.recv_timeout(Duration::from_secs(5)) {
+        rest.push_str(&line);
+        rest.push('\n');
+    }
     assert!(status.success(), "{status:?}");
     assert!(rest.contains("stopping"), "{rest}");
 }

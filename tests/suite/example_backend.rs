@@ -28,7 +28,8 @@ async fn mcp_session_through_the_gateway() {
 
     let init = rpc(&gw, json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}})).await;
     assert_eq!(init.status(), 200);
-    assert_eq!(init.headers()["mcp-session-id"], "example-session");
+    let session = init.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    assert_eq!(session.len(), 32, "a fresh random id: {session}");
     let v: Value = init.json().await.unwrap();
     assert_eq!(v["result"]["protocolVersion"], "2025-11-25");
 
@@ -50,6 +51,9 @@ async fn mcp_session_through_the_gateway() {
     assert_eq!(unknown["error"]["code"], -32601);
     let get = client().get(gw.url("/mcp")).send().await.unwrap();
     assert_eq!(get.status(), 405);
+    let in_session =
+        client().post(gw.url("/mcp")).header("mcp-session-id", &session).json(&json!({"jsonrpc":"2.0","id":5,"method":"ping"})).send().await.unwrap();
+    assert_eq!(in_session.status(), 200, "the session's own identity may use it");
     gw.shutdown().await;
     backend.stop();
 }

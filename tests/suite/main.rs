@@ -9,14 +9,17 @@
 mod common;
 
 mod admin;
+mod admission;
 mod attacks;
 mod cli;
 mod client;
+mod content_digest;
 mod decision_log;
 mod demo;
 mod deploy;
 mod docs;
 mod example_backend;
+mod exhaustion;
 mod interop;
 mod limits;
 mod mcp;
@@ -28,6 +31,8 @@ mod protected_resource;
 mod proxy;
 mod quotas;
 mod report;
+mod self_contained;
+mod sessions;
 mod shared_state;
 mod shutdown;
 mod signatures;

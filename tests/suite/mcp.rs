@@ -96,13 +96,14 @@ async fn batch_is_refused_whole_when_one_element_is_refused() {
 async fn get_and_delete_skip_json_parsing_and_still_pass_policy() {
     let upstream = Upstream::start().await;
     let gw = Gateway::start(config(&upstream.url(), "")).await;
-    let get = client().get(gw.url("/mcp")).header("mcp-session-id", "s-1").send().await.unwrap();
+    let session = common::initialize(&gw).await;
+    let get = client().get(gw.url("/mcp")).header("mcp-session-id", &session).send().await.unwrap();
     assert_eq!(get.status(), 200);
-    let del = client().delete(gw.url("/mcp")).header("mcp-session-id", "s-1").send().await.unwrap();
+    let del = client().delete(gw.url("/mcp")).header("mcp-session-id", &session).send().await.unwrap();
     assert_eq!(del.status(), 200);
     let seen = upstream.seen();
-    assert_eq!(seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(), ["GET", "DELETE"]);
-    assert_eq!(seen[1].headers["mcp-session-id"], "s-1");
+    assert_eq!(seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(), ["POST", "GET", "DELETE"]);
+    assert_eq!(seen[2].headers["mcp-session-id"], session.as_str());
     gw.shutdown().await;
 }
 

@@ -20,7 +20,7 @@ async fn digest_mismatch_is_401_in_enforce_mode_and_not_forwarded() {
     let gw = Gateway::start(cfg).await;
     let resp = send_tampered(&gw).await;
     assert_eq!(resp.status(), 401);
-    assert!(resp.headers().get("want-content-digest").is_none(), "a mismatch is not a missing digest");
+    assert_eq!(resp.headers()["want-content-digest"], "sha-256=10, sha-512=5", "a mismatch says which digests are accepted");
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "invalid_agent_credentials");
     assert_eq!(body["reason"], "Content-Digest sha-256 does not match the request body");

@@ -136,19 +136,122 @@ async fn embedded_default_config_builds_with_the_bundled_policy() {
     portcullis::server::check(&cfg).unwrap();
 }
 
-#[cfg(unix)]
 #[tokio::test]
-async fn sighup_reloads_the_policy_when_file_watching_is_off() {
+async fn a_reload_request_reloads_that_gateway_alone_when_file_watching_is_off() {
     let upstream = Upstream::start().await;
     let p = PolicyDir::new(&rego(r#"decision := {"allow": true}"#));
-    let gw = Gateway::start(config(&upstream.url(), &format!("{}watch = false\n", p.toml()))).await;
-    p.write(&rego(r#"decision := {"allow": false, "reason": "reloaded_by_sighup"}"#));
+    let unwatched = format!("{}watch = false\n", p.toml());
+    let gw = Gateway::start(config(&upstream.url(), &unwatched)).await;
+    let other = Gateway::start(config(&upstream.url(), &unwatched)).await;
+    p.write(&rego(r#"decision := {"allow": false, "reason": "reloaded_on_request"}"#));
     assert_eq!(call(&gw, "search").await.status(), 200, "not watching: the file change alone does nothing");
-    let status = std::process::Command::new("kill").args(["-HUP", &std::process::id().to_string()]).status().unwrap();
-    assert!(status.success());
-    assert!(eventually(|| async { call(&gw, "search").await.status() == 403 }).await, "SIGHUP did not reload");
-    assert_eq!(refusal(call(&gw, "search").await).await.2, "reloaded_by_sighup");
+
+    // What SIGHUP does, for this gateway only (a signal would reach every gateway in the process).
+    gw.running.as_ref().unwrap().reload_policy();
+    assert!(eventually(|| async { call(&gw, "search").await.status() == 403 }).await, "the reload request did not reload");
+    assert_eq!(refusal(call(&gw, "search").await).await.2, "reloaded_on_request");
+    assert_eq!(call(&other, "search").await.status(), 200, "the other gateway kept its policy");
     gw.shutdown().await;
+    other.shutdown().await;
+}
+
+/// The binary reloads on SIGHUP sent to its own PID (not to the test process, where every
+/// gateway of every concurrent test would reload).
+#[cfg(unix)]
+#[tokio::test]
+async fn sighup_reloads_the_policy_of_the_running_binary_when_file_watching_is_off() {
+    let upstream = Upstream::start().await;
+    let p = PolicyDir::new(&rego(r#"decision := {"allow": true}"#));
+    let text = common::config_toml(&upstream.url(), &format!("{}watch = false\n[signatures]\nrequired = false\n[oauth]\nrequired = false\n", p.toml()));
+    let gw = process::Binary::run(&text);
+    let call = |tool: &'static str| client().post(gw.url("/mcp")).header("content-type", "application/json").body(tool_call(1, tool, json!({"n": 1}))).send();
+    assert_eq!(call("search").await.unwrap().status(), 200);
+    p.write(&rego(r#"decision := {"allow": false, "reason": "reloaded_by_sighup"}"#));
+    assert_eq!(call("search").await.unwrap().status(), 200, "not watching: the file change alone does nothing");
+    gw.signal("HUP");
+    assert!(eventually(|| async { call("search").await.unwrap().status() == 403 }).await, "SIGHUP did not reload");
+    assert_eq!(refusal(call("search").await.unwrap()).await.2, "reloaded_by_sighup");
+    gw.signal("TERM");
+    assert!(gw.wait().success(), "the binary exits cleanly after SIGTERM");
+}
+
+#[cfg(unix)]
+mod process {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Child, Command, ExitStatus, Stdio};
+    use std::time::{Duration, Instant};
+
+    /// The gateway binary running a config, killed if the test fails before it stops.
+    pub struct Binary {
+        child: Child,
+        addr: String,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Binary {
+        /// Starts `portcullis run` and waits (at most 30 s) for its "listening" log line.
+        pub fn run(config: &str) -> Binary {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("portcullis.toml");
+            std::fs::write(&path, config).unwrap();
+            let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+                .args(["run", "--config"])
+                .arg(&path)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .env("RUST_LOG", "info")
+                .spawn()
+                .unwrap();
+            let stderr = child.stderr.take().unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    let _ = tx.send(line);
+                }
+            });
+            let mut gw = Binary { child, addr: String::new(), _dir: dir };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            gw.addr = loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let line = rx.recv_timeout(left).unwrap_or_else(|_| panic!("the gateway printed no \"Portcullis listening\" line within 30 s"));
+                if let Some(rest) = line.split("Portcullis listening addr=").nth(1) {
+                    break rest.split_whitespace().next().unwrap().to_owned();
+                }
+            };
+            gw
+        }
+
+        pub fn url(&self, path: &str) -> String {
+            format!("http://{}{path}", self.addr)
+        }
+
+        /// Sends `SIG<name>` to this child only.
+        pub fn signal(&self, name: &str) {
+            let status = Command::new("kill").args([&format!("-{name}"), &self.child.id().to_string()]).status().unwrap();
+            assert!(status.success(), "kill -{name} failed");
+        }
+
+        /// Waits (at most 30 s) for the child to exit.
+        pub fn wait(mut self) -> ExitStatus {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if let Some(status) = self.child.try_wait().unwrap() {
+                    return status;
+                }
+                assert!(Instant::now() < deadline, "the gateway did not exit within 30 s");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    impl Drop for Binary {
+        fn drop(&mut self) {
+            if matches!(self.child.try_wait(), Ok(None)) {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
+        }
+    }
 }
 
 #[tokio::test]

@@ -12,12 +12,13 @@ use common::{client, config_without_policy, Gateway, Upstream};
 async fn post_is_forwarded_with_path_query_and_clean_headers() {
     let upstream = Upstream::start().await;
     let gw = Gateway::start(config_without_policy(&upstream.url(), "")).await;
+    let session = common::initialize(&gw).await;
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
     let resp = client()
         .post(gw.url("/mcp?tenant=a%20b&x=1"))
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", "session-1")
+        .header("mcp-session-id", &session)
         .header("mcp-protocol-version", "2025-11-25")
         .header("authorization", "Bearer not-for-upstream")
         .header("x-portcullis-agent", "https://spoofed.example")
@@ -33,17 +34,17 @@ async fn post_is_forwarded_with_path_query_and_clean_headers() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    assert_eq!(resp.headers()["mcp-session-id"], "session-1", "session id passes back to the client");
+    assert_eq!(resp.headers()["mcp-session-id"], session.as_str(), "session id passes back to the client");
     assert!(resp.headers().get("x-upstream-private").is_none(), "fields the upstream's Connection names are removed");
     assert!(resp.headers().get("x-request-id").is_some());
 
     let seen = upstream.seen();
-    assert_eq!(seen.len(), 1);
-    let s = &seen[0];
+    assert_eq!(seen.len(), 2, "initialize, then the request");
+    let s = &seen[1];
     assert_eq!(s.method, "POST");
     assert_eq!(s.path_and_query, "/mcp?tenant=a%20b&x=1");
     assert_eq!(s.body, body.as_bytes(), "body forwarded byte for byte");
-    assert_eq!(s.headers["mcp-session-id"], "session-1");
+    assert_eq!(s.headers["mcp-session-id"], session.as_str());
     assert_eq!(s.headers["mcp-protocol-version"], "2025-11-25");
     assert_eq!(s.headers["accept"], "application/json, text/event-stream");
     assert!(s.headers.get("authorization").is_none(), "no token passthrough by default");
@@ -71,14 +72,22 @@ async fn upstream_base_path_is_prefixed() {
 async fn get_stream_and_delete_session_pass_through() {
     let upstream = Upstream::start().await;
     let gw = Gateway::start(config_without_policy(&upstream.url(), "")).await;
-    let get = client().get(gw.url("/mcp")).header("accept", "text/event-stream").header("last-event-id", "7").send().await.unwrap();
+    let session = common::initialize(&gw).await;
+    let get = client()
+        .get(gw.url("/mcp"))
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("last-event-id", "7")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(get.status(), 200);
-    let del = client().delete(gw.url("/mcp")).header("mcp-session-id", "session-1").send().await.unwrap();
+    let del = client().delete(gw.url("/mcp")).header("mcp-session-id", &session).send().await.unwrap();
     assert_eq!(del.status(), 200);
     let seen = upstream.seen();
-    assert_eq!(seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(), ["GET", "DELETE"]);
-    assert_eq!(seen[0].headers["last-event-id"], "7");
-    assert_eq!(seen[1].headers["mcp-session-id"], "session-1");
+    assert_eq!(seen.iter().map(|s| s.method.as_str()).collect::<Vec<_>>(), ["POST", "GET", "DELETE"]);
+    assert_eq!(seen[1].headers["last-event-id"], "7");
+    assert_eq!(seen[2].headers["mcp-session-id"], session.as_str());
     gw.shutdown().await;
 }
 
@@ -134,14 +143,17 @@ async fn http2_prior_knowledge_clients_are_forwarded_to_an_http1_upstream() {
     let upstream = Upstream::start().await;
     let gw = Gateway::start(config_without_policy(&upstream.url(), "")).await;
     let h2 = reqwest::Client::builder().http2_prior_knowledge().no_proxy().build().unwrap();
-    let resp = h2.post(gw.url("/mcp")).header("cookie", "a=1").header("mcp-session-id", "s").body("{}").send().await.unwrap();
+    let init = h2.post(gw.url("/mcp")).body(common::INITIALIZE).send().await.unwrap();
+    assert_eq!((init.version(), init.status().as_u16()), (reqwest::Version::HTTP_2, 200));
+    let session = init.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let resp = h2.post(gw.url("/mcp")).header("cookie", "a=1").header("mcp-session-id", &session).body("{}").send().await.unwrap();
     assert_eq!(resp.version(), reqwest::Version::HTTP_2);
     assert_eq!(resp.status(), 200);
-    assert_eq!(resp.headers()["mcp-session-id"], "session-1");
+    assert_eq!(resp.headers()["mcp-session-id"], session.as_str());
     let seen = upstream.seen();
-    assert_eq!(seen[0].headers["x-forwarded-host"], format!("127.0.0.1:{}", gw.addr.port()), ":authority becomes X-Forwarded-Host");
-    assert_eq!(seen[0].headers["mcp-session-id"], "s");
-    assert!(seen[0].headers.get("te").is_none());
+    assert_eq!(seen[1].headers["x-forwarded-host"], format!("127.0.0.1:{}", gw.addr.port()), ":authority becomes X-Forwarded-Host");
+    assert_eq!(seen[1].headers["mcp-session-id"], session.as_str());
+    assert!(seen[1].headers.get("te").is_none());
     gw.shutdown().await;
 }
 

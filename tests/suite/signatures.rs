@@ -1,4 +1,4 @@
-//! Agent identity end to end (PRODUCT.md stages 2–6): a real gateway, a real upstream and a
+//! Agent identity end to end (pipeline stages 2–6): a real gateway, a real upstream and a
 //! real HTTPS key directory (certificate from a CA made in the test), with requests signed by
 //! the library's own `Signer` at the real clock.
 #![allow(clippy::unwrap_used)]
@@ -14,7 +14,7 @@ use common::{Gateway, Upstream};
 use ed25519_dalek::SigningKey;
 use portcullis::config::Config;
 use portcullis::pipeline::UnixTime;
-use portcullis::signature::{ed25519_public_jwk, Signer};
+use portcullis::signature::{ed25519_public_jwk, AgentKind, Signer};
 
 fn new_key() -> SigningKey {
     SigningKey::from_bytes(&rand::random())
@@ -74,8 +74,9 @@ impl World {
         common::client().post(self.gateway.url("/mcp")).headers(parts.headers).body(body).send().await.unwrap()
     }
 
-    fn decisions(&self) -> Vec<serde_json::Value> {
-        common::decision_lines(&self.log)
+    /// The decision-log lines, once there are at least `n`.
+    async fn decisions(&self, n: usize) -> Vec<serde_json::Value> {
+        common::wait_for_decision_lines(&self.log, n).await
     }
 }
 
@@ -117,7 +118,7 @@ async fn valid_signature_is_forwarded_with_the_verified_agent_header() {
     assert_eq!(seen[0].headers["x-portcullis-agent"], w.directory.origin());
     assert_eq!(seen[0].headers.get_all("x-portcullis-agent").iter().count(), 1);
     assert_eq!(seen[0].body, BODY.as_bytes());
-    let line = w.decisions().pop().unwrap();
+    let line = w.decisions(1).await.pop().unwrap();
     assert_eq!(line["outcome"], "allow");
     assert_eq!(line["agent"], w.directory.origin());
     assert_eq!(line["keyid"], signer.keyid());
@@ -213,7 +214,7 @@ async fn directory_that_was_never_reached_refuses_and_forwards_nothing() {
     w.directory.stop();
     assert_agent_refused(w.send(w.signed(&w.signer(&key), BODY, now())).await, "unreachable").await;
     assert!(w.upstream.seen().is_empty());
-    let line = w.decisions().pop().unwrap();
+    let line = w.decisions(1).await.pop().unwrap();
     assert_eq!(line["outcome"], "deny");
     assert!(line["agent"].is_null());
 }
@@ -285,7 +286,7 @@ async fn forged_keyid_storm_causes_no_fetch_storm() {
     for t in tasks {
         assert_eq!(t.await.unwrap(), 401);
     }
-    assert_eq!(w.directory.fetches(), 1, "one fetch per directory_min_ttl however many keyids are forged");
+    assert_eq!(w.directory.fetches(), 1, "one fetch per directory_refetch_interval however many keyids are forged");
     assert!(w.upstream.seen().is_empty());
 }
 
@@ -360,7 +361,7 @@ async fn monitor_mode_forwards_refused_signatures_and_logs_would_deny() {
     let seen = w.upstream.seen();
     assert_eq!(seen.len(), 2);
     assert!(seen.iter().all(|s| s.headers.get("x-portcullis-agent").is_none()), "no agent header without a verified signature");
-    let lines = w.decisions();
+    let lines = w.decisions(2).await;
     assert_eq!(lines.len(), 2);
     for line in &lines {
         assert_eq!(line["outcome"], "would_deny", "{line}");
@@ -382,7 +383,7 @@ async fn monitor_mode_forwards_a_replay_without_the_agent_header() {
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[0].headers["x-portcullis-agent"], w.directory.origin());
     assert!(seen[1].headers.get("x-portcullis-agent").is_none(), "a replayed copy carries no identity");
-    let lines = w.decisions();
+    let lines = w.decisions(2).await;
     assert_eq!((lines[0]["outcome"].as_str(), lines[1]["outcome"].as_str()), (Some("allow"), Some("would_deny")));
     assert_eq!(lines[1]["error"], "replayed_signature");
 }
@@ -452,4 +453,141 @@ async fn directory_key_outside_its_validity_window_is_refused() {
     w.directory.set_jwks(vec![jwk]);
     assert_agent_refused(w.send(w.signed(&w.signer(&key), BODY, now())).await, "expired at").await;
     assert!(w.upstream.seen().is_empty());
+}
+
+/// The key set an attacker uploaded to a trusted origin's upload area, as plain JSON.
+fn upload_keys(key: &SigningKey) -> String {
+    serde_json::json!({ "keys": [ed25519_public_jwk(&key.verifying_key())] }).to_string()
+}
+
+/// Finding 1: a `type=jwks_uri` member naming any JSON file of a trusted origin made the
+/// gateway attribute its keys to the origin itself. Refused by default, and the file is never
+/// fetched.
+#[tokio::test]
+async fn jwks_uri_key_set_in_an_upload_area_is_refused_by_default_and_never_fetched() {
+    let (agent_key, attacker) = (new_key(), new_key());
+    let w = World::start("enforce", &[&agent_key], "", "").await;
+    w.directory.serve_file("/uploads/avatar.json", "application/json", &upload_keys(&attacker));
+    let url = format!("{}/uploads/avatar.json", w.directory.origin());
+    let signer = Signer::new(attacker, &url).unwrap().with_agent_type(AgentKind::JwksUri);
+    let body = assert_agent_refused(w.send(w.signed(&signer, BODY, now())).await, "signatures.accept_jwks_uri").await;
+    assert!(!body["reason"].as_str().unwrap().contains("avatar"), "the client's path is not quoted: {body}");
+    assert!(w.upstream.seen().is_empty());
+    assert_eq!(w.directory.requests(), 0, "nothing was fetched");
+    let line = w.decisions(1).await.pop().unwrap();
+    assert_eq!((line["outcome"].as_str(), line["agent"].as_str()), (Some("deny"), None), "{line}");
+}
+
+/// With `accept_jwks_uri = true` a key set speaks for its full URL: that is the agent id the
+/// policy sees, the decision log records and the upstream receives, never the bare origin.
+#[tokio::test]
+async fn accepted_jwks_uri_key_set_is_identified_by_its_full_url() {
+    let (agent_key, other) = (new_key(), new_key());
+    let policy = common::policy::PolicyDir::new(
+        "package portcullis\nimport rego.v1\ndecision := {\"allow\": false, \"reason\": concat(\" \", [\"agent\", input.agent.id])}\n",
+    );
+    let w = World::start("enforce", &[&agent_key], "accept_jwks_uri = true", &policy.toml()).await;
+    w.directory.serve_file("/uploads/keys.json", "application/json", &upload_keys(&other));
+    let url = format!("{}/uploads/keys.json", w.directory.origin());
+    let signer = Signer::new(other, &format!("{url}?v=1")).unwrap().with_agent_type(AgentKind::JwksUri);
+    let resp = w.send(w.signed(&signer, BODY, now())).await;
+    assert_eq!(resp.status(), 403);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["reason"], format!("agent {url}"), "policy input.agent.id is the key set's URL, query dropped");
+    let line = w.decisions(1).await.pop().unwrap();
+    assert_eq!(line["agent"], url.as_str());
+    assert_eq!(w.directory.fetches(), 0, "the origin's directory was not involved");
+
+    // Forwarded, the identity header carries the same full URL.
+    policy.write("package portcullis\nimport rego.v1\ndecision := {\"allow\": true}\n");
+    let forwarded = common::policy::eventually(|| async { w.send(w.signed(&signer, BODY, now())).await.status() == 200 }).await;
+    assert!(forwarded, "the reloaded policy allows");
+    let seen = w.upstream.seen();
+    assert_eq!(seen.last().unwrap().headers["x-portcullis-agent"], url.as_str());
+}
+
+/// Finding 2: garbage signatures naming many URLs under a trusted origin caused one outbound
+/// fetch each. The per-origin budget bounds them, whatever the requests name.
+#[tokio::test]
+async fn forty_requests_naming_forty_key_set_urls_cause_at_most_the_budgeted_fetches() {
+    let key = new_key();
+    let w = Arc::new(World::start("enforce", &[&key], "accept_jwks_uri = true\ndirectory_fetch_budget = 5", "").await);
+    let mut refused_by_budget = 0;
+    for i in 0..40 {
+        let url = format!("{}/files/{i}.json", w.directory.origin());
+        // Any key: the signature is garbage for every URL (none of them exists).
+        let signer = Signer::new(new_key(), &url).unwrap().with_agent_type(AgentKind::JwksUri);
+        let resp = w.send(w.signed(&signer, BODY, now())).await;
+        assert_eq!(resp.status(), 401);
+        let body: serde_json::Value = resp.json().await.unwrap();
+        let reason = body["reason"].as_str().unwrap();
+        if reason.contains("fetch budget exhausted") {
+            assert!(reason.contains("signatures.directory_fetch_budget"), "{reason}");
+            assert!(!reason.contains("/files/"), "the reason names the budget, not the request: {reason}");
+            refused_by_budget += 1;
+        }
+    }
+    // The budget refills at 5 per minute; a slow run may earn one more.
+    assert!(w.directory.requests() <= 6, "{} fetches for 40 URLs", w.directory.requests());
+    assert!(refused_by_budget >= 34, "{refused_by_budget}");
+    assert!(w.upstream.seen().is_empty());
+    let metrics = common::metrics(&w.gateway).await;
+    assert!(metrics.contains(&format!("portcullis_directory_fetch_budget_exhausted_total{{budget=\"origin\"}} {refused_by_budget}")), "{metrics}");
+}
+
+#[tokio::test]
+async fn the_global_fetch_budget_bounds_fetches_across_origins() {
+    let key = new_key();
+    let w = World::start("enforce", &[&key], "directory_fetch_budget_global = 1", "").await;
+    // A second trusted origin (another port) in a gateway whose global budget allows one fetch.
+    let second = KeyDirectory::start(&w._ca, &[key.verifying_key()]).await;
+    let config = Config::parse(
+        &(common::config_toml(&w.upstream.url(), "")
+            + &format!(
+                "\n[signatures]\nrequired = true\ntrusted_agents = [{:?}, {:?}]\ndirectory_ca = {:?}\ndirectory_fetch_budget_global = 1\n[oauth]\nrequired = false\n",
+                w.directory.origin(),
+                second.origin(),
+                w._ca.ca_path()
+            )),
+        "global budget test",
+        Path::new("."),
+    )
+    .unwrap();
+    let gw = Gateway::start(config).await;
+    let send = |origin: &str| {
+        let mut req = http::Request::builder().method("POST").uri(gw.url("/mcp")).body(BODY.as_bytes().to_vec()).unwrap();
+        Signer::new(key.clone(), origin).unwrap().sign_request(&mut req, now()).unwrap();
+        let (parts, body) = req.into_parts();
+        common::client().post(gw.url("/mcp")).headers(parts.headers).body(body).send()
+    };
+    assert_eq!(send(w.directory.origin()).await.unwrap().status(), 200);
+    assert_agent_refused(send(second.origin()).await.unwrap(), "signatures.directory_fetch_budget_global").await;
+    assert_eq!((w.directory.fetches(), second.fetches()), (1, 0));
+    let metrics = common::metrics(&gw).await;
+    assert!(metrics.contains("portcullis_directory_fetch_budget_exhausted_total{budget=\"global\"} 1"), "{metrics}");
+}
+
+/// docs/design.md decision 7 (contract fix): `max-age=1` is honoured, so a key removed from the
+/// directory stops verifying within about a second, with the default settings.
+#[tokio::test]
+async fn key_removed_from_a_max_age_1_directory_stops_verifying_within_two_seconds() {
+    let (old, new) = (new_key(), new_key());
+    let w = World::start("enforce", &[&old, &new], "", "").await;
+    w.directory.set_max_age(Some(1));
+    let signer = w.signer(&old);
+    assert_eq!(w.send(w.signed(&signer, BODY, now())).await.status(), 200);
+    w.directory.set_keys(&[new.verifying_key()]);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // Generous against a slow machine: the refusal must come well before the old 60 s floor.
+    let mut refused = None;
+    for _ in 0..20 {
+        let resp = w.send(w.signed(&signer, BODY, now())).await;
+        if resp.status() == 401 {
+            refused = Some(resp);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_agent_refused(refused.expect("the removed key stopped verifying"), "no key with keyid").await;
+    assert_eq!(w.send(w.signed(&w.signer(&new), BODY, now())).await.status(), 200, "the remaining key still works");
 }

@@ -64,8 +64,9 @@ impl Setup {
         req.send().await.unwrap()
     }
 
-    fn log_lines(&self) -> Vec<Value> {
-        common::decision_lines(&self.log)
+    /// The decision-log lines, once there are at least `n`.
+    async fn log_lines(&self, n: usize) -> Vec<Value> {
+        common::wait_for_decision_lines(&self.log, n).await
     }
 }
 
@@ -104,7 +105,7 @@ async fn assert_forwarded_as_user(s: &Setup, key: &SigningKey) {
 async fn valid_rs256_token_is_forwarded_as_the_user_without_the_token() {
     let s = Setup::start("").await;
     assert_forwarded_as_user(&s, &s.issuer.rsa).await;
-    let line = s.log_lines().pop().unwrap();
+    let line = s.log_lines(1).await.pop().unwrap();
     assert_eq!(line["outcome"], "allow");
     assert_eq!(line["sub"], "user-1842");
     assert!(line["latency_us"]["token"].is_u64(), "{line}");
@@ -228,9 +229,55 @@ async fn forged_kids_cause_at_most_one_refetch() {
     let s = Setup::start("").await;
     for i in 0..5 {
         let forged = SigningKey::ed("ed-1").with_kid(&format!("forged-{i}"));
-        assert_invalid_token(&s, &forged.sign(&s.issuer.claims(AUD)), "no issuer key with kid").await;
+        assert_invalid_token(&s, &forged.sign(&s.issuer.claims(AUD)), "no issuer key matches the token's kid").await;
     }
     assert_eq!(s.issuer.jwks_fetches(), 2, "the first fetch and one rate-limited refetch");
+}
+
+/// Finding 2, issuer side: whatever `oauth.jwks_refetch_interval` allows (here almost every
+/// request), unknown kids cause at most `oauth.jwks_refetch_budget` refetches a minute.
+#[tokio::test]
+async fn forged_kids_beyond_the_refetch_budget_cause_no_fetch() {
+    let s = Setup::start("jwks_refetch_interval = \"1ms\"\njwks_refetch_budget = 3").await;
+    let mut refused_by_budget = 0;
+    for i in 0..20 {
+        // Past the 1 ms interval on any clock.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let forged = SigningKey::ed("ed-1").with_kid(&format!("forged-{i}"));
+        let resp = s.call(Some(&forged.sign(&s.issuer.claims(AUD)))).await;
+        assert_eq!(resp.status(), 401);
+        let challenge = resp.headers()["www-authenticate"].to_str().unwrap().to_owned();
+        assert!(!challenge.contains("forged"), "the client's kid is not quoted: {challenge}");
+        if challenge.contains("oauth.jwks_refetch_budget") {
+            refused_by_budget += 1;
+        }
+    }
+    // The first fetch, then 3 refetches (a slow run may earn one more: 3 a minute).
+    assert!(s.issuer.jwks_fetches() <= 5, "{} JWKS fetches for 20 forged kids", s.issuer.jwks_fetches());
+    assert!(refused_by_budget >= 15, "{refused_by_budget}");
+    assert!(s.upstream.seen().is_empty());
+    let metrics = common::client().get(s.gw.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(&format!("portcullis_jwks_refetch_budget_exhausted_total {refused_by_budget}")), "{metrics}");
+}
+
+/// Finding 3: a token whose claims decode to a JSON string was refused with the decoded claims
+/// in the reason, the decision log and `WWW-Authenticate`.
+#[tokio::test]
+async fn token_whose_claims_are_a_json_string_is_refused_without_quoting_them() {
+    let s = Setup::start("").await;
+    let header = keys::b64(br#"{"alg":"EdDSA","typ":"at+jwt","kid":"ed-1"}"#);
+    let claims = serde_json::Value::String(s.issuer.claims(AUD).to_string()).to_string();
+    let token = format!("{header}.{}.c2lnbmF0dXJl", keys::b64(claims.as_bytes()));
+    let resp = s.call(Some(&token)).await;
+    assert_eq!(resp.status(), 401);
+    let challenge = resp.headers()["www-authenticate"].to_str().unwrap().to_owned();
+    assert!(challenge.contains("claims are not a JSON object"), "{challenge}");
+    let body: Value = resp.json().await.unwrap();
+    let line = s.log_lines(1).await.pop().unwrap();
+    for text in [challenge.as_str(), body["reason"].as_str().unwrap(), &line.to_string()] {
+        assert!(!text.contains("user-1842") && !text.contains("mcp:tools"), "the claims leaked: {text}");
+    }
+    assert!(s.upstream.seen().is_empty());
 }
 
 #[tokio::test]
@@ -330,7 +377,7 @@ async fn opaque_tokens_are_introspected_active_forwarded_inactive_refused() {
     assert_eq!(seen[1].headers["x-portcullis-scopes"], "mcp:tools");
     assert_invalid_token(&s, "opaque-revoked", "not active").await;
     assert_invalid_token(&s, "opaque-other-aud", "audience").await;
-    let line = serde_json::to_string(&s.log_lines()).unwrap();
+    let line = serde_json::to_string(&s.log_lines(4).await).unwrap();
     assert!(!line.contains(issuer::CLIENT_SECRET) && !line.contains("opaque-active-1"), "no secrets in the decision log");
 }
 
@@ -344,7 +391,7 @@ async fn monitor_mode_forwards_a_bad_token_and_logs_would_deny() {
     assert_eq!(seen.len(), 1, "monitor mode forwards");
     assert!(seen[0].headers.get("authorization").is_none());
     assert!(seen[0].headers.get("x-portcullis-subject").is_none(), "an unverified user is never asserted");
-    let line = s.log_lines().pop().unwrap();
+    let line = s.log_lines(1).await.pop().unwrap();
     assert_eq!(line["outcome"], "would_deny");
     assert_eq!(line["error"], "invalid_token");
     assert!(line["sub"].is_null());

@@ -1,8 +1,10 @@
 //! A Web Bot Auth key directory on 127.0.0.1 over HTTPS (certificate from the test CA): serves
 //! `/.well-known/http-message-signatures-directory`, counts fetches, can change its keys, its
-//! answer (status, media type, body) and can go down.
+//! answer (status, media type, body) and can go down. It can also serve other files at other
+//! paths (an upload area of the same origin), and counts every request it receives.
 #![allow(dead_code, clippy::unwrap_used)]
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -40,6 +42,9 @@ struct State {
     max_age: Mutex<Option<u64>>,
     misbehave: Mutex<Misbehave>,
     fetches: AtomicUsize,
+    /// Other paths: (content type, body).
+    files: Mutex<HashMap<String, (String, String)>>,
+    requests: AtomicUsize,
 }
 
 /// A running key directory. Its origin is `https://127.0.0.1:<port>`.
@@ -57,6 +62,8 @@ impl KeyDirectory {
             max_age: Mutex::new(None),
             misbehave: Mutex::new(Misbehave::No),
             fetches: AtomicUsize::new(0),
+            files: Mutex::new(HashMap::new()),
+            requests: AtomicUsize::new(0),
         });
         let s = state.clone();
         let server = HttpsServer::start(ca, move |req| serve(req, s.clone())).await;
@@ -72,6 +79,16 @@ impl KeyDirectory {
     /// Requests received at the well-known path.
     pub fn fetches(&self) -> usize {
         self.state.fetches.load(Ordering::SeqCst)
+    }
+
+    /// Requests received at any path (the well-known path, files, 404s).
+    pub fn requests(&self) -> usize {
+        self.state.requests.load(Ordering::SeqCst)
+    }
+
+    /// Serves `body` with `content_type` at `path` (e.g. a file someone uploaded).
+    pub fn serve_file(&self, path: &str, content_type: &str, body: &str) {
+        self.state.files.lock().unwrap().insert(path.to_owned(), (content_type.to_owned(), body.to_owned()));
     }
 
     /// Replaces the published keys.
@@ -101,8 +118,13 @@ impl KeyDirectory {
 }
 
 async fn serve(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
+    state.requests.fetch_add(1, Ordering::SeqCst);
     if req.uri().path() != WELL_KNOWN {
-        return Response::builder().status(404).body(full("")).unwrap();
+        let file = state.files.lock().unwrap().get(req.uri().path()).cloned();
+        return match file {
+            Some((content_type, body)) => Response::builder().status(200).header("content-type", content_type).body(full(body)).unwrap(),
+            None => Response::builder().status(404).body(full("")).unwrap(),
+        };
     }
     state.fetches.fetch_add(1, Ordering::SeqCst);
     let jwks = serde_json::json!({ "keys": *state.keys.lock().unwrap() }).to_string();

@@ -44,11 +44,14 @@ pub struct Seen {
 /// - `/sse`: `text/event-stream`; sends `event 1`, waits for [`Upstream::release`], sends `event 2`.
 /// - `/slow`: answers after 5 s.
 /// - `/delay?ms=N`: answers after N ms.
-/// - anything else: JSON-RPC result echoing the request, with `Mcp-Session-Id: session-1`.
+/// - anything else: JSON-RPC result echoing the request. Sessions as an MCP 2025-11-25 server
+///   keeps them: an `initialize` without `Mcp-Session-Id` gets a fresh id (`session-<uuid>`), a
+///   request that carries one gets it echoed back, any other request gets none.
 pub struct Upstream {
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
     release: Arc<Notify>,
+    fixed_session: Arc<Mutex<Option<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -58,18 +61,19 @@ impl Upstream {
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let release = Arc::new(Notify::new());
-        let (s, r) = (seen.clone(), release.clone());
+        let fixed_session = Arc::new(Mutex::new(None));
+        let (s, r, f) = (seen.clone(), release.clone(), fixed_session.clone());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { return };
-                let (s, r) = (s.clone(), r.clone());
+                let (s, r, f) = (s.clone(), r.clone(), f.clone());
                 tokio::spawn(async move {
-                    let svc = service_fn(move |req| handle(req, s.clone(), r.clone()));
+                    let svc = service_fn(move |req| handle(req, s.clone(), r.clone(), f.clone()));
                     let _ = auto::Builder::new(TokioExecutor::new()).serve_connection(TokioIo::new(stream), svc).await;
                 });
             }
         });
-        Upstream { addr, seen, release, task }
+        Upstream { addr, seen, release, fixed_session, task }
     }
 
     pub fn url(&self) -> String {
@@ -79,6 +83,12 @@ impl Upstream {
     /// Every request received so far.
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
+    }
+
+    /// From now on every `initialize` gets the session id `id` (a faulty backend that hands
+    /// one session to several clients).
+    pub fn issue_fixed_session(&self, id: &str) {
+        *self.fixed_session.lock().unwrap() = Some(id.to_owned());
     }
 
     /// Lets `/sse` send its second event.
@@ -95,7 +105,12 @@ impl Drop for Upstream {
 
 type Body = BoxBody<Bytes, Infallible>;
 
-async fn handle(req: Request<Incoming>, seen: Arc<Mutex<Vec<Seen>>>, release: Arc<Notify>) -> Result<Response<Body>, Infallible> {
+async fn handle(
+    req: Request<Incoming>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    release: Arc<Notify>,
+    fixed_session: Arc<Mutex<Option<String>>>,
+) -> Result<Response<Body>, Infallible> {
     let (parts, body) = req.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     let path_and_query = parts.uri.path_and_query().map(|p| p.to_string()).unwrap_or_default();
@@ -136,10 +151,22 @@ async fn handle(req: Request<Incoming>, seen: Arc<Mutex<Vec<Seen>>>, release: Ar
                 "id": 1,
                 "result": {"method": parts.method.as_str(), "path": path_and_query, "body_len": body.len()},
             });
-            Ok(Response::builder()
+            let is_initialize = serde_json::from_slice::<serde_json::Value>(&body).is_ok_and(|v| v["method"] == "initialize");
+            let session = match parts.headers.get("mcp-session-id") {
+                Some(presented) => Some(presented.clone()),
+                None if is_initialize => {
+                    let fixed = fixed_session.lock().unwrap().clone();
+                    Some(http::HeaderValue::from_str(&fixed.unwrap_or_else(|| format!("session-{}", uuid::Uuid::new_v4().simple()))).unwrap())
+                }
+                None => None,
+            };
+            let mut builder = Response::builder();
+            if let Some(s) = session {
+                builder = builder.header("mcp-session-id", s);
+            }
+            Ok(builder
                 .status(StatusCode::OK)
                 .header("content-type", "application/json")
-                .header("mcp-session-id", "session-1")
                 .header("connection", "x-upstream-private")
                 .header("x-upstream-private", "must not reach the client")
                 .body(full(echo.to_string()))
@@ -256,9 +283,26 @@ pub fn temp_path(name: &str) -> (tempfile::TempDir, PathBuf) {
     (dir, p)
 }
 
-/// Reads the decision log lines written to `path` as JSON values.
+/// Reads the decision log lines written to `path` as JSON values. Complete once the gateway
+/// has shut down (shutdown writes every queued line); while it runs, use
+/// [`wait_for_decision_lines`].
 pub fn decision_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// The decision log lines in `path` once there are at least `n`, while the gateway runs: a
+/// line is queued before the response is sent and written by the log's writer thread moments
+/// later. Fails the test if they do not appear within 10 s.
+pub async fn wait_for_decision_lines(path: &std::path::Path, n: usize) -> Vec<serde_json::Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let lines = decision_lines(path);
+        if lines.len() >= n {
+            return lines;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "expected {n} decision-log lines in {} within 10 s, found {}: {lines:?}", path.display(), lines.len());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// Sends raw bytes on a fresh connection and returns what the server answered (until it closes
@@ -280,6 +324,18 @@ pub async fn closed_port() -> SocketAddr {
 
 /// `extra_paths` for the test upstream's special paths (`/sse`, `/slow`, `/delay`).
 pub const TEST_PATHS: &str = "extra_paths = [\"/sse\", \"/slow\", \"/delay\"]";
+
+/// An MCP `initialize` request body.
+pub const INITIALIZE: &str =
+    r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"test","version":"0"}}}"#;
+
+/// Opens an MCP session through `gw` (unsigned, no token) and returns the id the upstream
+/// issued.
+pub async fn initialize(gw: &Gateway) -> String {
+    let resp = client().post(gw.url("/mcp")).header("content-type", "application/json").body(INITIALIZE).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "initialize");
+    resp.headers()["mcp-session-id"].to_str().unwrap().to_owned()
+}
 
 /// The gateway's Prometheus text.
 pub async fn metrics(gw: &Gateway) -> String {

@@ -1,0 +1,258 @@
+//! Refusals: one [`Denial`] variant per cause, its `error` code, HTTP status and reason text
+//! (docs/design.md "Refusals"), and the conversions from each stage's error. Stages and
+//! the pipeline depend on this module; `decision` maps a denial to a response.
+
+use std::time::Duration;
+
+use http::StatusCode;
+
+use crate::digest::DigestError;
+use crate::directory::DirectoryError;
+use crate::mcp::McpError;
+use crate::oauth::TokenError;
+use crate::policy::PolicyError;
+use crate::quota::QuotaError;
+use crate::replay::ReplayError;
+use crate::session::SessionError;
+use crate::signature::SignatureError;
+
+/// Why a request was refused. One variant per cause; [`Denial::code`] gives the `error` code of
+/// the table in docs/design.md "Refusals".
+#[derive(Debug, thiserror::Error)]
+pub enum Denial {
+    /// The body is larger than `limits.max_body` (stage 1). Raised before any parsing.
+    #[error("request body exceeds the {limit}-byte limit")]
+    BodyTooLarge {
+        /// The configured limit in bytes.
+        limit: u64,
+    },
+    /// The client did not send the whole body within `limits.body_timeout` (stage 1).
+    #[error("request body not received within {after:?}")]
+    BodyTimeout {
+        /// The configured limit.
+        after: Duration,
+    },
+    /// The body stream broke (client reset, malformed chunked encoding) (stage 1).
+    #[error("request body could not be read: {0}")]
+    BodyUnreadable(String),
+    /// The gateway already holds `limits.max_body_in_flight` bytes of request bodies (stage 1):
+    /// the body is not read, the client may retry shortly.
+    #[error("the gateway is holding as many request bodies as it may (limits.max_body_in_flight); retry shortly")]
+    Overloaded,
+    /// The gateway is already handling `limits.max_in_flight` requests: this one is shed,
+    /// unread, before any stage; the client may retry shortly. Also `overloaded`.
+    #[error("the gateway is handling as many requests as it may (limits.max_in_flight); retry shortly")]
+    Shed,
+    /// The request was not answered within `limits.request_timeout` of its admission; its
+    /// handling was stopped wherever it was (possibly after it was forwarded).
+    #[error("the gateway did not finish handling the request within {after:?} (limits.request_timeout)")]
+    RequestTimeout {
+        /// The configured limit.
+        after: Duration,
+    },
+    /// `Content-Digest` missing where required, malformed, or not matching the body (stage 2).
+    #[error("{0}")]
+    Digest(#[from] DigestError),
+    /// No signature where one is required, or the signature is malformed, outside its time
+    /// window, does not cover what it must, or does not verify (stages 3 and 5).
+    #[error("{0}")]
+    Signature(#[from] SignatureError),
+    /// No key could be resolved for the signature: untrusted or unreachable directory, unknown
+    /// keyid, key outside its validity window (stage 4).
+    #[error("{0}")]
+    KeyResolution(#[from] DirectoryError),
+    /// The signature was already accepted once (stage 6).
+    #[error("signature was already used")]
+    ReplayedSignature,
+    /// No bearer token where one is required (stage 7).
+    #[error("a bearer token is required")]
+    OAuthRequired,
+    /// The bearer token was judged and refused: malformed, wrong type or algorithm, unknown
+    /// key, bad signature, wrong issuer or audience, outside its time window, inactive (stage 7).
+    #[error("{0}")]
+    InvalidToken(TokenError),
+    /// The bearer-token request itself is malformed: `Authorization` not `Bearer <token68>`,
+    /// or a token in the query string (stage 7; RFC 6750 §3.1 `invalid_request`).
+    #[error("{0}")]
+    InvalidRequest(TokenError),
+    /// The issuer's metadata, JWKS or introspection endpoint cannot be used; fail closed
+    /// (stage 7). The reason names the issuer.
+    #[error("{0}")]
+    IssuerUnavailable(TokenError),
+    /// The body is not a JSON-RPC message, or the MCP headers disagree with it (stage 8).
+    /// Answered with a JSON-RPC error object.
+    #[error("{0}")]
+    Mcp(#[from] McpError),
+    /// The policy could not be evaluated or returned a malformed decision (stage 9): a
+    /// refusal, never an allow. The client sees reason `policy_error`; details are logged.
+    #[error("{0}")]
+    Policy(#[from] PolicyError),
+    /// The token lacks scopes the policy requires (stage 9).
+    #[error("token lacks required scopes: {}", .required.join(" "))]
+    InsufficientScope {
+        /// Every scope the operation needs (sent all at once, MCP 2026-07-28).
+        required: Vec<String>,
+    },
+    /// The policy denied the request; the reason is the policy's (stage 9).
+    #[error("policy denied the request: {reason}")]
+    AccessDenied {
+        /// The policy's `reason`.
+        reason: String,
+    },
+    /// A quota or rate limit the decision named is spent (stage 10).
+    #[error("rate limit exceeded, retry after {}s", retry_after_secs(*.retry_after))]
+    RateLimited {
+        /// When the bucket will allow the request again.
+        retry_after: Duration,
+    },
+    /// The request's `Mcp-Session-Id` names no session of its identity (unknown, ended, expired,
+    /// another identity's) or is malformed (decision 9). 404, as MCP answers an unknown session.
+    #[error("{0}")]
+    SessionNotFound(SessionError),
+    /// The backend issued a session id already bound to another identity (decision 9): its
+    /// answer is withheld.
+    #[error("{0}")]
+    SessionConflict(SessionError),
+    /// The shared state store (replay cache, sessions, quotas) cannot be reached; fail closed.
+    #[error("state store unavailable: {reason}")]
+    StateUnavailable {
+        /// What failed, naming the store.
+        reason: String,
+    },
+    /// The path is neither the MCP endpoint nor one of `upstream.extra_paths` (before any stage).
+    #[error("no MCP endpoint at this path")]
+    NotFound,
+    /// The request's authority cannot be read one way only (before any stage).
+    #[error("{0}")]
+    BadTarget(#[from] crate::target::TargetError),
+}
+
+impl Denial {
+    /// The `error` code clients, logs and metrics see. No `_` arm: a new variant must choose.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Denial::BodyTooLarge { .. } => "body_too_large",
+            Denial::BodyTimeout { .. } => "body_timeout",
+            Denial::BodyUnreadable(_) => "body_unreadable",
+            Denial::Overloaded | Denial::Shed => "overloaded",
+            Denial::RequestTimeout { .. } => "request_timeout",
+            Denial::Digest(_) | Denial::Signature(_) | Denial::KeyResolution(_) => "invalid_agent_credentials",
+            Denial::ReplayedSignature => "replayed_signature",
+            Denial::OAuthRequired => "oauth_required",
+            Denial::InvalidToken(_) => "invalid_token",
+            Denial::InvalidRequest(_) => "invalid_request",
+            Denial::IssuerUnavailable(_) => "issuer_unavailable",
+            Denial::Mcp(e) => e.code(),
+            Denial::Policy(_) => "agent_access_denied",
+            Denial::InsufficientScope { .. } => "insufficient_scope",
+            Denial::AccessDenied { .. } => "agent_access_denied",
+            Denial::RateLimited { .. } => "rate_limit_exceeded",
+            Denial::SessionNotFound(_) => "session_not_found",
+            Denial::SessionConflict(_) => "session_conflict",
+            Denial::StateUnavailable { .. } => "state_unavailable",
+            Denial::NotFound => "not_found",
+            Denial::BadTarget(_) => "bad_request",
+        }
+    }
+
+    /// The HTTP status of the refusal.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Denial::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Denial::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            Denial::BodyUnreadable(_) | Denial::Mcp(_) | Denial::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Denial::Digest(_)
+            | Denial::Signature(_)
+            | Denial::KeyResolution(_)
+            | Denial::ReplayedSignature
+            | Denial::OAuthRequired
+            | Denial::InvalidToken(_) => StatusCode::UNAUTHORIZED,
+            Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } | Denial::Policy(_) => StatusCode::FORBIDDEN,
+            Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Denial::SessionNotFound(_) => StatusCode::NOT_FOUND,
+            Denial::SessionConflict(_) => StatusCode::BAD_GATEWAY,
+            Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed => StatusCode::SERVICE_UNAVAILABLE,
+            // The gateway, acting as a gateway, gave up waiting (RFC 9110 §15.6.5); as with
+            // `upstream_timeout`, the backend may have acted on the request.
+            Denial::RequestTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Denial::NotFound => StatusCode::NOT_FOUND,
+            Denial::BadTarget(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// The `reason` text of the refusal body and the decision log. Never contains secrets:
+    /// stage errors name what failed, not the credential.
+    pub fn reason(&self) -> String {
+        match self {
+            Denial::AccessDenied { reason } => reason.clone(),
+            // The I/O detail stays in the diagnostic log: it describes the gateway's insides.
+            Denial::BodyUnreadable(_) => "request body could not be read (connection reset or invalid framing)".to_owned(),
+            // The evaluation error is for the operator's log, not the client.
+            Denial::Policy(_) => "policy_error".to_owned(),
+            other => other.to_string(),
+        }
+    }
+}
+
+impl From<ReplayError> for Denial {
+    fn from(e: ReplayError) -> Denial {
+        match e {
+            ReplayError::Replayed => Denial::ReplayedSignature,
+            // Fail closed, naming the store: no claim of replay protection without a record.
+            ReplayError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
+        }
+    }
+}
+
+impl From<SessionError> for Denial {
+    fn from(e: SessionError) -> Denial {
+        match e {
+            SessionError::NotFound | SessionError::Malformed => Denial::SessionNotFound(e),
+            SessionError::Conflict => Denial::SessionConflict(e),
+            // Fail closed, naming the store: no session is vouched for without a record.
+            SessionError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
+        }
+    }
+}
+
+impl From<TokenError> for Denial {
+    /// Which refusal a token error is (MCP Authorization: error handling). No `_` arm: a new variant must choose.
+    fn from(e: TokenError) -> Denial {
+        match e {
+            TokenError::Missing => Denial::OAuthRequired,
+            TokenError::MalformedHeader(_) | TokenError::TokenInQuery => Denial::InvalidRequest(e),
+            TokenError::IssuerUnavailable { .. } => Denial::IssuerUnavailable(e),
+            TokenError::Malformed(_)
+            | TokenError::WrongType { .. }
+            | TokenError::UnsupportedAlgorithm { .. }
+            | TokenError::CriticalHeader
+            | TokenError::UnknownKeyId
+            | TokenError::RefetchBudgetExhausted
+            | TokenError::KeyMismatch { .. }
+            | TokenError::BadSignature
+            | TokenError::MissingClaim { .. }
+            | TokenError::InvalidClaim { .. }
+            | TokenError::WrongIssuer
+            | TokenError::WrongAudience { .. }
+            | TokenError::Expired { .. }
+            | TokenError::NotYetValid { .. }
+            | TokenError::IssuedInFuture { .. }
+            | TokenError::Inactive => Denial::InvalidToken(e),
+        }
+    }
+}
+
+impl From<QuotaError> for Denial {
+    fn from(e: QuotaError) -> Denial {
+        match e {
+            QuotaError::Exhausted { retry_after, .. } => Denial::RateLimited { retry_after },
+            QuotaError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
+        }
+    }
+}
+
+/// Whole seconds for `Retry-After`, rounded up so a client never retries too early.
+pub fn retry_after_secs(d: Duration) -> u64 {
+    let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    s.max(1)
+}

@@ -1,0 +1,185 @@
+//! Admission control: the client request path as a tower [`Service`] stack around the
+//! per-request handler ([`Shared::handle`]):
+//!
+//! ```text
+//! Timeout(limits.request_timeout) → handler
+//! ```
+//!
+//! - **In flight** (`limits.max_in_flight`, taken in the handler: `Shared::slots`) is a request
+//!   from the end of its body read until the handler returns its response head: every stage
+//!   and the wait for the backend's headers. The body read is not counted: a slow upload is
+//!   bounded by `limits.body_timeout` and `limits.max_body_in_flight`, and counting it would
+//!   let a few dozen HTTP/2 connections of stalled uploads (100 streams each) hold every slot
+//!   and have everyone else shed. A streamed response body (SSE) is not counted either: it
+//!   costs a connection, not a handler, and `limits.max_connections` and
+//!   `limits.idle_timeout` bound those. The slots are shared by every connection.
+//! - **Shedding**: with every slot taken, a new request is answered at once with 503
+//!   `overloaded` and `Retry-After: 1` ([`Denial::Shed`]) rather than queued: a queue would
+//!   hold its connection and memory while the backlog it waits behind only grows. It is counted
+//!   (`portcullis_requests_total{error="overloaded"}`) and logged like any refusal, in both modes
+//!   (a resource bound, not a decision).
+//! - **Timeout**: a handler that has not produced a response head within
+//!   `limits.request_timeout` of admission is dropped wherever it is (the backend request
+//!   included) and the client gets 504 `request_timeout` ([`Denial::RequestTimeout`]).
+//!
+//! Not behind the stack: the RFC 9728 document (a static answer from memory, cheaper than the
+//! refusal that would replace it, and what a client that was just refused with 401 needs next)
+//! and the admin listener (its own port and tasks).
+//!
+//! The whole stack runs in the request's own task, so a client that goes away does not cancel
+//! its request half-way: the slot stays taken until the handler is done, and the decision-log
+//! line is written.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::future::{BoxFuture, FutureExt};
+use http::{Method, Request, Response, Uri};
+use hyper::body::Incoming;
+use tower::timeout::{error::Elapsed, Timeout};
+use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
+use tracing::{info_span, warn};
+
+use super::{with_request_id, Shared};
+use crate::decision::{self, Denial, ResponseBody};
+use crate::pipeline::StageTimings;
+use crate::telemetry::{rfc3339, DecisionRecord};
+
+/// The id of a request, chosen on arrival so that a refusal made here and the handler's own
+/// logs name the same request.
+#[derive(Debug, Clone)]
+struct RequestId(String);
+
+/// The id [`Admission`] gave `req`, or a fresh one for a request that did not come through it.
+pub(crate) fn request_id(req: &Request<Incoming>) -> String {
+    match req.extensions().get::<RequestId>() {
+        Some(RequestId(id)) => id.clone(),
+        None => new_request_id(),
+    }
+}
+
+fn new_request_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// The handler as the innermost service: always ready, never fails.
+#[derive(Clone)]
+struct Handler {
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+    is_tls: bool,
+}
+
+impl Service<Request<Incoming>> for Handler {
+    type Response = Response<ResponseBody>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response<ResponseBody>, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+        self.shared.clone().handle(req, self.peer, self.is_tls).map(Ok).boxed()
+    }
+}
+
+type Stack = Timeout<Handler>;
+
+/// The admission-controlled request path of one client connection. Cloned per request.
+#[derive(Clone)]
+pub(crate) struct Admission {
+    stack: Stack,
+    handler: Handler,
+}
+
+impl Admission {
+    /// The path for requests from `peer`.
+    pub(crate) fn new(shared: &Arc<Shared>, peer: SocketAddr, is_tls: bool) -> Admission {
+        let handler = Handler { shared: shared.clone(), peer, is_tls };
+        let stack = ServiceBuilder::new().timeout(shared.config.limits.request_timeout).service(handler.clone());
+        Admission { stack, handler }
+    }
+
+    /// Answers `req`: through the stack, or straight from the handler for the RFC 9728
+    /// document.
+    pub(crate) async fn serve(self, mut req: Request<Incoming>) -> Response<ResponseBody> {
+        let shared = self.handler.shared.clone();
+        if shared.prm_paths.iter().any(|p| p == req.uri().path()) {
+            return self.handler.oneshot(req).await.unwrap_or_else(|never| match never {});
+        }
+        let arrival = Arrival { id: new_request_id(), at: Instant::now(), wall: SystemTime::now(), method: req.method().clone(), uri: req.uri().clone() };
+        req.extensions_mut().insert(RequestId(arrival.id.clone()));
+        match self.stack.oneshot(req).await {
+            Ok(resp) => resp,
+            Err(e) => refuse(&shared, &arrival, unadmitted(e, shared.config.limits.request_timeout)),
+        }
+    }
+}
+
+/// What is known of a request that the stack refused: it was never read further.
+struct Arrival {
+    id: String,
+    at: Instant,
+    wall: SystemTime,
+    method: Method,
+    uri: Uri,
+}
+
+/// The refusal for an error of the stack.
+fn unadmitted(e: BoxError, timeout: Duration) -> Result<Denial, BoxError> {
+    if e.is::<Elapsed>() {
+        Ok(Denial::RequestTimeout { after: timeout })
+    } else {
+        Err(e)
+    }
+}
+
+/// Answers, logs and counts a request the stack refused, as the handler does every refusal.
+/// The decision-log line has no stage fields (`agent`, `sub`, `tool`, …): the request was shed
+/// unread, or its handling was dropped with what it had learnt.
+fn refuse(shared: &Shared, arrival: &Arrival, denial: Result<Denial, BoxError>) -> Response<ResponseBody> {
+    let span = info_span!("request", request_id = %arrival.id, method = %arrival.method, path = %arrival.uri.path());
+    let _entered = span.enter();
+    let denial = match denial {
+        Ok(d) => d,
+        // The handler never fails and the layers make no other error.
+        Err(e) => {
+            tracing::error!(error = %e, "Request handler failed");
+            return with_request_id(decision::respond_upstream(&decision::UpstreamError::Failed("request handler failed".into()), &arrival.id), &arrival.id);
+        }
+    };
+    if let Denial::RequestTimeout { after } = &denial {
+        warn!(after = ?after, "Request not answered within limits.request_timeout; stopped");
+    }
+    let (outcome, summary, resp) = shared.refuse(&denial, &arrival.id);
+    let record = DecisionRecord {
+        time: rfc3339(arrival.wall),
+        request_id: &arrival.id,
+        mode: shared.config.mode.as_str(),
+        outcome: outcome.as_str(),
+        status: resp.status().as_u16(),
+        error: summary.as_ref().map(|(c, _)| *c),
+        reason: summary.map(|(_, r)| r),
+        upstream_error: None,
+        method: arrival.method.as_str(),
+        path: arrival.uri.path(),
+        agent: None,
+        claimed_agent: None,
+        keyid: None,
+        sub: None,
+        mcp_method: None,
+        tool: None,
+        rule: None,
+        policy: None,
+        quota: None,
+        latency_us: Default::default(),
+        total_us: arrival.at.elapsed().as_micros() as u64,
+    };
+    shared.metrics.observe(&record, &StageTimings::default(), arrival.at.elapsed());
+    shared.log.write(&record);
+    with_request_id(resp, &arrival.id)
+}

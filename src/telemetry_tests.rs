@@ -1,0 +1,118 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+use super::*;
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+fn record(request_id: &str) -> DecisionRecord<'_> {
+    DecisionRecord {
+        time: rfc3339(SystemTime::UNIX_EPOCH),
+        request_id,
+        mode: "enforce",
+        outcome: "allow",
+        status: 200,
+        error: None,
+        reason: None,
+        upstream_error: None,
+        method: "POST",
+        path: "/mcp",
+        agent: None,
+        claimed_agent: None,
+        keyid: None,
+        sub: None,
+        mcp_method: None,
+        tool: None,
+        rule: None,
+        policy: None,
+        quota: None,
+        latency_us: serde_json::Map::new(),
+        total_us: 1,
+    }
+}
+
+/// A sink whose every `write` first says it started, then waits for the test's permission.
+struct GatedSink {
+    entered: mpsc::Sender<()>,
+    permits: Arc<Mutex<mpsc::Receiver<()>>>,
+    written: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Write for GatedSink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let _ = self.entered.send(());
+        let _ = self.permits.lock().unwrap().recv();
+        self.written.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn ids(bytes: &[u8]) -> Vec<String> {
+    String::from_utf8(bytes.to_vec())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["request_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_full_queue_drops_lines_and_counts_them_instead_of_blocking() {
+    let (entered_tx, entered) = mpsc::channel();
+    let (permit, permits) = mpsc::channel();
+    let written = Arc::new(Mutex::new(Vec::new()));
+    let sink = GatedSink { entered: entered_tx, permits: Arc::new(Mutex::new(permits)), written: written.clone() };
+    let log = DecisionLog::with_writer(Box::new(sink), 1).unwrap();
+
+    log.write(&record("a"));
+    // The writer took "a" off the queue and is stuck writing it: the queue (one line) is empty.
+    entered.recv_timeout(Duration::from_secs(10)).expect("the writer started writing");
+    log.write(&record("b")); // fills the queue
+    log.write(&record("c")); // dropped
+    log.write(&record("d")); // dropped
+    assert_eq!(log.dropped().get(), 2, "every line that did not fit is counted");
+
+    // Let the sink go: what was queued is written, in order; the dropped lines are not.
+    for _ in 0..8 {
+        let _ = permit.send(());
+    }
+    log.flush().await;
+    assert_eq!(ids(&written.lock().unwrap()), ["a", "b"]);
+
+    let mut metrics = Metrics::new();
+    metrics.register_decision_log(log.dropped());
+    assert!(metrics.encode().contains("portcullis_decision_log_dropped_total 2"), "{}", metrics.encode());
+}
+
+#[tokio::test]
+async fn lines_reach_the_file_in_order_and_flush_waits_for_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("decisions.jsonl");
+    let log = DecisionLog::open(&DecisionSink::File(path.clone())).unwrap();
+    assert!(log.is_on());
+    let names: Vec<String> = (0..500).map(|i| format!("r{i}")).collect();
+    for n in &names {
+        log.write(&record(n));
+    }
+    log.flush().await;
+    assert_eq!(ids(&std::fs::read(&path).unwrap()), names);
+    assert_eq!(log.dropped().get(), 0);
+
+    // A gateway started again on the same file appends to it.
+    drop(log);
+    let again = DecisionLog::open(&DecisionSink::File(path.clone())).unwrap();
+    again.write(&record("after-reopen"));
+    again.flush().await;
+    assert_eq!(ids(&std::fs::read(&path).unwrap()).last().map(String::as_str), Some("after-reopen"));
+}
+
+#[tokio::test]
+async fn an_off_log_writes_nothing_and_counts_nothing() {
+    let log = DecisionLog::open(&DecisionSink::Off).unwrap();
+    assert!(!log.is_on());
+    log.write(&record("x"));
+    log.flush().await;
+    assert_eq!(log.dropped().get(), 0);
+}
