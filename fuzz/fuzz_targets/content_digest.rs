@@ -12,7 +12,6 @@
 //! text is short (never the field or the body).
 #![no_main]
 
-use http::{HeaderMap, HeaderName, HeaderValue};
 use libfuzzer_sys::fuzz_target;
 use portcullis_fuzz::digest::{DigestCheck, DigestError, CONTENT_DIGEST};
 use portcullis_fuzz::signature::parse::combined_field;
@@ -20,7 +19,7 @@ use sfv::{BareItem, Dictionary, ListEntry, Parser};
 use sha2::{Digest, Sha256, Sha512};
 
 fuzz_target!(|data: &[u8]| {
-    let (headers, body) = split(data);
+    let (headers, body) = portcullis_fuzz::split_headers(data);
     let required = DigestCheck::new(true).verify(&headers, body);
     let optional = DigestCheck::new(false).verify(&headers, body);
     for e in [&required, &optional].into_iter().filter_map(|r| r.as_ref().err()) {
@@ -80,20 +79,3 @@ fuzz_target!(|data: &[u8]| {
         Err(DigestError::Missing) => panic!("Missing with a Content-Digest sent"),
     }
 });
-
-/// Leading header lines, then the body.
-fn split(data: &[u8]) -> (HeaderMap, &[u8]) {
-    let mut headers = HeaderMap::new();
-    let mut rest = data;
-    while let Some(end) = rest.iter().position(|b| *b == b'\n') {
-        let line = rest[..end].strip_suffix(b"\r").unwrap_or(&rest[..end]);
-        if line.is_empty() {
-            return (headers, &rest[end + 1..]);
-        }
-        let Some(colon) = line.iter().position(|b| *b == b':') else { break };
-        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(&line[..colon]), HeaderValue::from_bytes(line[colon + 1..].trim_ascii_start())) else { break };
-        headers.append(name, value);
-        rest = &rest[end + 1..];
-    }
-    (headers, rest)
-}

@@ -12,13 +12,13 @@
 
 use base64::Engine as _;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use http::{HeaderMap, HeaderValue, Method};
 use libfuzzer_sys::fuzz_target;
 use portcullis_fuzz::mcp::{self, McpError, McpMessage, McpRequest, MessageKind};
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
-    let (headers, body) = split(data);
+    let (headers, body) = portcullis_fuzz::split_headers(data);
     let body = Bytes::copy_from_slice(body);
     let parsed: Result<Value, _> = serde_json::from_slice(&body);
     match mcp::parse(&Method::POST, &headers, &body) {
@@ -29,23 +29,6 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
-
-/// Leading header lines, then the body.
-fn split(data: &[u8]) -> (HeaderMap, &[u8]) {
-    let mut headers = HeaderMap::new();
-    let mut rest = data;
-    while let Some(end) = rest.iter().position(|b| *b == b'\n') {
-        let line = rest[..end].strip_suffix(b"\r").unwrap_or(&rest[..end]);
-        if line.is_empty() {
-            return (headers, &rest[end + 1..]);
-        }
-        let Some(colon) = line.iter().position(|b| *b == b':') else { break };
-        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(&line[..colon]), HeaderValue::from_bytes(line[colon + 1..].trim_ascii_start())) else { break };
-        headers.append(name, value);
-        rest = &rest[end + 1..];
-    }
-    (headers, rest)
-}
 
 fn check_accepted(headers: &HeaderMap, doc: &Value, req: &McpRequest) {
     let elements = match doc {

@@ -34,3 +34,24 @@ pub mod policy;
 pub mod signature;
 #[path = "../../src/target.rs"]
 pub mod target;
+
+/// A fuzz input read as leading `name: value` header lines, a blank line, then the body (the
+/// `mcp_parse` and `content_digest` targets). A line that is not a valid header ends the
+/// headers there.
+pub fn split_headers(data: &[u8]) -> (http::HeaderMap, &[u8]) {
+    let mut headers = http::HeaderMap::new();
+    let mut rest = data;
+    while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+        let line = rest[..end].strip_suffix(b"\r").unwrap_or(&rest[..end]);
+        if line.is_empty() {
+            return (headers, &rest[end + 1..]);
+        }
+        let Some(colon) = line.iter().position(|b| *b == b':') else { break };
+        let (Ok(name), Ok(value)) = (http::HeaderName::from_bytes(&line[..colon]), http::HeaderValue::from_bytes(line[colon + 1..].trim_ascii_start())) else {
+            break;
+        };
+        headers.append(name, value);
+        rest = &rest[end + 1..];
+    }
+    (headers, rest)
+}

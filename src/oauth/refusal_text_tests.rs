@@ -364,7 +364,7 @@ fn after_cache_control_lines(data: &[u8]) -> &[u8] {
     body
 }
 
-/// `fuzz_targets/{mcp_parse,content_digest}.rs`: leading `name: value` header lines, then the
+/// `fuzz/src/lib.rs` `split_headers` (the `mcp_parse` and `content_digest` targets): leading `name: value` header lines, then the
 /// body.
 fn header_lines(data: &[u8]) -> (HeaderMap, &[u8]) {
     let mut headers = HeaderMap::new();
