@@ -13,14 +13,12 @@
 //! ```
 
 pub mod admin;
-pub mod client;
 pub mod config;
 pub mod decision;
 pub mod demo;
 pub mod denial;
-pub mod digest;
 pub mod directory;
-pub mod mcp;
+pub mod inbound;
 pub mod oauth;
 pub mod otel;
 pub mod pipeline;
@@ -32,7 +30,7 @@ pub mod report;
 pub mod server;
 pub mod session;
 pub mod signature;
+pub mod stage;
 pub mod state;
-pub mod target;
 pub mod telemetry;
 pub mod tls;
