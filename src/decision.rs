@@ -15,7 +15,8 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 
 use crate::config::Mode;
 pub use crate::denial::{retry_after_secs, Denial};
-use crate::pipeline::{Decision, Evidence, Permit, Refusal};
+use crate::evidence::Evidence;
+use crate::pipeline::{Decision, Permit, Refusal};
 
 /// The body type of every response the gateway sends (refusals and streamed upstream bodies).
 pub type ResponseBody = BoxBody<Bytes, hyper::Error>;

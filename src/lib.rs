@@ -12,12 +12,12 @@
 //!     -> telemetry: one decision-log line + per-stage latency, for every request
 //! ```
 
-pub mod admin;
 pub mod config;
 pub mod decision;
 pub mod demo;
 pub mod denial;
 pub mod directory;
+pub mod evidence;
 pub mod inbound;
 pub mod oauth;
 pub mod otel;
@@ -33,4 +33,5 @@ pub mod signature;
 pub mod stage;
 pub mod state;
 pub mod telemetry;
+pub mod throttle;
 pub mod tls;

@@ -21,6 +21,7 @@ mod docs;
 mod example_backend;
 mod exhaustion;
 mod interop;
+mod layering;
 mod limits;
 mod mcp;
 mod monitor_mode;
