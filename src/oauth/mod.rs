@@ -410,8 +410,7 @@ fn https_url(field: &str, s: &str) -> Result<Url, FieldError> {
 }
 
 #[cfg(test)]
-#[path = "../../tests/suite/common/keys.rs"]
-mod test_keys;
+use portcullis_test_support::keys as test_keys;
 
 #[cfg(test)]
 #[path = "mod_tests.rs"]
