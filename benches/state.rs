@@ -3,9 +3,6 @@
 //! installed (scripts/test.sh installs it).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/suite/common/redis.rs"]
-mod redis_server;
-
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -14,6 +11,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use portcullis::state::quota::{MemoryQuotaStore, QuotaStore};
 use portcullis::state::redis::{RedisSettings, RedisStore};
 use portcullis::state::replay::{MemoryReplayStore, ReplayStore};
+use portcullis_test_support::redis as redis_server;
 use portcullis_wire::UnixTime;
 
 fn stores(c: &mut Criterion) {

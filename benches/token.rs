@@ -4,17 +4,11 @@
 //! HTTPS test issuer on 127.0.0.1; its JWKS is fetched once before measuring.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-#[path = "../tests/suite/common/issuer.rs"]
-mod issuer;
-#[path = "../tests/suite/common/keys.rs"]
-mod keys;
-#[path = "../tests/suite/common/pki.rs"]
-mod pki;
-
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{HeaderMap, HeaderValue};
 use portcullis::config::Config;
 use portcullis::oauth::TokenVerifier;
+use portcullis_test_support::{issuer, pki};
 use portcullis_wire::UnixTime;
 
 const AUD: &str = "https://mcp.example.com/mcp";

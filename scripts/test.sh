@@ -23,4 +23,6 @@ redis-server --version
 need chromium chromium "the report render check"
 chromium --version
 
-cargo test --locked "$@"
+# Every crate of the workspace: the root package alone is the default (default-members), which
+# would leave out the wire and client crates' unit tests.
+cargo test --workspace --locked "$@"

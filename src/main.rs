@@ -194,7 +194,7 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             rt.block_on(async move {
-                match portcullis::demo::backend::Backend::start(addr).await {
+                match portcullis_test_support::backend::Backend::start(addr).await {
                     Ok(b) => {
                         eprintln!("example MCP backend listening on http://{}/mcp", b.addr);
                         tokio::select! {

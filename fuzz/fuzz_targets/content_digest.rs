@@ -13,8 +13,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use portcullis_fuzz::digest::{DigestCheck, DigestError, CONTENT_DIGEST};
-use portcullis_fuzz::signature::parse::combined_field;
+use portcullis_wire::digest::{DigestCheck, DigestError, CONTENT_DIGEST};
+use portcullis_wire::signature::parse::combined_field;
 use sfv::{BareItem, Dictionary, ListEntry, Parser};
 use sha2::{Digest, Sha256, Sha512};
 

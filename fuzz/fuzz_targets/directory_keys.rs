@@ -11,8 +11,8 @@
 
 use base64::Engine as _;
 use libfuzzer_sys::fuzz_target;
-use portcullis_fuzz::directory::document::{parse_key_set, parse_max_age, ParseError, MAX_DIRECTORY_KEYS};
-use portcullis_fuzz::signature::ed25519_thumbprint;
+use portcullis_wire::key_directory::{parse_key_set, parse_max_age, ParseError, MAX_DIRECTORY_KEYS};
+use portcullis_wire::signature::ed25519_thumbprint;
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {

@@ -11,7 +11,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use portcullis_fuzz::oauth::documents::{jwks_uri_of, ttl_from_cache_control, KeyKind, KeySet, DEFAULT_TTL, MAX_TTL, MIN_TTL};
+use portcullis_wire::issuer_documents::{jwks_uri_of, ttl_from_cache_control, KeyKind, KeySet, DEFAULT_TTL, MAX_TTL, MIN_TTL};
 use serde_json::Value;
 
 const ISSUER: &str = "https://issuer.example";

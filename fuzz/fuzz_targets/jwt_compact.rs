@@ -13,7 +13,7 @@ use base64::Engine as _;
 use http::header::AUTHORIZATION;
 use http::{HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;
-use portcullis_fuzz::oauth::compact::{self, Alg, CompactError, MAX_TOKEN_LEN};
+use portcullis_wire::jose::{self as compact, Alg, CompactError, MAX_TOKEN_LEN};
 use serde_json::{Map, Value};
 
 fuzz_target!(|data: &[u8]| {

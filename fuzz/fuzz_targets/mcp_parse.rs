@@ -14,7 +14,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method};
 use libfuzzer_sys::fuzz_target;
-use portcullis_fuzz::mcp::{self, McpError, McpMessage, McpRequest, MessageKind};
+use portcullis_wire::mcp::{self, McpError, McpMessage, McpRequest, MessageKind};
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,4 +1,4 @@
-//! JSON → policy value (`src/policy/convert.rs`) over arbitrary bytes read as JSON: the MCP
+//! JSON → policy value (`portcullis_wire::rego_value`) over arbitrary bytes read as JSON: the MCP
 //! body, its tool arguments and the token claims all reach Rego through it. Input: any bytes;
 //! those that serde_json reads as JSON are converted whole (`json_value`) and, when an object,
 //! as an object (`json_object`).
@@ -11,7 +11,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use portcullis_fuzz::policy::convert::{json_object, json_value, ConvertError, MAX_DEPTH};
+use portcullis_wire::rego_value::{json_object, json_value, ConvertError, MAX_DEPTH};
 use regorus::Value;
 use serde_json::Value as J;
 

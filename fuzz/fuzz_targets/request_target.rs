@@ -1,4 +1,4 @@
-//! The request target and `Host` (`src/target.rs`, untrusted request-line and header bytes).
+//! The request target and `Host` (`portcullis_wire::target`, untrusted request-line and header bytes).
 //! Input: line 1 is the request target as sent (`/mcp`, `http://a.example/mcp`, …), every
 //! further line a `Host` field value (values `http` refuses are skipped); read for a plain and
 //! a TLS connection. Line 1 is also checked as a path for `upstream.extra_paths`.
@@ -13,7 +13,7 @@
 use http::header::HOST;
 use http::{HeaderValue, Request};
 use libfuzzer_sys::fuzz_target;
-use portcullis_fuzz::target::{authority, is_canonical_path, normalize, url_authority, TargetError};
+use portcullis_wire::target::{authority, is_canonical_path, normalize, url_authority, TargetError};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use portcullis_fuzz::signature::parse::parse_signature_agent;
-use portcullis_fuzz::signature::{AgentForm, AgentKind};
+use portcullis_wire::signature::parse::parse_signature_agent;
+use portcullis_wire::signature::{AgentForm, AgentKind};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(field) = std::str::from_utf8(data) else { return };

@@ -8,8 +8,8 @@
 
 use http::{HeaderName, HeaderValue, Method, Uri};
 use libfuzzer_sys::fuzz_target;
-use portcullis_fuzz::signature::base::{signature_base, MessageView, RequestView};
-use portcullis_fuzz::signature::parse::parse_signatures;
+use portcullis_wire::signature::base::{signature_base, MessageView, RequestView};
+use portcullis_wire::signature::parse::parse_signatures;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

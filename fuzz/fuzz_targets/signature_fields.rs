@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use portcullis_fuzz::signature::parse::{parse_signatures, serialize_signatures};
+use portcullis_wire::signature::parse::{parse_signatures, serialize_signatures};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

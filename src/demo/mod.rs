@@ -1,15 +1,13 @@
 //! `portcullis demo`: the whole stack on 127.0.0.1 in one command, then a scripted tour.
 //!
-//! [`Demo::start`] starts the example MCP backend ([`backend`]), a CA made at run time
-//! ([`pki`]), the agent's HTTPS key directory and an HTTPS OAuth issuer ([`services`]), and two
-//! gateways in front of the backend with the shipped policies: one in enforce mode, one in
+//! [`Demo::start`] starts the example MCP backend, a CA made at run time, the agent's HTTPS key
+//! directory and an HTTPS OAuth issuer (all from `portcullis-test-support`, the same ones the
+//! integration tests use; [`services`] mints the demo's tokens), and two gateways in front of the backend with the shipped policies: one in enforce mode, one in
 //! monitor mode. [`tour`] then sends the scripted requests and renders the table. Everything a
 //! user needs to try more by hand (key, token file, CA, configs, decision logs) is written to
 //! the demo folder.
 
-pub mod backend;
 pub mod cli;
-pub mod pki;
 pub mod services;
 pub mod tour;
 
@@ -21,10 +19,10 @@ use ed25519_dalek::SigningKey;
 use crate::config::{Config, ConfigError};
 use crate::policy::load::{BUNDLED, BUNDLED_DATA};
 use crate::server::{Running, StartError};
-use backend::Backend;
-use pki::{DemoCa, PkiError};
 use portcullis_client::keys::{self, KeyError};
-use services::{Issuer, Service, ServiceError};
+use portcullis_test_support::backend::Backend;
+use portcullis_test_support::pki::TestCa;
+use services::{Issuer, KeyDirectory, ServiceError, DEMO_USER};
 
 pub use tour::{render_table, TourRow};
 
@@ -48,13 +46,11 @@ pub enum DemoError {
     /// The agent key could not be made or read.
     #[error(transparent)]
     Key(#[from] KeyError),
-    /// The CA could not be made.
-    #[error(transparent)]
-    Pki(#[from] PkiError),
     /// The backend could not listen.
     #[error("cannot start the example backend: {0}")]
     Backend(std::io::Error),
-    /// The key directory or the issuer could not start.
+    /// The CA, the key directory or the issuer could not be made or start, or a token could
+    /// not be minted.
     #[error(transparent)]
     Service(#[from] ServiceError),
     /// The generated gateway config was refused.
@@ -98,7 +94,7 @@ pub struct Demo {
     /// The agent's private key (also `dir/agent.jwk`).
     pub agent_key: SigningKey,
     /// The key directory; its origin is the agent URL.
-    pub directory: Service,
+    pub directory: KeyDirectory,
     /// The OAuth issuer.
     pub issuer: Issuer,
     /// The example MCP backend.
@@ -108,7 +104,7 @@ pub struct Demo {
     /// The monitor-mode gateway.
     pub monitor: DemoGateway,
     /// The CA the HTTPS services' certificates chain to.
-    pub ca: DemoCa,
+    pub ca: TestCa,
 }
 
 fn write(path: &Path, text: &str) -> Result<(), DemoError> {
@@ -180,15 +176,15 @@ impl Demo {
             keys::keygen(&dir)?;
         }
         let agent_key = keys::load_private_jwk(&key_path)?;
-        let ca = DemoCa::new()?;
+        let ca = TestCa::try_new()?;
         write(&dir.join("ca.pem"), &ca.ca_pem)?;
         let backend = Backend::start(SocketAddr::from(([127, 0, 0, 1], 0))).await.map_err(DemoError::Backend)?;
-        let directory = services::start_directory(&ca, &agent_key).await?;
-        let issuer = Issuer::start(&ca).await?;
-        write_policies(&dir, &directory.origin)?;
-        let enforce = Self::gateway(&dir, "enforce", backend.addr, &directory.origin, issuer.url()).await?;
-        let monitor = Self::gateway(&dir, "monitor", backend.addr, &directory.origin, issuer.url()).await?;
-        let token = issuer.mint(DEMO_RESOURCE, TOKEN_LIFETIME_SECS)?;
+        let directory = KeyDirectory::try_start(&ca, &[agent_key.verifying_key()]).await?;
+        let issuer = Issuer::try_start(&ca).await?;
+        write_policies(&dir, directory.origin())?;
+        let enforce = Self::gateway(&dir, "enforce", backend.addr, directory.origin(), &issuer.url()).await?;
+        let monitor = Self::gateway(&dir, "monitor", backend.addr, directory.origin(), &issuer.url()).await?;
+        let token = services::mint(&issuer, DEMO_RESOURCE, DEMO_USER, TOKEN_LIFETIME_SECS)?;
         write_secret(&dir.join("token"), &token)?;
         Ok(Demo { dir, agent_key, directory, issuer, backend, enforce, monitor, ca })
     }
@@ -212,7 +208,7 @@ impl Demo {
 
     /// The agent URL (`Signature-Agent`): the key directory's origin.
     pub fn agent_url(&self) -> &str {
-        &self.directory.origin
+        self.directory.origin()
     }
 
     /// Copy-pasteable commands to try the running stack by hand; `bin` is how to invoke

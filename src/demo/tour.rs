@@ -97,8 +97,8 @@ fn tour_err(step: &str) -> impl Fn(portcullis_client::ClientError) -> DemoError 
 }
 
 async fn run_on(demo: &Demo, gw: &DemoGateway) -> Result<Vec<TourRow>, DemoError> {
-    let token = demo.issuer.mint_for(super::DEMO_RESOURCE, TOUR_USER, 300)?;
-    let wrong = demo.issuer.mint_for(OTHER_AUDIENCE, TOUR_USER, 300)?;
+    let token = super::services::mint(&demo.issuer, super::DEMO_RESOURCE, TOUR_USER, 300)?;
+    let wrong = super::services::mint(&demo.issuer, OTHER_AUDIENCE, TOUR_USER, 300)?;
     let agent = Agent::new(demo.agent_key.clone(), demo.agent_url()).map_err(tour_err("agent"))?;
     let (with_token, wrong_aud) = (agent.clone().with_token(token.clone()), agent.with_token(wrong));
     let http = reqwest::Client::builder().no_proxy().build().map_err(|e| DemoError::Tour { step: "client".to_owned(), detail: e.to_string() })?;

@@ -374,8 +374,7 @@ pub(crate) fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, TokenErr
 }
 
 #[cfg(test)]
-#[path = "../../tests/suite/common/keys.rs"]
-mod test_keys;
+use portcullis_test_support::keys as test_keys;
 
 #[cfg(test)]
 #[path = "mod_tests.rs"]

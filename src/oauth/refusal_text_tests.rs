@@ -364,23 +364,9 @@ fn after_cache_control_lines(data: &[u8]) -> &[u8] {
     body
 }
 
-/// `fuzz/src/lib.rs` `split_headers` (the `mcp_parse` and `content_digest` targets): leading `name: value` header lines, then the
-/// body.
-fn header_lines(data: &[u8]) -> (HeaderMap, &[u8]) {
-    let mut headers = HeaderMap::new();
-    let mut rest = data;
-    while let Some(end) = rest.iter().position(|b| *b == b'\n') {
-        let line = rest[..end].strip_suffix(b"\r").unwrap_or(&rest[..end]);
-        if line.is_empty() {
-            return (headers, &rest[end + 1..]);
-        }
-        let Some(colon) = line.iter().position(|b| *b == b':') else { break };
-        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(&line[..colon]), HeaderValue::from_bytes(line[colon + 1..].trim_ascii_start())) else { break };
-        headers.append(name, value);
-        rest = &rest[end + 1..];
-    }
-    (headers, rest)
-}
+/// Leading `name: value` header lines, then the body: the `mcp_parse` and `content_digest`
+/// fuzz targets' reading of an input (one copy, in portcullis-wire).
+use portcullis_wire::test_vectors::split_headers as header_lines;
 
 /// The input and what its base64 runs decode to (a token's claims arrive encoded).
 fn input_texts(data: &[u8]) -> Vec<Vec<u8>> {

@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use bytes::Bytes;
+use common::backend::Backend;
 use common::pki::{HttpsServer, TestCa};
 use common::Gateway;
 use http_body_util::{BodyExt, Full};
 use portcullis::config::Config;
-use portcullis::demo::backend::Backend;
 use portcullis_client::{load_private_jwk, tool_call, Agent};
 use serde_json::{json, Value};
 

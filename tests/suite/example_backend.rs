@@ -5,8 +5,8 @@ use crate::common;
 
 use std::net::SocketAddr;
 
+use common::backend::Backend;
 use common::{client, config_without_policy, Gateway};
-use portcullis::demo::backend::Backend;
 use serde_json::{json, Value};
 
 async fn rpc(gw: &Gateway, body: Value) -> reqwest::Response {

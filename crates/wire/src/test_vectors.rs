@@ -1,7 +1,8 @@
 //! Test helpers: the standards vectors (read at test time from the repository's
 //! `tests/vectors/`, whose README names each file's source) and a small parser for the
-//! HTTP/1.1 message text they carry. Compiled for this crate's tests and, with the
-//! `test-vectors` feature, for the gateway's.
+//! HTTP/1.1 message text they carry, and [`split_headers`], the one reading of a fuzz input as
+//! header lines and a body. Compiled for this crate's tests and, with the `test-vectors`
+//! feature, for the gateway's and for `fuzz/`.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code, missing_docs)]
 
 use bytes::Bytes;
@@ -57,4 +58,25 @@ pub fn ed25519_signing_key() -> ed25519_dalek::SigningKey {
     let d = key_jwk("test-key-ed25519")["d"].as_str().unwrap().to_owned();
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(d).unwrap();
     ed25519_dalek::SigningKey::from_bytes(&bytes.try_into().unwrap())
+}
+
+/// A fuzz input read as leading `name: value` header lines, a blank line, then the body (the
+/// `mcp_parse` and `content_digest` fuzz targets, and the gateway's refusal-text test that
+/// replays their corpora). A line that is not a valid header ends the headers there.
+pub fn split_headers(data: &[u8]) -> (HeaderMap, &[u8]) {
+    let mut headers = HeaderMap::new();
+    let mut rest = data;
+    while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+        let line = rest[..end].strip_suffix(b"\r").unwrap_or(&rest[..end]);
+        if line.is_empty() {
+            return (headers, &rest[end + 1..]);
+        }
+        let Some(colon) = line.iter().position(|b| *b == b':') else { break };
+        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(&line[..colon]), HeaderValue::from_bytes(line[colon + 1..].trim_ascii_start())) else {
+            break;
+        };
+        headers.append(name, value);
+        rest = &rest[end + 1..];
+    }
+    (headers, rest)
 }

@@ -1,7 +1,6 @@
-//! Issuer signing keys made in the test (RSA 2048, EC P-256, Ed25519 via aws-lc-rs) and JWT
-//! minting with jsonwebtoken's encoder. Shared by the integration tests (`tests/suite/common`) and
-//! the unit tests of `src/oauth` (included there with `#[path]`).
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! Issuer signing keys made at run time (RSA 2048, EC P-256, Ed25519 via aws-lc-rs) and JWT
+//! minting with jsonwebtoken's encoder. Used by the [`issuer`](crate::issuer), the gateway's
+//! integration and unit tests (`src/oauth`), the token bench and the demo.
 
 use aws_lc_rs::encoding::AsDer;
 use aws_lc_rs::rand::SystemRandom;
@@ -10,11 +9,16 @@ use base64::Engine as _;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::Value;
 
+use crate::Error;
+
 /// A private signing key with its public JWK.
 #[derive(Clone)]
 pub struct SigningKey {
+    /// The algorithm tokens are signed with.
     pub alg: Algorithm,
+    /// The key id in tokens' headers and in the JWK.
     pub kid: String,
+    /// The private key.
     pub encoding: EncodingKey,
     /// The public JWK with `kid`, `alg` and `use`.
     pub jwk: Value,
@@ -23,29 +27,45 @@ pub struct SigningKey {
 impl SigningKey {
     /// RSA 2048 for RS256 (or PS256 with [`SigningKey::with_alg`]).
     pub fn rsa(kid: &str) -> SigningKey {
-        let pair = aws_lc_rs::rsa::KeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).unwrap();
-        let der = AsDer::<aws_lc_rs::encoding::Pkcs8V1Der>::as_der(&pair).unwrap();
-        let pem = pem("PRIVATE KEY", der.as_ref());
-        SigningKey::new(Algorithm::RS256, kid, EncodingKey::from_rsa_pem(pem.as_bytes()).unwrap())
+        SigningKey::try_rsa(kid).expect("RSA key")
     }
 
     /// EC P-256 for ES256.
     pub fn ec(kid: &str) -> SigningKey {
-        let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new()).unwrap();
-        SigningKey::new(Algorithm::ES256, kid, EncodingKey::from_ec_der(doc.as_ref()))
+        SigningKey::try_ec(kid).expect("EC key")
     }
 
     /// Ed25519 for EdDSA.
     pub fn ed(kid: &str) -> SigningKey {
-        let doc = Ed25519KeyPair::generate_pkcs8v1(&SystemRandom::new()).unwrap();
+        SigningKey::try_ed(kid).expect("Ed25519 key")
+    }
+
+    /// [`SigningKey::rsa`], or why not.
+    pub fn try_rsa(kid: &str) -> Result<SigningKey, Error> {
+        let pair = aws_lc_rs::rsa::KeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).map_err(key_err)?;
+        let der = AsDer::<aws_lc_rs::encoding::Pkcs8V1Der>::as_der(&pair).map_err(key_err)?;
+        let pem = pem("PRIVATE KEY", der.as_ref());
+        SigningKey::new(Algorithm::RS256, kid, EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(key_err)?)
+    }
+
+    /// [`SigningKey::ec`], or why not.
+    pub fn try_ec(kid: &str) -> Result<SigningKey, Error> {
+        let doc = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new()).map_err(key_err)?;
+        SigningKey::new(Algorithm::ES256, kid, EncodingKey::from_ec_der(doc.as_ref()))
+    }
+
+    /// [`SigningKey::ed`], or why not.
+    pub fn try_ed(kid: &str) -> Result<SigningKey, Error> {
+        let doc = Ed25519KeyPair::generate_pkcs8v1(&SystemRandom::new()).map_err(key_err)?;
         SigningKey::new(Algorithm::EdDSA, kid, EncodingKey::from_ed_der(doc.as_ref()))
     }
 
-    fn new(alg: Algorithm, kid: &str, encoding: EncodingKey) -> SigningKey {
-        let mut jwk = serde_json::to_value(jsonwebtoken::jwk::Jwk::from_encoding_key(&encoding, alg).unwrap()).unwrap();
+    fn new(alg: Algorithm, kid: &str, encoding: EncodingKey) -> Result<SigningKey, Error> {
+        let jwk = jsonwebtoken::jwk::Jwk::from_encoding_key(&encoding, alg).map_err(key_err)?;
+        let mut jwk = serde_json::to_value(jwk).map_err(key_err)?;
         jwk["kid"] = Value::from(kid);
         jwk["use"] = Value::from("sig");
-        SigningKey { alg, kid: kid.to_owned(), encoding, jwk }
+        Ok(SigningKey { alg, kid: kid.to_owned(), encoding, jwk })
     }
 
     /// The same key used with another algorithm of its family (RS256 -> PS256).
@@ -64,10 +84,15 @@ impl SigningKey {
 
     /// An RFC 9068 token (`typ: at+jwt`, this key's `kid`) with `claims`.
     pub fn sign(&self, claims: &Value) -> String {
+        self.try_sign(claims).expect("signed token")
+    }
+
+    /// [`SigningKey::sign`], or why not.
+    pub fn try_sign(&self, claims: &Value) -> Result<String, Error> {
         let mut h = Header::new(self.alg);
         h.typ = Some("at+jwt".into());
         h.kid = Some(self.kid.clone());
-        self.sign_with(&h, claims)
+        jsonwebtoken::encode(&h, claims, &self.encoding).map_err(key_err)
     }
 
     /// A token with a header of the caller's choosing.
@@ -99,6 +124,10 @@ pub fn hmac(kid: &str, secret: &[u8], claims: &Value) -> String {
 /// base64url without padding.
 pub fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn key_err(e: impl std::fmt::Display) -> Error {
+    Error::Key(e.to_string())
 }
 
 fn pem(label: &str, der: &[u8]) -> String {

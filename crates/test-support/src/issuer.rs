@@ -1,24 +1,23 @@
 //! A real OAuth authorization server on 127.0.0.1 over HTTPS (test CA from `pki`): RFC 8414
 //! metadata, a JWKS with RSA, EC P-256 and Ed25519 keys (rotatable), RFC 7662 introspection,
-//! and counters of what the gateway fetched.
-#![allow(dead_code, clippy::unwrap_used)]
+//! and counters of what the gateway fetched. The demo's token issuer is one of these.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
 
-use super::keys::{self, SigningKey};
-use super::pki::{Body, HttpsServer, TestCa};
+use crate::keys::{self, SigningKey};
+use crate::pki::{self, HttpsServer, TestCa};
+use crate::{full, Body, Error};
 
-/// Client credentials the introspection endpoint accepts.
+/// The client id the introspection endpoint accepts.
 pub const CLIENT_ID: &str = "portcullis";
+/// The client secret the introspection endpoint accepts.
 pub const CLIENT_SECRET: &str = "s3cret:with/odd chars";
 
 #[derive(Default)]
@@ -33,24 +32,38 @@ struct State {
 
 /// The running issuer. Its identifier is [`Issuer::url`] (`https://127.0.0.1:<port>`).
 pub struct Issuer {
+    /// `rsa-1`, RS256.
     pub rsa: SigningKey,
+    /// `ec-1`, ES256.
     pub ec: SigningKey,
+    /// `ed-1`, EdDSA.
     pub ed: SigningKey,
     origin: String,
     state: Arc<Mutex<State>>,
     server: Option<HttpsServer>,
 }
 
+impl std::fmt::Debug for Issuer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Issuer").field("origin", &self.origin).finish_non_exhaustive()
+    }
+}
+
 impl Issuer {
-    /// Starts the issuer publishing one key of each type.
+    /// Starts the issuer publishing one key of each type; panics if it cannot.
     pub async fn start(ca: &TestCa) -> Issuer {
-        let (rsa, ec, ed) = (SigningKey::rsa("rsa-1"), SigningKey::ec("ec-1"), SigningKey::ed("ed-1"));
+        Issuer::try_start(ca).await.expect("OAuth issuer on 127.0.0.1")
+    }
+
+    /// Starts the issuer publishing one key of each type.
+    pub async fn try_start(ca: &TestCa) -> Result<Issuer, Error> {
+        let (rsa, ec, ed) = (SigningKey::try_rsa("rsa-1")?, SigningKey::try_ec("ec-1")?, SigningKey::try_ed("ed-1")?);
         let state = Arc::new(Mutex::new(State { published: vec![rsa.clone(), ec.clone(), ed.clone()], ..State::default() }));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let origin = format!("https://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let listener = pki::bind().await?;
+        let origin = pki::origin(listener.local_addr()?);
         let (s, o) = (state.clone(), origin.clone());
-        let server = HttpsServer::serve(listener, ca.server_config(), move |req| handle(req, s.clone(), o.clone()));
-        Issuer { rsa, ec, ed, origin, state, server: Some(server) }
+        let server = HttpsServer::try_serve(listener, ca.try_server_config()?, move |req| handle(req, s.clone(), o.clone()))?;
+        Ok(Issuer { rsa, ec, ed, origin, state, server: Some(server) })
     }
 
     /// The issuer identifier (`iss`, `oauth.issuer`).
@@ -112,7 +125,7 @@ impl Issuer {
 
 /// Seconds since the epoch (the gateway reads the same clock).
 pub fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default()
 }
 
 fn json_response(status: StatusCode, v: Value, cache_control: Option<&str>) -> Response<Body> {
@@ -120,7 +133,7 @@ fn json_response(status: StatusCode, v: Value, cache_control: Option<&str>) -> R
     if let Some(cc) = cache_control {
         b = b.header("cache-control", cc);
     }
-    b.body(Full::new(Bytes::from(v.to_string())).boxed()).unwrap()
+    b.body(full(v.to_string())).unwrap()
 }
 
 async fn handle(req: Request<Incoming>, state: Arc<Mutex<State>>, origin: String) -> Response<Body> {
@@ -137,13 +150,13 @@ async fn handle(req: Request<Incoming>, state: Arc<Mutex<State>>, origin: String
             let refs: Vec<&SigningKey> = s.published.iter().collect();
             if s.padding > 0 {
                 let body = format!("{}{}", " ".repeat(s.padding), keys::jwks(&refs));
-                return Response::builder().header("content-type", "application/json").body(Full::new(Bytes::from(body)).boxed()).unwrap();
+                return Response::builder().header("content-type", "application/json").body(full(body)).unwrap();
             }
             json_response(StatusCode::OK, keys::jwks(&refs), Some("public, max-age=3600"))
         }
         (Method::POST, "/introspect") => {
             let auth = req.headers().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-            let body = req.into_body().collect().await.unwrap().to_bytes();
+            let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
             let expected =
                 format!("Basic {}", base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("{}:{}", form(CLIENT_ID), form(CLIENT_SECRET))));
             if auth != expected {

@@ -1,5 +1,5 @@
-//! A real `redis-server` on 127.0.0.1 for the shared-state tests (scripts/test.sh installs it).
-#![allow(dead_code, clippy::unwrap_used)]
+//! A real `redis-server` on 127.0.0.1 for the shared-state tests and the state bench
+//! (scripts/test.sh installs it).
 
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 /// A redis-server child process on a free loopback port; stopped when dropped.
 pub struct RedisServer {
     child: Option<Child>,
+    /// Its loopback port (kept across [`RedisServer::restart`]).
     pub port: u16,
     dir: tempfile::TempDir,
     /// PEM certificate and key when the server speaks TLS only.
@@ -59,6 +60,7 @@ impl RedisServer {
         }
     }
 
+    /// `redis://127.0.0.1:<port>/0` (`rediss://` with TLS).
     pub fn url(&self) -> String {
         let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
         format!("{scheme}://127.0.0.1:{}/0", self.port)

@@ -1,26 +1,25 @@
 //! A Web Bot Auth key directory on 127.0.0.1 over HTTPS (certificate from the test CA): serves
 //! `/.well-known/http-message-signatures-directory`, counts fetches, can change its keys, its
 //! answer (status, media type, body) and can go down. It can also serve other files at other
-//! paths (an upload area of the same origin), and counts every request it receives.
-#![allow(dead_code, clippy::unwrap_used)]
+//! paths (an upload area of the same origin), and counts every request it receives. The demo's
+//! agent key directory is one of these.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
 use ed25519_dalek::VerifyingKey;
 use http::{Request, Response};
-use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use portcullis::signature::ed25519_public_jwk;
+use portcullis_wire::signature::ed25519_public_jwk;
 
-use super::pki::{Body, HttpsServer, TestCa};
+use crate::pki::{HttpsServer, TestCa};
+use crate::{full, Body, Error};
 
 /// The path agents publish their keys at.
 pub const WELL_KNOWN: &str = "/.well-known/http-message-signatures-directory";
 /// The media type a directory must use.
-pub const MEDIA_TYPE: &str = "application/http-message-signatures-directory+json";
+pub const MEDIA_TYPE: &str = portcullis_client::keys::DIRECTORY_MEDIA_TYPE;
 
 /// What the directory answers instead of its keys.
 #[derive(Debug, Clone)]
@@ -54,9 +53,20 @@ pub struct KeyDirectory {
     state: Arc<State>,
 }
 
+impl std::fmt::Debug for KeyDirectory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyDirectory").field("origin", &self.origin).finish_non_exhaustive()
+    }
+}
+
 impl KeyDirectory {
-    /// Starts a directory publishing `keys`.
+    /// Starts a directory publishing `keys`; panics if it cannot.
     pub async fn start(ca: &TestCa, keys: &[VerifyingKey]) -> KeyDirectory {
+        KeyDirectory::try_start(ca, keys).await.expect("key directory on 127.0.0.1")
+    }
+
+    /// Starts a directory publishing `keys`.
+    pub async fn try_start(ca: &TestCa, keys: &[VerifyingKey]) -> Result<KeyDirectory, Error> {
         let state = Arc::new(State {
             keys: Mutex::new(keys.iter().map(ed25519_public_jwk).collect()),
             max_age: Mutex::new(None),
@@ -66,9 +76,9 @@ impl KeyDirectory {
             requests: AtomicUsize::new(0),
         });
         let s = state.clone();
-        let server = HttpsServer::start(ca, move |req| serve(req, s.clone())).await;
+        let server = HttpsServer::try_start(ca, move |req| serve(req, s.clone())).await?;
         let origin = server.origin();
-        KeyDirectory { server: Some(server), origin, state }
+        Ok(KeyDirectory { server: Some(server), origin, state })
     }
 
     /// `https://127.0.0.1:<port>`: the agent URL signers put in `Signature-Agent`.
@@ -144,8 +154,4 @@ async fn serve(req: Request<Incoming>, state: Arc<State>) -> Response<Body> {
             resp.body(full(jwks)).unwrap()
         }
     }
-}
-
-fn full(b: impl Into<Bytes>) -> Body {
-    Full::new(b.into()).boxed()
 }

@@ -1,13 +1,13 @@
--- wrk driver of the load benchmark (benches/load.rs runs it; see benches/load.sh).
+-- wrk driver of the load benchmark (crates/load, the portcullis-load driver, runs it; see benches/load.sh).
 --
---   wrk -t1 -cN -dS -s benches/load.lua http://HOST:PORT/mcp -- POOL BODY once|cycle
+--   wrk -t1 -cN -dS -s crates/load/load.lua http://HOST:PORT/mcp -- POOL BODY once|cycle
 --
 -- POOL holds one request head per line (request line and header fields, separated by tabs),
 -- each signed for exactly one use: the gateway's replay cache refuses a second one. BODY is
 -- the request body every head was signed over. `once` sends each head at most once (when the
 -- pool runs out the last head is repeated, the gateway refuses it and the run reports
 -- `exhausted=1`); `cycle` wraps around (for scenarios that verify no signature).
--- done() prints one PORTCULLIS_WRK line that benches/load.rs parses.
+-- done() prints one PORTCULLIS_WRK line that the driver (crates/load/src/main.rs) parses.
 
 local threads = {}
 

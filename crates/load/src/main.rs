@@ -4,15 +4,18 @@
 //! ```text
 //! benches/load.sh [--seconds 8] [--rounds 3] [--connections 32,128] [--sizes 1024,65536]
 //!                 [--driver wrk|builtin] [--rate R] [--no-latency] [--soak SECONDS] [--perf DIR]
-//!                 [--pin]
+//!                 [--pin] [--gateway PATH]
 //! ```
-//! (`benches/load.sh` installs wrk when it is missing and runs `cargo bench --bench load --`.)
+//! (`benches/load.sh` installs wrk when it is missing, builds the gateway with
+//! `cargo build --release -p portcullis` and runs this driver, `cargo run --release -p
+//! portcullis-load`, passing the gateway binary in `PORTCULLIS_BIN`; `--gateway PATH` overrides
+//! it.)
 //!
 //! One run measures, interleaved round by round so machine noise hits every scenario alike:
 //! (a) bare pass-through, (b) the full chain (digest + signature + replay + JWT + Rego +
 //! quota), (c) JWT + Rego only. Every request in (b) carries its own signature: a pool of
 //! signed requests is generated before each measurement (the replay cache refuses reuse) and
-//! wrk replays it through `benches/load.lua`, each request once. The gateway and the example
+//! wrk replays it through `crates/load/load.lua`, each request once. The gateway and the example
 //! MCP backend run as separate processes, so the gateway's CPU time per request is read from
 //! /proc alone. Prints req/s, p50/p99 latency, gateway CPU µs per request, and the ratios
 //! (b)/(a) and (c)/(a) with min/median/max over the rounds.
@@ -28,10 +31,6 @@
 //! gateway (only) N tokio workers.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver: a panic is a failed run
 
-#[path = "../tests/suite/common/mod.rs"]
-#[allow(unused_imports)]
-mod common;
-
 use std::io::{BufRead, BufReader, Write as _};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -39,9 +38,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::issuer::Issuer;
-use common::keys::SigningKey as JwtKey;
-use common::pki::TestCa;
 use ed25519_dalek::SigningKey;
 use http::{HeaderMap, HeaderValue, Request};
 use http_body_util::{BodyExt, Full};
@@ -49,9 +45,17 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use portcullis::report::Histogram;
 use portcullis::signature::{ed25519_public_jwk, Nonce, Signer};
+use portcullis_test_support::issuer::{unix_now, Issuer};
+use portcullis_test_support::keys::SigningKey as JwtKey;
+use portcullis_test_support::pki::TestCa;
 use portcullis_wire::UnixTime;
 
-const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
+/// The gateway binary under test (`--gateway PATH` or `PORTCULLIS_BIN`), set once by [`options`].
+static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+fn bin() -> &'static std::path::Path {
+    BIN.get().expect("options() sets the gateway binary")
+}
 const AGENT: &str = "https://agent.example";
 const RESOURCE: &str = "https://mcp.example.com/mcp";
 /// The admin listener of the gateway under test (one runs at a time).
@@ -60,7 +64,7 @@ const ADMIN: &str = "127.0.0.1:19090";
 /// Who generates the closed-loop load.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Driver {
-    /// wrk replaying the pool through benches/load.lua.
+    /// wrk replaying the pool through crates/load/load.lua.
     Wrk,
     /// This process's own hyper client (no install needed; costs more CPU than wrk).
     Builtin,
@@ -93,7 +97,8 @@ fn options() -> Options {
         soak: None,
         perf: None,
     };
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut gateway = std::env::var_os("PORTCULLIS_BIN").map(std::path::PathBuf::from);
     let mut i = 0;
     while i < args.len() {
         let v = args.get(i + 1).cloned().unwrap_or_default();
@@ -113,6 +118,7 @@ fn options() -> Options {
             "--rate" => o.rate = Some(v.parse().expect("--rate REQ_PER_S")),
             "--soak" => o.soak = Some(v.parse().expect("--soak SECONDS")),
             "--perf" => o.perf = Some(v.into()),
+            "--gateway" => gateway = Some(v.into()),
             "--pin" => {
                 PIN.store(true, Ordering::Relaxed);
                 step = 1;
@@ -121,10 +127,13 @@ fn options() -> Options {
                 o.latency = false;
                 step = 1;
             }
-            other => panic!("unknown option {other:?} (see the header of benches/load.rs)"),
+            other => panic!("unknown option {other:?} (see the header of crates/load/src/main.rs)"),
         }
         i += step;
     }
+    let gateway = gateway.expect("the gateway binary: --gateway PATH or PORTCULLIS_BIN (benches/load.sh builds it and passes it)");
+    assert!(gateway.is_file(), "no gateway binary at {}", gateway.display());
+    BIN.set(gateway).expect("options() runs once");
     if o.driver == Driver::Builtin && !has_wrk {
         eprintln!("note: wrk is not installed; using the built-in client (benches/load.sh installs wrk)");
     }
@@ -171,10 +180,10 @@ fn spawn(args: &[&str], marker: &str) -> (Proc, String) {
     let gateway = args.first() == Some(&"run");
     let mut command = if gateway && PIN.load(Ordering::Relaxed) {
         let mut c = Command::new("taskset");
-        c.args(["-c", "1", BIN]);
+        c.args(["-c", "1"]).arg(bin());
         c
     } else {
-        Command::new(BIN)
+        Command::new(bin())
     };
     if gateway {
         if let Ok(n) = std::env::var("BENCH_GATEWAY_WORKERS") {
@@ -433,7 +442,7 @@ async fn gather(mut workers: tokio::task::JoinSet<Tally>) -> Tally {
 }
 
 /// Runs wrk with `connections` connections for `seconds`, replaying the pool `requests`
-/// (each head once unless it cycles) through benches/load.lua.
+/// (each head once unless it cycles) through crates/load/load.lua.
 fn measure_wrk(dir: &std::path::Path, authority: &str, pid: u32, requests: &Requests, body: &Bytes, connections: usize, seconds: f64) -> Sample {
     let Requests::Pool { heads: requests, cycle } = requests else { panic!("wrk replays a pool") };
     let cycle = *cycle;
@@ -450,7 +459,7 @@ fn measure_wrk(dir: &std::path::Path, authority: &str, pid: u32, requests: &Requ
     out.flush().unwrap();
     drop(out);
     std::fs::write(&body_path, body).unwrap();
-    let lua = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/load.lua");
+    let lua = concat!(env!("CARGO_MANIFEST_DIR"), "/load.lua");
     let cpu_before = cpu_seconds(pid);
     let output = Command::new("wrk")
         .args([
@@ -603,7 +612,8 @@ async fn measure_open(authority: &str, pid: Option<u32>, heads: Vec<HeaderMap>, 
 /// quota stage still counts every request.
 fn bench_policies() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policies");
+    // The repository's shipped policies, two levels up from this crate.
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies");
     for entry in std::fs::read_dir(&src).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_str().unwrap().to_owned();
@@ -819,7 +829,7 @@ fn main() {
         };
         // Valid for the whole run (a full run with a soak takes more than half an hour): an
         // expired token would turn every later (b) and (c) request into a 401.
-        let exp = common::issuer::unix_now() + 24 * 3600;
+        let exp = unix_now() + 24 * 3600;
         let token = env.jwt_key.sign(&env.issuer.claims_with(RESOURCE, serde_json::json!({"scope": "tools:read", "exp": exp})));
         println!(
             "load: {}s per run, {} rounds, {:?} driver, gateway and backend in separate processes, {} cores{}",

@@ -9,7 +9,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -21,7 +20,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::decision::{full, ResponseBody};
+use crate::{full, Body as ResponseBody};
 
 /// The protocol version the backend answers `initialize` with.
 pub const PROTOCOL_VERSION: &str = "2025-11-25";
@@ -155,7 +154,7 @@ fn call_tool(params: &Value, state: &State, identity: &serde_json::Map<String, V
 }
 
 fn json_rpc(v: Value) -> Response<ResponseBody> {
-    let mut r = Response::new(full(Bytes::from(v.to_string())));
+    let mut r = Response::new(full(v.to_string()));
     r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }
@@ -165,7 +164,7 @@ fn rpc_error(id: Value, code: i64, message: &str) -> Response<ResponseBody> {
 }
 
 fn status(s: StatusCode) -> Response<ResponseBody> {
-    let mut r = Response::new(full(Bytes::new()));
+    let mut r = Response::new(full(""));
     *r.status_mut() = s;
     r
 }

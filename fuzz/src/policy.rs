@@ -1,4 +1,0 @@
-//! `src/policy/convert.rs`, mounted as in the main crate.
-
-#[path = "../../src/policy/convert.rs"]
-pub mod convert;
