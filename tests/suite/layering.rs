@@ -141,7 +141,7 @@ fn the_modules_of_every_crate_import_each_other_without_a_cycle() {
     }
     for src in crates {
         let graph = module_graph(&src);
-        assert!(graph.len() > 1, "{}: no modules found", src.display());
+        assert!(!graph.is_empty(), "{}: no source found", src.display());
         if let Some(cycle) = find_cycle(&graph) {
             panic!("{}: import cycle {}", src.display(), cycle.join(" -> "));
         }
