@@ -13,6 +13,7 @@
 //! ```
 
 pub mod admin;
+pub mod call_digest;
 pub mod client;
 pub mod config;
 pub mod decision;
