@@ -333,7 +333,7 @@ fn redacted(url: &str) -> String {
 /// A real redis-server for the tests below (the same harness the integration tests use).
 #[cfg(test)]
 #[path = "../../tests/suite/common/redis.rs"]
-mod redis_server;
+pub(crate) mod redis_server;
 
 /// The replay and quota contract suites, run against a real redis-server on loopback.
 #[cfg(test)]
