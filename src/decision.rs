@@ -70,11 +70,15 @@ pub enum Verdict {
     Forward(Forward),
     /// Answer with this refusal.
     Refuse(Refusal),
+    /// Enforce mode: answer from the idempotency journal; the backend is not called.
+    Replay(Permit),
 }
 
 /// The only place the mode is consulted for a request.
 pub fn apply_mode(mode: Mode, decision: Decision) -> Verdict {
     match (decision, mode) {
+        // Monitor mode forwards a call it would have answered from the journal (`would_replay`).
+        (Ok(permit), Mode::Enforce) if permit.evidence().idempotency.as_ref().is_some_and(crate::idempotency::Claim::is_replay) => Verdict::Replay(permit),
         (Ok(permit), _) => Verdict::Forward(Forward { kind: ForwardKind::Permitted(permit) }),
         (Err(refusal), Mode::Enforce) => Verdict::Refuse(refusal),
         (Err(refusal), Mode::Monitor) => Verdict::Forward(Forward { kind: ForwardKind::Monitored(refusal) }),
@@ -182,6 +186,9 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed => {
             headers.push((RETRY_AFTER, "1".to_owned()))
         }
+        // draft-ietf-httpapi-idempotency-key-header §2.7: a 409 may be retried as it is.
+        Denial::Idempotency(crate::idempotency::IdempotencyError::InFlight) => headers.push((RETRY_AFTER, "1".to_owned())),
+        Denial::Idempotency(_) => {}
         Denial::BodyTooLarge { .. }
         | Denial::BodyTimeout { .. }
         | Denial::BodyUnreadable(_)

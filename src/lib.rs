@@ -21,6 +21,7 @@ pub mod demo;
 pub mod denial;
 pub mod digest;
 pub mod directory;
+pub mod idempotency;
 pub mod mcp;
 pub mod oauth;
 pub mod otel;

@@ -122,6 +122,8 @@ pub struct Config {
     pub policy: RawPolicy,
     /// Shared state.
     pub state: RawState,
+    /// The idempotency journal.
+    pub idempotency: RawIdempotency,
     /// Admin listener address.
     pub admin: Option<SocketAddr>,
     /// Decision log target.
@@ -396,6 +398,9 @@ impl Config {
         check("state.command_timeout", nonzero(raw.state.command_timeout.0));
         check("state.max_replay_entries", if raw.state.max_replay_entries == 0 { Err("must be at least 1".into()) } else { Ok(()) });
         check("state.session_ttl", nonzero(raw.state.session_ttl.0));
+        for (field, reason) in raw.idempotency.problems() {
+            check(field, Err(reason));
+        }
         check("state.max_sessions", if raw.state.max_sessions == 0 { Err("must be at least 1".into()) } else { Ok(()) });
         if let Some(endpoint) = &raw.log.otlp_endpoint {
             check(
@@ -444,6 +449,7 @@ impl Config {
                 oauth: OAuth { raw: raw.oauth, audience },
                 policy: raw.policy,
                 state: RawState { ca: raw.state.ca.as_ref().map(|c| base_dir.join(c)), ..raw.state },
+                idempotency: raw.idempotency,
                 admin,
                 log: Log { decisions, level: raw.log.level, otlp_endpoint: raw.log.otlp_endpoint },
                 origin: origin.to_owned(),

@@ -255,6 +255,7 @@ impl Policy {
                         }
                     }
                     m.quotas.extend(v.quotas);
+                    m.idempotency = m.idempotency.max(v.idempotency);
                 }
             }
         }
