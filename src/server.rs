@@ -366,8 +366,9 @@ impl Shared {
                             seen = fwd.into_evidence();
                             let resp = match result {
                                 // A first idempotent call: its answer is recorded as it streams.
-                                Ok(resp) => crate::idempotency::record(&mut seen, resp),
+                                Ok(resp) => crate::idempotency::record(&mut seen, resp).await,
                                 Err(e) => {
+                                    crate::idempotency::release(&mut seen).await;
                                     warn!(error.code = e.code(), error = %e, "Upstream request failed");
                                     self.metrics.upstream_error(e.code());
                                     let r = decision::respond_upstream(&e, &request_id);

@@ -149,47 +149,44 @@ impl std::fmt::Debug for Reservation {
 }
 
 impl Reservation {
-    /// Records `answer` in the background (the client has it already).
-    fn complete(mut self, answer: RecordedAnswer) {
+    /// Records `answer`. Awaited before the client gets the answer's last bytes, so a retry
+    /// sent after the first caller has the whole answer is always answered from the journal.
+    async fn complete(mut self, answer: RecordedAnswer) {
         let Some(ticket) = self.ticket.take() else { return };
-        let journal = self.journal.clone();
-        spawn(async move {
-            match journal.store.complete(&ticket, &answer, journal.ttl).await {
-                Ok(true) => journal.metrics.count("recorded"),
-                Ok(false) => {
-                    tracing::warn!("Idempotency reservation expired before the answer (idempotency.in_flight_ttl); answer not recorded");
-                    journal.metrics.count("not_recorded");
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "Idempotency answer not recorded; releasing the key so a retry is forwarded");
-                    journal.metrics.count("not_recorded");
-                    let _ = journal.store.release(&ticket).await;
-                }
+        let journal = &self.journal;
+        match journal.store.complete(&ticket, &answer, journal.ttl).await {
+            Ok(true) => journal.metrics.count("recorded"),
+            Ok(false) => {
+                tracing::warn!("Idempotency reservation expired before the answer (idempotency.in_flight_ttl); answer not recorded");
+                journal.metrics.count("not_recorded");
             }
-        });
+            Err(e) => {
+                tracing::warn!(error = %e, "Idempotency answer not recorded; releasing the key so a retry is forwarded");
+                journal.metrics.count("not_recorded");
+                let _ = journal.store.release(&ticket).await;
+            }
+        }
     }
 
-    /// Gives the key back: no answer will be recorded. `why` is a metric label.
-    fn release(mut self, why: &'static str) {
-        self.release_now(why);
-    }
-
-    fn release_now(&mut self, why: &'static str) {
+    /// Gives the key back: no answer will be recorded, a retry is forwarded. `why` is a
+    /// metric label.
+    async fn release(mut self, why: &'static str) {
         let Some(ticket) = self.ticket.take() else { return };
-        let journal = self.journal.clone();
-        journal.metrics.count(why);
-        spawn(async move {
-            if let Err(e) = journal.store.release(&ticket).await {
-                // The reservation frees itself after idempotency.in_flight_ttl.
-                tracing::warn!(error = %e, "Idempotency reservation not released; it expires after idempotency.in_flight_ttl");
-            }
-        });
+        self.journal.metrics.count(why);
+        if let Err(e) = self.journal.store.release(&ticket).await {
+            // The reservation frees itself after idempotency.in_flight_ttl.
+            tracing::warn!(error = %e, "Idempotency reservation not released; it expires after idempotency.in_flight_ttl");
+        }
     }
 }
 
 impl Drop for Reservation {
+    /// A reservation dropped unsettled (the call was refused at a later stage, or the request
+    /// was abandoned) is released in the background.
     fn drop(&mut self) {
-        self.release_now("released");
+        let Some(ticket) = self.ticket.take() else { return };
+        let rest = Reservation { ticket: Some(ticket), journal: self.journal.clone(), id: None, progress_token: None };
+        spawn(rest.release("released"));
     }
 }
 
@@ -346,13 +343,21 @@ fn journal_key(scope: &str, key: &str) -> String {
 
 /// Wraps a forwarded call's response so its answer is recorded as it streams past, when the
 /// evidence holds this call's reservation. Any other response is returned unchanged.
-pub fn record(seen: &mut Evidence, resp: http::Response<ResponseBody>) -> http::Response<ResponseBody> {
+pub async fn record(seen: &mut Evidence, resp: http::Response<ResponseBody>) -> http::Response<ResponseBody> {
     match seen.idempotency.take() {
-        Some(Claim::First(reservation)) => record::tee(reservation, resp),
+        Some(Claim::First(reservation)) => record::tee(reservation, resp).await,
         other => {
             seen.idempotency = other;
             resp
         }
+    }
+}
+
+/// The forward failed (backend unreachable, timeout): gives the key back before the client
+/// hears of it, so its retry is forwarded.
+pub async fn release(seen: &mut Evidence) {
+    if let Some(Claim::First(reservation)) = seen.idempotency.take() {
+        reservation.release("released").await;
     }
 }
 

@@ -1,7 +1,8 @@
 //! Recording a first call's answer while it streams to the client: the response body is
 //! wrapped, each frame is passed on the moment it arrives and copied aside (up to
-//! `idempotency.max_response`), and when the answer is complete it is recorded in the
-//! background. The client never waits for the journal.
+//! `idempotency.max_response`). Only the answer's last frame waits, for the one store round
+//! trip that records it: once the first caller has the whole answer, a retry is always
+//! answered from the journal (never a 409 for a call that is in fact done).
 //!
 //! "Complete" means: a 2xx whose body ended (JSON), or whose SSE stream carried the JSON-RPC
 //! response to this request's id (the stream may be cut after it). Interim answers
@@ -10,7 +11,9 @@
 //! answer in the background (bounded by `idempotency.in_flight_ttl`) so that the call it
 //! already made is recorded, not executed again on the retry.
 
+use std::future::Future;
 use std::pin::Pin;
+use std::sync::Mutex;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
@@ -26,9 +29,9 @@ use crate::state::journal::RecordedAnswer;
 
 /// Wraps `resp` so its answer is recorded under `reservation`; releases at once when the
 /// status says the call was not completed (anything but 2xx).
-pub(super) fn tee(reservation: Reservation, resp: Response<ResponseBody>) -> Response<ResponseBody> {
+pub(super) async fn tee(reservation: Reservation, resp: Response<ResponseBody>) -> Response<ResponseBody> {
     if !resp.status().is_success() {
-        reservation.release("released");
+        reservation.release("released").await;
         return resp;
     }
     let content_type = resp.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -36,9 +39,14 @@ pub(super) fn tee(reservation: Reservation, resp: Response<ResponseBody>) -> Res
     let status = resp.status().as_u16();
     let (parts, body) = resp.into_parts();
     let recorder = Recorder { reservation, status, content_type, is_sse, buf: BytesMut::new() };
-    let body = Recording { inner: Some(body), recorder: Some(recorder), is_draining: false };
+    let body = Recording { inner: Some(body), recorder: Some(recorder), settling: None, is_draining: false };
     Response::from_parts(parts, body.boxed())
 }
+
+/// Recording or releasing, then the frame (or the end) that waited for it. The mutex only
+/// makes the body `Sync` (as `BoxBody` requires); it is never contended (`get_mut`).
+type Settling = (Mutex<SettleFuture>, Option<Result<Frame<Bytes>, hyper::Error>>);
+type SettleFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 struct Recorder {
     reservation: Reservation,
@@ -49,7 +57,7 @@ struct Recorder {
 }
 
 impl Recorder {
-    /// Copies `data` aside; `false` when the answer outgrew `max_response` (then released).
+    /// Copies `data` aside; `false` when the answer outgrew `max_response`.
     fn observe(&mut self, data: &Bytes) -> bool {
         self.buf.len() + data.len() <= self.reservation.journal.max_response && {
             self.buf.extend_from_slice(data);
@@ -57,25 +65,25 @@ impl Recorder {
         }
     }
 
+    /// Passed on unrecorded: the key is released (in the background; the stream goes on).
     fn too_large(self) {
         tracing::warn!(
             max_response = self.reservation.journal.max_response,
             "Idempotent call's answer exceeds idempotency.max_response: passed on, not recorded; the key is released"
         );
-        self.reservation.release("too_large");
+        super::spawn(self.reservation.release("too_large"));
     }
 
-    /// The body ended (or was cut): records the answer if it is complete, else releases.
-    fn finish(self, is_cut: bool) {
+    /// The body ended (or was cut): records the answer if it is complete and final, else
+    /// releases the key.
+    fn finish(self, is_cut: bool) -> SettleFuture {
         let body = self.buf.freeze();
         let Some(response) = final_response(&body, self.is_sse, self.reservation.id.as_deref(), is_cut) else {
             tracing::info!(is_cut, "Idempotent call ended without its final answer; the key is released so a retry is forwarded");
-            self.reservation.release("released");
-            return;
+            return Box::pin(self.reservation.release("released"));
         };
         if is_interim(&response) {
-            self.reservation.release("released");
-            return;
+            return Box::pin(self.reservation.release("released"));
         }
         let answer = RecordedAnswer {
             status: self.status,
@@ -84,7 +92,7 @@ impl Recorder {
             id: self.reservation.id.clone(),
             progress_token: self.reservation.progress_token.clone(),
         };
-        self.reservation.complete(answer);
+        Box::pin(self.reservation.complete(answer))
     }
 }
 
@@ -111,8 +119,21 @@ fn is_interim(response: &Value) -> bool {
 struct Recording {
     inner: Option<ResponseBody>,
     recorder: Option<Recorder>,
+    /// The answer's last frame (or end), held while the answer is recorded.
+    settling: Option<Settling>,
     /// The client went away and the rest is being read in the background.
     is_draining: bool,
+}
+
+impl Recording {
+    fn poll_settling(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let Some((settle, _)) = self.settling.as_mut() else { return Poll::Ready(None) };
+        let settle = settle.get_mut().unwrap_or_else(|p| p.into_inner());
+        if settle.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        Poll::Ready(self.settling.take().and_then(|(_, held)| held))
+    }
 }
 
 impl Body for Recording {
@@ -121,12 +142,15 @@ impl Body for Recording {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
+        if this.settling.is_some() {
+            return this.poll_settling(cx);
+        }
         let Some(inner) = this.inner.as_mut() else { return Poll::Ready(None) };
         let polled = match Pin::new(inner).poll_frame(cx) {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(p) => p,
         };
-        match &polled {
+        let is_done = match &polled {
             Some(Ok(frame)) => {
                 if let (Some(data), Some(recorder)) = (frame.data_ref(), this.recorder.as_mut()) {
                     if !recorder.observe(data) {
@@ -135,54 +159,59 @@ impl Body for Recording {
                         }
                     }
                 }
-                if this.inner.as_ref().is_some_and(Body::is_end_stream) {
-                    this.inner = None;
-                    if let Some(r) = this.recorder.take() {
-                        r.finish(false);
-                    }
-                }
+                this.inner.as_ref().is_some_and(Body::is_end_stream)
             }
             Some(Err(_)) => {
+                // The client sees the error whatever happens: settle in the background.
                 this.inner = None;
                 if let Some(r) = this.recorder.take() {
-                    r.finish(true);
+                    super::spawn(r.finish(true));
                 }
+                false
             }
-            None => {
-                this.inner = None;
-                if let Some(r) = this.recorder.take() {
-                    r.finish(false);
-                }
-            }
+            None => true,
+        };
+        if !is_done {
+            return Poll::Ready(polled);
         }
-        Poll::Ready(polled)
+        this.inner = None;
+        match this.recorder.take() {
+            Some(r) => {
+                this.settling = Some((Mutex::new(r.finish(false)), polled));
+                this.poll_settling(cx)
+            }
+            None => Poll::Ready(polled),
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.as_ref().is_none_or(Body::is_end_stream)
+        self.settling.is_none() && self.inner.as_ref().is_none_or(Body::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.as_ref().map(Body::size_hint).unwrap_or_else(|| SizeHint::with_exact(0))
+        self.inner.as_ref().map(Body::size_hint).unwrap_or_default()
     }
 }
 
 impl Drop for Recording {
     fn drop(&mut self) {
+        if let Some((settle, _)) = self.settling.take() {
+            // Finish recording even though the client left before the last frame.
+            super::spawn(settle.into_inner().unwrap_or_else(|p| p.into_inner()));
+            return;
+        }
         let Some(recorder) = self.recorder.take() else { return };
         match self.inner.take() {
             Some(inner) if !inner.is_end_stream() && !self.is_draining => {
                 // The client went away before the end: the backend is still answering a call it
                 // is executing. Read the rest so the answer is recorded, not the call repeated.
                 let limit = recorder.reservation.journal.in_flight_ttl;
-                let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
-                rt.spawn(async move {
-                    let mut rest = Recording { inner: Some(inner), recorder: Some(recorder), is_draining: true };
+                super::spawn(async move {
+                    let mut rest = Recording { inner: Some(inner), recorder: Some(recorder), settling: None, is_draining: true };
                     let _ = tokio::time::timeout(limit, async { while let Some(Ok(_)) = rest.frame().await {} }).await;
                 });
             }
-            Some(_) if self.is_draining => recorder.finish(true),
-            _ => recorder.finish(false),
+            _ => super::spawn(recorder.finish(self.is_draining)),
         }
     }
 }

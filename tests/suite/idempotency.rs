@@ -244,7 +244,8 @@ async fn a_sequential_retry_gets_the_recorded_answer_with_its_own_id_and_no_quot
     assert!(first.headers().get("idempotent-replayed").is_none());
     let first = json_of(first).await;
     // A bare (unquoted) key is the same key.
-    wait_for_metric(&s.gw, "portcullis_idempotency_total{result=\"recorded\"}", 1).await;
+    // The answer is recorded before its last byte reaches the first caller: a retry sent once
+    // the first answer is in hand is always replayed.
     let retry = call(&s.gw, &s.signer, 2, "payments.limited", json!({"amount": 500}), Some("k-seq")).send().await.unwrap();
     assert_eq!(retry.status(), 200);
     assert_eq!(retry.headers()["idempotent-replayed"], "true");
@@ -297,8 +298,11 @@ async fn a_retry_while_the_first_call_runs_is_409_then_gets_the_answer() {
     assert_eq!(resp.headers()["retry-after"], "1");
     assert_eq!(json_of(resp).await["error"], "idempotency_in_flight");
     backend.open();
-    assert_eq!(first.await.unwrap().unwrap().status(), 200);
-    let retry = retry_until_replayed(&s, 3, "payments.hold", json!({"amount": 1}), "\"k-409\"").await;
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(first.status(), 200);
+    assert_eq!(text_of(&json_of(first).await), "payment #1");
+    let retry = replayed(call(&s.gw, &s.signer, 3, "payments.hold", json!({"amount": 1}), Some("\"k-409\""))).await;
+    assert_eq!(retry["id"], 3);
     assert_eq!(text_of(&retry), "payment #1");
     assert_eq!(backend.executions(), 1);
 }
@@ -312,16 +316,10 @@ async fn a_backend_down_releases_the_key_so_the_retry_executes() {
     let resp = call(&s.gw, &s.signer, 1, "payments.send", json!({"amount": 5}), Some("\"k-down\"")).send().await.unwrap();
     assert_eq!(resp.status(), 502);
     let backend = Backend::on(TcpListener::bind(addr).await.unwrap()).await;
-    // The release is written in the background just after the 502: a retry that finds the key
-    // still held gets 409 and tries again.
-    let answer = loop {
-        let resp = call(&s.gw, &s.signer, 2, "payments.send", json!({"amount": 5}), Some("\"k-down\"")).send().await.unwrap();
-        match resp.status().as_u16() {
-            409 => tokio::time::sleep(Duration::from_millis(10)).await,
-            200 => break json_of(resp).await,
-            other => panic!("unexpected {other}"),
-        }
-    };
+    // The key is released before the 502 is sent: the retry is forwarded at once.
+    let resp = call(&s.gw, &s.signer, 2, "payments.send", json!({"amount": 5}), Some("\"k-down\"")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let answer = json_of(resp).await;
     assert_eq!(text_of(&answer), "payment #1");
     assert_eq!(backend.executions(), 1, "the retry executed, once");
 }
@@ -343,7 +341,8 @@ async fn an_sse_answer_reaches_the_first_caller_unbuffered_and_is_replayed_whole
     }
     assert!(String::from_utf8_lossy(&rest).contains("streamed payment #1"));
 
-    let resp = retry_response(|| call_body(&s.gw, &s.signer, body(2, "p-retry"), Some("\"k-sse\""))).await;
+    let resp = call_body(&s.gw, &s.signer, body(2, "p-retry"), Some("\"k-sse\"")).send().await.unwrap();
+    assert_eq!(resp.headers()["idempotent-replayed"], "true");
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     let text = resp.text().await.unwrap();
     let events: Vec<Value> = text.lines().filter_map(|l| l.strip_prefix("data: ")).map(|d| serde_json::from_str(d).unwrap()).collect();
@@ -450,10 +449,7 @@ async fn monitor_mode_forwards_every_call_and_logs_what_the_journal_would_do() {
         let resp = call(&gw, &signer, id, "payments.send", json!({"amount": amount}), Some("\"k-mon\"")).send().await.unwrap();
         assert_eq!(resp.status(), 200);
         assert!(resp.headers().get("idempotent-replayed").is_none(), "monitor mode never answers from the journal");
-        // Wait for the first answer to be recorded before the retries.
-        if id == 1 {
-            wait_for_metric(&gw, "portcullis_idempotency_total{result=\"recorded\"}", 1).await;
-        }
+        assert_eq!(json_of(resp).await["id"], id);
     }
     assert_eq!(backend.executions(), 3, "every call forwarded");
     let lines = common::wait_for_decision_lines(&log, 3).await;
@@ -468,26 +464,12 @@ async fn monitor_mode_forwards_every_call_and_logs_what_the_journal_would_do() {
     );
 }
 
-/// Retries a call until it is answered from the journal (the first call's answer is recorded
-/// just after its body ends, in the background).
-async fn retry_until_replayed(s: &Setup, id: u64, tool: &str, args: Value, key: &str) -> Value {
-    let resp = retry_response(|| call(&s.gw, &s.signer, id, tool, args.clone(), Some(key))).await;
-    let answer = json_of(resp).await;
-    assert_eq!(answer["id"], id);
-    answer
-}
-
-async fn retry_response(make: impl Fn() -> reqwest::RequestBuilder) -> reqwest::Response {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let resp = make().send().await.unwrap();
-        if resp.status() == 200 && resp.headers().get("idempotent-replayed").is_some() {
-            return resp;
-        }
-        assert_eq!(resp.status(), 409, "only in-flight is expected before the replay");
-        assert!(Instant::now() < deadline, "no replay within 10 s");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+/// Sends `req`, which must be answered from the journal.
+async fn replayed(req: reqwest::RequestBuilder) -> Value {
+    let resp = req.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["idempotent-replayed"], "true");
+    json_of(resp).await
 }
 
 async fn wait_until(f: impl Fn() -> bool) {
