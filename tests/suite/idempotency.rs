@@ -492,3 +492,17 @@ async fn wait_for_metric(gw: &Gateway, series: &str, at_least: usize) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[test]
+fn bad_idempotency_settings_are_refused_naming_each_field() {
+    let text = common::config_toml(
+        "http://127.0.0.1:1",
+        "[idempotency]\nttl = \"0s\"\nin_flight_ttl = \"0s\"\nmax_response = \"2MiB\"\nmax_bytes = \"1MiB\"\nmax_entries = 0\n",
+    );
+    let err = Config::parse(&text, "bad idempotency", Path::new(".")).unwrap_err().to_string();
+    for field in ["idempotency.ttl", "idempotency.in_flight_ttl", "idempotency.max_bytes", "idempotency.max_entries"] {
+        assert!(err.contains(field), "{field} not named: {err}");
+    }
+    let unknown = common::config_toml("http://127.0.0.1:1", "[idempotency]\nttl_seconds = 5\n");
+    assert!(Config::parse(&unknown, "unknown key", Path::new(".")).unwrap_err().to_string().contains("ttl_seconds"));
+}
