@@ -185,8 +185,15 @@ impl Drop for Reservation {
     /// was abandoned) is released in the background.
     fn drop(&mut self) {
         let Some(ticket) = self.ticket.take() else { return };
-        let rest = Reservation { ticket: Some(ticket), journal: self.journal.clone(), id: None, progress_token: None };
-        spawn(rest.release("released"));
+        let journal = self.journal.clone();
+        journal.metrics.count("released");
+        // The task holds no `Reservation`, so dropping it unpolled (runtime shutting down)
+        // cannot come back here; the entry then lapses after idempotency.in_flight_ttl.
+        spawn(async move {
+            if let Err(e) = journal.store.release(&ticket).await {
+                tracing::warn!(error = %e, "Idempotency reservation not released; it expires after idempotency.in_flight_ttl");
+            }
+        });
     }
 }
 

@@ -49,6 +49,7 @@ decision := {"allow": true, "idempotency": {"required": true}, "quotas": [{"key"
 /// - `payments.send`: answers `{"text": "payment #N"}` (N = executions so far);
 /// - `payments.hold`: like `payments.send`, after [`Backend::open`] lets it go on;
 /// - `stream.send`: SSE — a progress notification at once, the result after [`Backend::open`];
+/// - `stream.cut`: SSE — a progress notification, then the stream ends without a result;
 /// - `big.report`: a 4 KiB answer.
 struct Backend {
     addr: SocketAddr,
@@ -115,6 +116,12 @@ async fn execute(req: Request<Incoming>, executions: Arc<AtomicUsize>, gate: Arc
             Ok(json(result(format!("payment #{n}"))))
         }
         "big.report" => Ok(json(result("x".repeat(4096)))),
+        "stream.cut" => {
+            let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 1, "progress": 1}});
+            let event = Ok::<_, Infallible>(Frame::data(Bytes::from(format!("data: {progress}\n\n"))));
+            let stream = futures_util::stream::iter([event]);
+            Ok(Response::builder().header("content-type", "text/event-stream").body(BodyExt::boxed(StreamBody::new(stream))).unwrap())
+        }
         "stream.send" => {
             let token = msg["params"]["_meta"]["progressToken"].clone();
             let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
@@ -255,6 +262,11 @@ async fn a_sequential_retry_gets_the_recorded_answer_with_its_own_id_and_no_quot
     assert_eq!(backend.executions(), 1);
     let other = call(&s.gw, &s.signer, 3, "payments.limited", json!({"amount": 1}), Some("\"k-seq-2\"")).send().await.unwrap();
     assert_eq!(other.status(), 429, "the one execution an hour was spent by the first call alone");
+    // The refused call's reservation is given back: its retry is refused by the quota again,
+    // not held up as in flight.
+    wait_for_metric(&s.gw, "portcullis_idempotency_total{result=\"released\"}", 1).await;
+    let again = call(&s.gw, &s.signer, 4, "payments.limited", json!({"amount": 1}), Some("\"k-seq-2\"")).send().await.unwrap();
+    assert_eq!(again.status(), 429);
     let metrics = common::metrics(&s.gw).await;
     assert!(metrics.contains("portcullis_idempotency_total{result=\"replayed\"} 1"), "{metrics}");
     assert!(metrics.contains("portcullis_idempotency_total{result=\"recorded\"} 1"), "{metrics}");
@@ -351,6 +363,19 @@ async fn an_sse_answer_reaches_the_first_caller_unbuffered_and_is_replayed_whole
     assert_eq!(events[1]["id"], 2);
     assert_eq!(text_of(&events[1]), "streamed payment #1");
     assert_eq!(backend.executions(), 1);
+}
+
+#[tokio::test]
+async fn a_stream_that_ends_before_the_answer_releases_the_key() {
+    let backend = Backend::start().await;
+    let s = setup(&backend.url(), "").await;
+    for id in [1, 2] {
+        let resp = call(&s.gw, &s.signer, id, "stream.cut", json!({}), Some("\"k-cut\"")).send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert!(resp.headers().get("idempotent-replayed").is_none(), "nothing was recorded to replay");
+        assert!(resp.text().await.unwrap().contains("notifications/progress"));
+    }
+    assert_eq!(backend.executions(), 2, "the retry executed: the first call never answered");
 }
 
 #[tokio::test]
