@@ -12,9 +12,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use portcullis::config::Config;
-use portcullis::pipeline::{self, Inbound, StageTimings, Stages, UnixTime};
+use portcullis::inbound::Inbound;
+use portcullis::pipeline::{self, Stages};
 use portcullis::signature::{ed25519_public_jwk, Signer};
+use portcullis::stage::StageTimings;
 use portcullis::state::replay::{MemoryReplayStore, ReplayStore};
+use portcullis_wire::UnixTime;
 
 fn replay_store(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();

@@ -47,9 +47,9 @@ use http::{HeaderMap, HeaderValue, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use portcullis::pipeline::UnixTime;
 use portcullis::report::Histogram;
 use portcullis::signature::{ed25519_public_jwk, Nonce, Signer};
+use portcullis_wire::UnixTime;
 
 const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
 const AGENT: &str = "https://agent.example";

@@ -16,10 +16,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
 use portcullis::config::{PolicyEvaluator, RawPolicy};
-use portcullis::mcp::{self, McpRequest};
-use portcullis::pipeline::UnixTime;
 use portcullis::policy::load::{Source, SourceSet};
 use portcullis::policy::{AgentView, Policy, PolicyInput, RequestView, TokenView};
+use portcullis_wire::mcp::{self, McpRequest};
+use portcullis_wire::UnixTime;
 
 const READ_CALL: &[u8] = br#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"search","arguments":{"q":"quarterly report","limit":10}}}"#;
 const PAYMENT: &[u8] =

@@ -10,11 +10,12 @@ use base64::Engine as _;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
 use portcullis::config::RawSignatures;
-use portcullis::digest::DigestCheck;
-use portcullis::pipeline::{Inbound, UnixTime};
-use portcullis::signature::base::{signature_base, MessageView, RequestView};
-use portcullis::signature::parse::{combined_field, parse_signatures, pick_tagged};
+use portcullis::inbound::Inbound;
 use portcullis::signature::{SignatureVerifier, Signer};
+use portcullis_wire::digest::DigestCheck;
+use portcullis_wire::signature::base::{signature_base, MessageView, RequestView};
+use portcullis_wire::signature::parse::{combined_field, parse_signatures, pick_tagged};
+use portcullis_wire::UnixTime;
 use sha2::Digest as _;
 
 const NOW: u64 = 1_784_980_800;

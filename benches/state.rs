@@ -12,11 +12,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use portcullis::pipeline::UnixTime;
 use portcullis::state::journal::{JournalStore, MemoryJournalStore, RecordedAnswer, Ticket};
 use portcullis::state::quota::{MemoryQuotaStore, QuotaStore};
 use portcullis::state::redis::{RedisSettings, RedisStore};
 use portcullis::state::replay::{MemoryReplayStore, ReplayStore};
+use portcullis_wire::UnixTime;
 
 fn stores(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

@@ -15,7 +15,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use http::{HeaderMap, HeaderValue};
 use portcullis::config::Config;
 use portcullis::oauth::TokenVerifier;
-use portcullis::pipeline::UnixTime;
+use portcullis_wire::UnixTime;
 
 const AUD: &str = "https://mcp.example.com/mcp";
 

@@ -1,4 +1,4 @@
-//! A minimal Rust agent using `portcullis::client`: loads the key `portcullis keygen` wrote,
+//! A minimal Rust agent using `portcullis_client`: loads the key `portcullis keygen` wrote,
 //! lists the MCP tools and calls one through the gateway, each request freshly signed.
 //!
 //! ```text
@@ -10,7 +10,7 @@
 
 use std::process::ExitCode;
 
-use portcullis::client::{jsonrpc_request, load_private_jwk, Agent};
+use portcullis_client::{jsonrpc_request, load_private_jwk, Agent};
 use serde_json::json;
 
 #[tokio::main]

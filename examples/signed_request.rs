@@ -12,8 +12,8 @@
 use std::process::ExitCode;
 
 use ed25519_dalek::SigningKey;
-use portcullis::pipeline::UnixTime;
 use portcullis::signature::{ed25519_public_jwk, Signer};
+use portcullis_wire::UnixTime;
 
 const AGENT: &str = "https://quickstart-agent.example";
 /// Public demo seed: the key it makes proves nothing outside a demo.

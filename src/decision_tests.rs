@@ -1,7 +1,5 @@
 use super::*;
-use crate::digest::DigestError;
 use crate::directory::DirectoryError;
-use crate::mcp::McpError;
 use crate::oauth::TokenError;
 use crate::pipeline::Evidence;
 use crate::policy::PolicyError;
@@ -10,6 +8,8 @@ use crate::replay::ReplayError;
 use crate::session::SessionError;
 use crate::signature::SignatureError;
 use http_body_util::BodyExt;
+use portcullis_wire::digest::DigestError;
+use portcullis_wire::mcp::McpError;
 
 fn challenge() -> Challenge {
     Challenge {

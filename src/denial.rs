@@ -6,16 +6,16 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use crate::digest::DigestError;
 use crate::directory::DirectoryError;
 use crate::idempotency::IdempotencyError;
-use crate::mcp::McpError;
 use crate::oauth::TokenError;
 use crate::policy::PolicyError;
 use crate::quota::QuotaError;
 use crate::replay::ReplayError;
 use crate::session::SessionError;
 use crate::signature::SignatureError;
+use portcullis_wire::digest::DigestError;
+use portcullis_wire::mcp::McpError;
 
 /// Why a request was refused. One variant per cause; [`Denial::code`] gives the `error` code of
 /// the table in docs/design.md "Refusals".
@@ -130,7 +130,7 @@ pub enum Denial {
     NotFound,
     /// The request's authority cannot be read one way only (before any stage).
     #[error("{0}")]
-    BadTarget(#[from] crate::target::TargetError),
+    BadTarget(#[from] portcullis_wire::target::TargetError),
 }
 
 impl Denial {

@@ -14,15 +14,13 @@
 
 pub mod admin;
 pub mod call_digest;
-pub mod client;
 pub mod config;
 pub mod decision;
 pub mod demo;
 pub mod denial;
-pub mod digest;
 pub mod directory;
 pub mod idempotency;
-pub mod mcp;
+pub mod inbound;
 pub mod oauth;
 pub mod otel;
 pub mod pipeline;
@@ -34,7 +32,7 @@ pub mod report;
 pub mod server;
 pub mod session;
 pub mod signature;
+pub mod stage;
 pub mod state;
-pub mod target;
 pub mod telemetry;
 pub mod tls;

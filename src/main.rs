@@ -50,9 +50,9 @@ enum Command {
         timeout: std::time::Duration,
     },
     /// Generate an agent's Ed25519 key pair: a private JWK and the key directory to publish.
-    Keygen(portcullis::client::cli::KeygenArgs),
+    Keygen(portcullis_client::cli::KeygenArgs),
     /// Send a freshly signed request (curl-like): prints status, headers and body.
-    Request(Box<portcullis::client::cli::RequestArgs>),
+    Request(Box<portcullis_client::cli::RequestArgs>),
     /// Start a backend, key directory, token issuer and gateways on 127.0.0.1, run a scripted
     /// tour and print what happened; then serve until ctrl-c.
     Demo(portcullis::demo::cli::DemoArgs),
@@ -129,12 +129,12 @@ fn report(result: Result<(String, bool), String>) -> ExitCode {
 }
 
 /// Runs `portcullis request`: exit 0 for a 2xx answer, 1 for another status, 2 when no answer.
-fn request(args: &portcullis::client::cli::RequestArgs) -> ExitCode {
+fn request(args: &portcullis_client::cli::RequestArgs) -> ExitCode {
     let rt = match runtime(false) {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    match rt.block_on(portcullis::client::cli::request(args)) {
+    match rt.block_on(portcullis_client::cli::request(args)) {
         Ok(out) => {
             eprint!("{}", out.trace);
             print!("{}", out.response);
@@ -210,7 +210,7 @@ fn main() -> ExitCode {
                 }
             })
         }
-        Command::Keygen(args) => match portcullis::client::cli::keygen(&args) {
+        Command::Keygen(args) => match portcullis_client::cli::keygen(&args) {
             Ok(text) => {
                 print!("{text}");
                 ExitCode::SUCCESS

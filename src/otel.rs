@@ -62,7 +62,7 @@ pub fn init_tracing(filter: &str, otlp_endpoint: Option<&str>) -> Result<Option<
     // spans trace level under their own target (so the stderr log never pays for them).
     let spans = tracing_subscriber::filter::Targets::new()
         .with_target("portcullis", tracing::Level::INFO)
-        .with_target(crate::pipeline::STAGE_SPAN_TARGET, tracing::Level::TRACE);
+        .with_target(crate::stage::STAGE_SPAN_TARGET, tracing::Level::TRACE);
     let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("portcullis")).with_filter(spans);
     let _ = tracing_subscriber::registry().with(fmt).with(otel).try_init();
     Ok(Some(OtelGuard(provider)))

@@ -7,184 +7,25 @@
 //! Stage 1 (bounded body read) happens in `server`, before an [`Inbound`] exists; stage 11
 //! (forwarding) happens in `proxy`, after the mode is applied.
 
-use std::fmt;
-use std::future::Future;
-use std::net::SocketAddr;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
-use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 
 use crate::config::{Config, ConfigError, FieldError};
 use crate::denial::Denial;
-use crate::digest::DigestCheck;
 use crate::directory::KeyResolver;
-use crate::mcp::{self, McpRequest};
+use crate::inbound::Inbound;
 use crate::oauth::{TokenVerifier, VerifiedToken};
 use crate::policy::{AgentView, Policy, PolicyError, PolicyInput, RequestView, TokenView};
 use crate::quota::{QuotaError, QuotaSpec, Quotas};
 use crate::replay::ReplayGuard;
 use crate::session::{self, SessionGuard};
 use crate::signature::{SignatureError, SignatureVerifier, VerifiedSignature};
+use crate::stage::{stage_span, Stage, StageTimings};
 use crate::state::Stores;
 use crate::telemetry::DirectoryMetrics;
-
-/// One request as the stages see it: the head, the exact raw body bytes, and the time.
-#[derive(Debug)]
-pub struct Inbound {
-    /// Method, URI, version and headers as received.
-    pub head: http::request::Parts,
-    /// The raw body, read whole and bounded by `limits.max_body`.
-    pub body: Bytes,
-    /// The request's clock reading, taken once at arrival; stages never read the clock.
-    pub now: UnixTime,
-    /// The client's address.
-    pub peer: SocketAddr,
-    /// Whether the client connection is TLS.
-    pub is_tls: bool,
-    /// The id quoted in the refusal body, the decision log and the `x-request-id` header.
-    pub request_id: String,
-    /// The authority the request is addressed to, derived once at the edge
-    /// ([`crate::target::authority`]): the signature base, the policy input and
-    /// `X-Forwarded-Host` all read this, never `Host` again.
-    pub authority: String,
-}
-
-impl Inbound {
-    /// A request with its authority derived from `head` ([`crate::target::authority`]); the
-    /// server derives it itself, before reading the body.
-    pub fn new(
-        head: http::request::Parts,
-        body: Bytes,
-        now: UnixTime,
-        peer: SocketAddr,
-        is_tls: bool,
-        request_id: String,
-    ) -> Result<Inbound, crate::target::TargetError> {
-        let authority = crate::target::authority(&head, is_tls)?;
-        Ok(Inbound { head, body, now, peer, is_tls, request_id, authority })
-    }
-}
-
-/// Seconds and nanoseconds since the Unix epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct UnixTime(pub Duration);
-
-impl UnixTime {
-    /// Reads the system clock (only the server edge calls this).
-    pub fn now() -> UnixTime {
-        UnixTime(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default())
-    }
-
-    /// Whole seconds since the epoch.
-    pub fn secs(self) -> u64 {
-        self.0.as_secs()
-    }
-}
-
-/// The stages, named as in docs/design.md, in order. Also the `stage` label of latency metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Stage {
-    /// 1: bounded body read.
-    Body,
-    /// 2: Content-Digest.
-    Digest,
-    /// 3–5: signature parse, key resolution (directory), Ed25519 verify.
-    Signature,
-    /// 6: replay check.
-    Replay,
-    /// 7: OAuth bearer token.
-    Token,
-    /// Decision 9: `Mcp-Session-Id` bound to its owner (check, and binding on the response).
-    Session,
-    /// 8: JSON-RPC parse.
-    Mcp,
-    /// 9: Rego policy.
-    Policy,
-    /// After 9: the idempotency journal, for calls the decision names.
-    Idempotency,
-    /// 10: quotas and rate limits.
-    Quota,
-    /// 11: time to upstream response headers.
-    Upstream,
-}
-
-impl Stage {
-    /// Every stage, in pipeline order.
-    pub const ALL: [Stage; 11] = [
-        Stage::Body,
-        Stage::Digest,
-        Stage::Signature,
-        Stage::Replay,
-        Stage::Token,
-        Stage::Session,
-        Stage::Mcp,
-        Stage::Policy,
-        Stage::Idempotency,
-        Stage::Quota,
-        Stage::Upstream,
-    ];
-
-    /// The name in logs and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Stage::Body => "body",
-            Stage::Digest => "digest",
-            Stage::Signature => "signature",
-            Stage::Replay => "replay",
-            Stage::Token => "token",
-            Stage::Session => "session",
-            Stage::Mcp => "mcp",
-            Stage::Policy => "policy",
-            Stage::Idempotency => "idempotency",
-            Stage::Quota => "quota",
-            Stage::Upstream => "upstream",
-        }
-    }
-}
-
-impl fmt::Display for Stage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Time spent in each stage that ran, in pipeline order.
-#[derive(Debug, Clone, Default)]
-pub struct StageTimings {
-    entries: Vec<(Stage, Duration)>,
-}
-
-impl StageTimings {
-    /// Records `elapsed` for `stage` (added to it if the stage ran before).
-    pub fn record(&mut self, stage: Stage, elapsed: Duration) {
-        match self.entries.iter_mut().find(|(s, _)| *s == stage) {
-            Some((_, d)) => *d += elapsed,
-            None => self.entries.push((stage, elapsed)),
-        }
-    }
-
-    /// The recorded stages in the order they ran.
-    pub fn iter(&self) -> impl Iterator<Item = (Stage, Duration)> + '_ {
-        self.entries.iter().copied()
-    }
-
-    /// Runs `f` as `stage`, recording its duration.
-    fn timed<T>(&mut self, stage: Stage, f: impl FnOnce() -> T) -> T {
-        let start = Instant::now();
-        let out = stage_span(stage).in_scope(f);
-        self.record(stage, start.elapsed());
-        out
-    }
-
-    /// Awaits `f` as `stage`, recording its duration (added to earlier time in that stage).
-    async fn timed_async<T>(&mut self, stage: Stage, f: impl Future<Output = T>) -> T {
-        let start = Instant::now();
-        let out = tracing::Instrument::instrument(f, stage_span(stage)).await;
-        self.record(stage, start.elapsed());
-        out
-    }
-}
+use portcullis_wire::digest::DigestCheck;
+use portcullis_wire::mcp::{self, McpRequest};
 
 /// The result of running the pipeline on one request.
 pub type Decision = Result<Permit, Refusal>;
@@ -277,16 +118,6 @@ pub struct PolicyTrace {
     /// The policy set's version.
     pub version: String,
 }
-
-/// The span of one pipeline stage (a child of the request span; exported when OTLP is on).
-/// TRACE level under its own target: the stderr log never wants it, so with OTLP off it is
-/// disabled at the callsite and costs nothing; the OTLP layer enables the target explicitly.
-pub fn stage_span(stage: Stage) -> tracing::Span {
-    tracing::span!(target: STAGE_SPAN_TARGET, tracing::Level::TRACE, "stage", otel.name = stage.as_str(), stage = stage.as_str())
-}
-
-/// The target of [`stage_span`]s.
-pub const STAGE_SPAN_TARGET: &str = "portcullis::stage";
 
 /// Every stage, built once from the config at start.
 #[derive(Debug)]
@@ -417,7 +248,7 @@ async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
             .await?;
     }
     // Decision 9: once the identity is verified, a session is only its owner's.
-    if req.head.headers.contains_key(crate::mcp::SESSION_ID) {
+    if req.head.headers.contains_key(portcullis_wire::mcp::SESSION_ID) {
         let owner = session::owner(seen);
         timings.timed_async(Stage::Session, stages.sessions.check(&req.head.headers, &owner)).await?;
     }

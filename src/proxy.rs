@@ -22,8 +22,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::config;
 use crate::decision::{Forward, ResponseBody, UpstreamError};
+use crate::inbound::Inbound;
 use crate::oauth::VerifiedToken;
-use crate::pipeline::Inbound;
 
 /// Prefix of the headers the gateway itself sets upstream; inbound copies are always removed.
 pub const IDENTITY_PREFIX: &str = "x-portcullis-";

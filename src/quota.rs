@@ -10,9 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::pipeline::UnixTime;
 use crate::state::quota::{QuotaOutcome, QuotaStore};
 use crate::state::StoreError;
+use portcullis_wire::UnixTime;
 
 /// One bucket a decision names.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,10 +18,10 @@ use prometheus_client::metrics::counter::Counter;
 use sha2::{Digest, Sha256};
 
 use crate::config::RawSignatures;
-use crate::pipeline::UnixTime;
 use crate::signature::VerifiedSignature;
 use crate::state::replay::ReplayStore;
 use crate::state::StoreError;
+use portcullis_wire::UnixTime;
 
 /// Why the replay stage refused a signature.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -31,13 +31,16 @@ pub(crate) mod connection;
 use crate::admin;
 use crate::config::{Config, ConfigError};
 use crate::decision::{self, Answer, Challenge, Denial, Outcome, ResponseBody, Verdict};
-use crate::pipeline::{self, Evidence, Inbound, Stage, StageTimings, Stages, UnixTime};
+use crate::inbound::Inbound;
+use crate::pipeline::{self, Evidence, Stages};
 use crate::policy::ReloadTrigger;
 use crate::proxy::Upstream;
+use crate::stage::{stage_span, Stage, StageTimings};
 use crate::telemetry::{rfc3339, DecisionLog, DecisionRecord, Metrics};
 use crate::tls;
 use admission::Admission;
 use body::BodyBudget;
+use portcullis_wire::UnixTime;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -79,7 +82,7 @@ pub(crate) struct Shared {
     prm: Bytes,
     prm_paths: Vec<String>,
     /// The paths forwarded (the MCP endpoint and `upstream.extra_paths`).
-    routes: crate::target::Routes,
+    routes: portcullis_wire::target::Routes,
     body_budget: Arc<BodyBudget>,
     /// `limits.max_in_flight`: requests being decided or waiting for the backend's answer,
     /// over all connections. Taken once the body is read (admission).
@@ -170,7 +173,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         log,
         prm,
         prm_paths,
-        routes: crate::target::Routes::new(&config.listen.public_url, &config.upstream.extra_paths),
+        routes: portcullis_wire::target::Routes::new(&config.listen.public_url, &config.upstream.extra_paths),
         body_budget: BodyBudget::new(config.limits.max_body_in_flight),
         slots: Arc::new(Semaphore::new(config.limits.max_in_flight)),
         is_shutting_down: AtomicBool::new(false),
@@ -303,14 +306,15 @@ impl Shared {
             // The path and the authority, read once (docs/design.md decisions 3 and 9): a request
             // for another path, or one whose authority reads two ways, is refused before any
             // stage and before its body is read.
-            let authority =
-                if self.routes.serves(head.uri.path()) { crate::target::authority(&head, is_tls).map_err(Denial::from) } else { Err(Denial::NotFound) };
+            let authority = if self.routes.serves(head.uri.path()) {
+                portcullis_wire::target::authority(&head, is_tls).map_err(Denial::from)
+            } else {
+                Err(Denial::NotFound)
+            };
             let read_started = Instant::now();
             let limits = &self.config.limits;
             let body = match &authority {
-                Ok(_) => Some(
-                    body::read(&head, body, limits.max_body, limits.body_timeout, &self.body_budget).instrument(crate::pipeline::stage_span(Stage::Body)).await,
-                ),
+                Ok(_) => Some(body::read(&head, body, limits.max_body, limits.body_timeout, &self.body_budget).instrument(stage_span(Stage::Body)).await),
                 Err(_) => None,
             };
             timings.record(Stage::Body, read_started.elapsed());
@@ -361,7 +365,7 @@ impl Shared {
                             };
                             let exchange = crate::session::Exchange::of(&inbound.head);
                             let started = Instant::now();
-                            let result = self.upstream.forward(inbound, &fwd).instrument(crate::pipeline::stage_span(Stage::Upstream)).await;
+                            let result = self.upstream.forward(inbound, &fwd).instrument(stage_span(Stage::Upstream)).await;
                             timings.record(Stage::Upstream, started.elapsed());
                             seen = fwd.into_evidence();
                             let resp = match result {

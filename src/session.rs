@@ -30,10 +30,10 @@ use std::time::Duration;
 
 use http::{HeaderMap, Method, StatusCode};
 
-use crate::mcp::SESSION_ID;
 use crate::pipeline::Evidence;
 use crate::state::session::{Binding, OwnerKey, SessionKey, SessionStore};
 use crate::state::StoreError;
+use portcullis_wire::mcp::SESSION_ID;
 
 /// Why a session check or binding failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

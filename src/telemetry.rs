@@ -21,7 +21,7 @@ use serde::Serialize;
 use tokio::sync::oneshot;
 
 use crate::config::DecisionSink;
-use crate::pipeline::{Stage, StageTimings};
+use crate::stage::{Stage, StageTimings};
 
 /// Sets up diagnostic logging (to stderr, so stdout stays the decision log). `RUST_LOG`
 /// overrides `filter`. Safe to call twice (tests): the second call does nothing.
@@ -325,9 +325,9 @@ impl<'a> DecisionRecord<'a> {
 /// the first usable member's directory origin or URL. `None` when the header is absent or does
 /// not parse; the pipeline, not this, decides what that means.
 pub fn claimed_agent(headers: &http::HeaderMap) -> Option<String> {
-    use crate::signature::parse::{combined_field, parse_signature_agent};
     use crate::signature::AgentKind;
-    let field = combined_field(headers, crate::signature::parse::SIGNATURE_AGENT).ok()??;
+    use portcullis_wire::signature::parse::{combined_field, parse_signature_agent};
+    let field = combined_field(headers, portcullis_wire::signature::parse::SIGNATURE_AGENT).ok()??;
     parse_signature_agent(&field).ok()?.into_iter().find_map(|m| {
         let a = m.agent.ok()?;
         Some(if a.kind() == AgentKind::Directory { a.origin() } else { a.url().as_str().to_owned() })

@@ -17,8 +17,9 @@ use url::Url;
 mod raw;
 mod units;
 
+pub use portcullis_wire::time::parse_duration;
 pub use raw::*;
-pub use units::{parse_duration, parse_size, ByteSize, HumanDuration};
+pub use units::{parse_size, ByteSize, HumanDuration};
 
 /// The configuration used when no `--config` is given (see README "Embedded defaults").
 pub const EMBEDDED_DEFAULT: &str = include_str!("../default_config.toml");
@@ -319,7 +320,7 @@ impl Config {
         );
         check("upstream.pool_idle_timeout", nonzero(raw.upstream.pool_idle_timeout.0));
         for (i, p) in raw.upstream.extra_paths.iter().enumerate() {
-            if !crate::target::is_canonical_path(p) {
+            if !portcullis_wire::target::is_canonical_path(p) {
                 check(
                     &format!("upstream.extra_paths[{i}]"),
                     Err(format!("{p:?} is not a canonical absolute path (no empty, . or .. segment, trailing slash, %-encoding or query)")),
@@ -331,13 +332,13 @@ impl Config {
         let scheme = public_url.as_ref().map(|u| u.scheme().to_owned()).unwrap_or_default();
         let mut authorities = Vec::new();
         for (i, a) in signatures.authority.iter().enumerate() {
-            match crate::target::normalize(a, &scheme) {
+            match portcullis_wire::target::normalize(a, &scheme) {
                 Some(n) => authorities.push(n),
                 None => check(&format!("signatures.authority[{i}]"), Err(format!("{a:?} is not a host[:port]"))),
             }
         }
         if signatures.authority.is_empty() {
-            authorities.extend(public_url.as_ref().ok().and_then(crate::target::url_authority));
+            authorities.extend(public_url.as_ref().ok().and_then(portcullis_wire::target::url_authority));
         }
         signatures.authority = authorities;
         if let Some(issuer) = &raw.oauth.issuer {

@@ -228,7 +228,7 @@ fn d_max_body_in_flight() -> ByteSize {
 }
 /// The MCP reference server's own bound.
 fn d_max_batch() -> usize {
-    crate::mcp::DEFAULT_MAX_BATCH
+    portcullis_wire::mcp::DEFAULT_MAX_BATCH
 }
 /// `body_timeout` plus `upstream.response_timeout` at their defaults, so those report their
 /// own, more precise errors first; this one catches what nothing else bounds (the queue for a

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use portcullis_wire::time::parse_duration;
 use serde::Deserialize;
 
 /// A duration written with a unit (`"300s"`, `"5m"`, `"24h"`, `"250ms"`).
@@ -13,16 +14,6 @@ impl<'de> Deserialize<'de> for HumanDuration {
         let s = String::deserialize(d)?;
         parse_duration(&s).map(HumanDuration).map_err(serde::de::Error::custom)
     }
-}
-
-/// Parses a duration string with a unit. A bare number is refused: `300` could mean seconds or
-/// milliseconds, and guessing wrong would silently change a security window.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("duration {s:?} has no unit; write e.g. \"{t}s\""));
-    }
-    humantime::parse_duration(t).map_err(|e| format!("invalid duration {s:?}: {e}"))
 }
 
 /// A size: a byte count (`1048576`) or a string with a unit (`"1MiB"`, `"64KiB"`, `"1MB"`).

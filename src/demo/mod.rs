@@ -18,12 +18,12 @@ use std::path::{Path, PathBuf};
 
 use ed25519_dalek::SigningKey;
 
-use crate::client::keys::{self, KeyError};
 use crate::config::{Config, ConfigError};
 use crate::policy::load::{BUNDLED, BUNDLED_DATA};
 use crate::server::{Running, StartError};
 use backend::Backend;
 use pki::{DemoCa, PkiError};
+use portcullis_client::keys::{self, KeyError};
 use services::{Issuer, Service, ServiceError};
 
 pub use tour::{render_table, TourRow};

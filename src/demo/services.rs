@@ -14,9 +14,9 @@ use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
 use super::pki::{bind_local, serve_https, DemoCa, PkiError};
-use crate::client::keys::{directory_document, DIRECTORY_MEDIA_TYPE};
 use crate::decision::{full, ResponseBody};
 use crate::signature::ed25519_public_jwk;
+use portcullis_client::keys::{directory_document, DIRECTORY_MEDIA_TYPE};
 
 /// The kid of the issuer's signing key.
 const ISSUER_KID: &str = "demo-issuer-1";

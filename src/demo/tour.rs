@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use super::{Demo, DemoError, DemoGateway};
-use crate::client::{tool_call, Agent, ClientError, SignedRequest};
+use portcullis_client::{tool_call, Agent, ClientError, SignedRequest};
 
 /// The subject of the tour's tokens (the token file is for another user, so the quota the
 /// tour spends does not lock the user out of `payments.send`).
@@ -98,7 +98,7 @@ async fn decision_line(log: &std::path::Path, rid: &str) -> Value {
     }
 }
 
-fn tour_err(step: &str) -> impl Fn(crate::client::ClientError) -> DemoError + '_ {
+fn tour_err(step: &str) -> impl Fn(portcullis_client::ClientError) -> DemoError + '_ {
     move |e| DemoError::Tour { step: step.to_owned(), detail: e.to_string() }
 }
 

@@ -11,7 +11,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::pipeline::UnixTime;
+use portcullis_wire::UnixTime;
 
 /// The window a budget is counted over.
 const WINDOW: Duration = Duration::from_secs(60);

@@ -11,11 +11,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use http::header::{ACCEPT, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
 
-pub(crate) use super::document::parse_max_age;
-pub use super::document::{parse_key_set, DirectoryKey, KeySet, ParseError, MAX_DIRECTORY_KEYS};
 use super::DirectoryError;
 use crate::signature::AgentKind;
 use crate::tls;
+pub(crate) use portcullis_wire::key_directory::parse_max_age;
+pub use portcullis_wire::key_directory::{parse_key_set, DirectoryKey, KeySet, ParseError, MAX_DIRECTORY_KEYS};
 
 /// Path of a directory under its origin (WBA "Key Distribution and Discovery").
 pub const WELL_KNOWN_PATH: &str = "/.well-known/http-message-signatures-directory";

@@ -30,7 +30,6 @@
 //! Time is passed in by the caller.
 
 mod budget;
-mod document;
 mod fetch;
 
 use std::collections::{HashMap, HashSet};
@@ -44,9 +43,9 @@ use prometheus_client::metrics::family::Family;
 use url::Url;
 
 use crate::config::{FieldError, RawSignatures};
-use crate::pipeline::UnixTime;
 use crate::signature::{ed25519_thumbprint, shown_keyid, verifying_key_from_jwk, AgentKind, AgentRef};
 use crate::telemetry::{BudgetLabels, DirectoryMetrics, FetchLabels};
+use portcullis_wire::UnixTime;
 
 pub use budget::FetchBudget;
 pub use fetch::{parse_key_set, DirectoryKey, KeySet, ParseError, DIRECTORY_MEDIA_TYPE, MAX_DIRECTORY_BYTES, MAX_DIRECTORY_KEYS, WELL_KNOWN_PATH};

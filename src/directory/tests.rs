@@ -8,7 +8,7 @@ use super::fetch::{parse_max_age, Fetched, ParseError};
 use super::*;
 use crate::config::{HumanDuration, RawStaticKey};
 use crate::signature::ed25519_public_jwk;
-use crate::signature::parse::parse_signature_agent;
+use portcullis_wire::signature::parse::parse_signature_agent;
 
 const ORIGIN: &str = "https://agent.example";
 const T0: u64 = 1_800_000_000;

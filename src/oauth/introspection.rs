@@ -14,7 +14,7 @@ use url::Url;
 use super::issuer::{FetchError, IssuerClient};
 use super::token::{self, Profile, Rules};
 use super::{TokenError, VerifiedToken};
-use crate::pipeline::UnixTime;
+use portcullis_wire::UnixTime;
 
 /// The introspection client.
 pub(crate) struct Introspector {
@@ -46,7 +46,7 @@ impl Introspector {
             FetchError::Unreachable(r) | FetchError::Refused(r) => self.client.unavailable(&what, r),
         })?;
         let answer: Map<String, Value> = serde_json::from_slice(&doc.body)
-            .map_err(|e| self.client.unavailable(&what, format!("not an introspection response: {}", super::compact::json_error_text(&e))))?;
+            .map_err(|e| self.client.unavailable(&what, format!("not an introspection response: {}", portcullis_wire::jose::json_error_text(&e))))?;
         check_answer(answer, rules, now)
     }
 }

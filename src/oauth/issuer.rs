@@ -88,7 +88,7 @@ impl IssuerClient {
     }
 
     fn jwks_uri_from(&self, url: &Url, body: &[u8]) -> Result<Url, TokenError> {
-        super::documents::jwks_uri_of(&self.issuer, body).map_err(|reason| self.unavailable(&format!("metadata {url}"), reason))
+        portcullis_wire::issuer_documents::jwks_uri_of(&self.issuer, body).map_err(|reason| self.unavailable(&format!("metadata {url}"), reason))
     }
 }
 

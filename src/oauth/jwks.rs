@@ -19,14 +19,14 @@ use jsonwebtoken::Algorithm;
 use tokio::sync::OnceCell;
 use url::Url;
 
-pub(crate) use super::documents::{ttl_from_cache_control, KeyKind, KeySet, PublicKey};
-#[cfg(test)]
-pub(crate) use super::documents::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
 use super::issuer::{FetchError, IssuerClient};
 use super::{short, TokenError};
 use crate::directory::FetchBudget;
-use crate::pipeline::UnixTime;
 use crate::telemetry::TokenMetrics;
+pub(crate) use portcullis_wire::issuer_documents::{ttl_from_cache_control, KeyKind, KeySet, PublicKey};
+#[cfg(test)]
+pub(crate) use portcullis_wire::issuer_documents::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
+use portcullis_wire::UnixTime;
 
 /// How long a failed fetch is remembered: while the issuer fails, requests (any token shape
 /// reaches the key lookup) cause one fetch per this time, not one each. Matches the

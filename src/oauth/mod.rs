@@ -14,8 +14,6 @@
 //! RFC 6750 §3.1 `invalid_request` (400, the MCP Authorization spec's "malformed
 //! authorization request"), not `invalid_token`: the client sent no token we could judge.
 
-mod compact;
-mod documents;
 mod introspection;
 mod issuer;
 mod jwks;
@@ -30,11 +28,11 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use url::Url;
 
-use self::compact::CompactError;
 use crate::config::{self, FieldError};
-use crate::pipeline::UnixTime;
 use crate::telemetry::TokenMetrics;
 use crate::tls;
+use portcullis_wire::jose::{self, CompactError};
+use portcullis_wire::UnixTime;
 
 /// Most verified introspection results are trusted for, even if `exp` is later: revocation at
 /// the issuer takes effect within this time.
@@ -155,8 +153,8 @@ impl From<CompactError> for TokenError {
             | CompactError::NotBase64url { .. }
             | CompactError::NotJoseHeader(_)
             | CompactError::ClaimsNotObject(_) => TokenError::Malformed(e.to_string()),
-            CompactError::WrongType { typ } => TokenError::WrongType { typ: compact::shown_typ(&typ).to_owned() },
-            CompactError::UnsupportedAlgorithm { alg } => TokenError::UnsupportedAlgorithm { alg: compact::shown_alg(&alg).to_owned() },
+            CompactError::WrongType { typ } => TokenError::WrongType { typ: jose::shown_typ(&typ).to_owned() },
+            CompactError::UnsupportedAlgorithm { alg } => TokenError::UnsupportedAlgorithm { alg: jose::shown_alg(&alg).to_owned() },
             CompactError::CriticalHeader => TokenError::CriticalHeader,
         }
     }
@@ -227,7 +225,7 @@ impl VerifiedToken {
     /// [`Self::claims`] as a policy value (converted once per verified token). An error
     /// (claims nested too deep) must refuse the request, never leave the claims undefined.
     pub fn policy_claims(&self) -> Result<&regorus::Value, crate::policy::ConvertError> {
-        self.0.policy_claims.get_or_init(|| crate::policy::convert::json_object(&self.0.claims)).as_ref().map_err(Clone::clone)
+        self.0.policy_claims.get_or_init(|| portcullis_wire::rego_value::json_object(&self.0.claims)).as_ref().map_err(Clone::clone)
     }
     /// The OAuth client the token was issued to (`client_id`, or `azp`).
     pub fn client_id(&self) -> Option<&str> {
@@ -362,7 +360,7 @@ impl TokenVerifier {
             }
             self.metrics.token_cache(false);
         }
-        let (verified, max_ttl) = if compact::looks_like_jwt(token) || self.introspection.is_none() {
+        let (verified, max_ttl) = if jose::looks_like_jwt(token) || self.introspection.is_none() {
             (self.verify_jwt(token, now).await?, None)
         } else if let Some(i) = &self.introspection {
             (i.introspect(token, &self.rules, now).await?, Some(INTROSPECTION_MAX_TTL))
@@ -394,10 +392,10 @@ impl TokenVerifier {
     }
 }
 
-/// The token of `Authorization: Bearer <token68>` (`compact::bearer_token`). `Ok(None)` when
+/// The token of `Authorization: Bearer <token68>` (`jose::bearer_token`). `Ok(None)` when
 /// there is no `Authorization` header.
 pub(crate) fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, TokenError> {
-    Ok(compact::bearer_token(headers)?)
+    Ok(jose::bearer_token(headers)?)
 }
 
 fn https_url(field: &str, s: &str) -> Result<Url, FieldError> {

@@ -90,7 +90,7 @@ fn malformed_header_and_token_refusal_texts_are_stable() {
     let claims = test_keys::b64(claims(NOW).to_string().as_bytes());
     let long_typ = "x".repeat(100);
     let token_cases = [
-        ("a".repeat(compact::MAX_TOKEN_LEN + 1), "token is malformed: token longer than 16384 bytes".to_owned()),
+        ("a".repeat(jose::MAX_TOKEN_LEN + 1), "token is malformed: token longer than 16384 bytes".to_owned()),
         ("a.b".into(), "token is malformed: not a JWS compact serialization (three dot-separated parts)".into()),
         ("a.b.c.d".into(), "token is malformed: not a JWS compact serialization (three dot-separated parts)".into()),
         ("!!.a.b".into(), "token is malformed: header is not base64url".into()),

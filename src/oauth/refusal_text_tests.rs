@@ -19,30 +19,30 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 
-use super::compact;
 use super::TokenError;
-use crate::digest::DigestCheck;
 use crate::directory::DirectoryError;
-use crate::mcp;
-use crate::signature::base::{signature_base, MessageView, RequestView};
-use crate::signature::parse::{parse_signature_agent, parse_signatures};
 use crate::signature::SignatureError;
+use portcullis_wire::digest::DigestCheck;
+use portcullis_wire::jose;
+use portcullis_wire::mcp;
+use portcullis_wire::signature::base::{signature_base, MessageView, RequestView};
+use portcullis_wire::signature::parse::{parse_signature_agent, parse_signatures};
 
 /// Shortest run of input bytes a reason may not contain (see the module docs).
 const THRESHOLD: usize = crate::signature::MAX_SHOWN_NAME + 1;
 
 /// The parsers' own words: the modules whose texts the reasons below are made of.
 const VOCABULARY: [&str; 11] = [
-    include_str!("../signature/error.rs"),
-    include_str!("../signature/parse.rs"),
-    include_str!("../signature/base.rs"),
-    include_str!("../mcp.rs"),
-    include_str!("../digest.rs"),
-    include_str!("../target.rs"),
-    include_str!("../policy/convert.rs"),
+    include_str!("../../crates/wire/src/signature/error.rs"),
+    include_str!("../../crates/wire/src/signature/parse.rs"),
+    include_str!("../../crates/wire/src/signature/base.rs"),
+    include_str!("../../crates/wire/src/mcp.rs"),
+    include_str!("../../crates/wire/src/digest.rs"),
+    include_str!("../../crates/wire/src/target.rs"),
+    include_str!("../../crates/wire/src/rego_value.rs"),
     include_str!("../directory/mod.rs"),
-    include_str!("../directory/document.rs"),
-    include_str!("compact.rs"),
+    include_str!("../../crates/wire/src/key_directory.rs"),
+    include_str!("../../crates/wire/src/jose.rs"),
     include_str!("mod.rs"),
 ];
 
@@ -219,7 +219,7 @@ fn reasons(target: &str, data: &[u8]) -> Vec<String> {
     match target {
         "jwt_compact" => {
             if let Some(t) = text {
-                if let Err(e) = compact::decode(t) {
+                if let Err(e) = jose::decode(t) {
                     out.push(TokenError::from(e).to_string());
                 }
             }
@@ -229,9 +229,9 @@ fn reasons(target: &str, data: &[u8]) -> Vec<String> {
                     headers.append(http::header::AUTHORIZATION, v);
                 }
             }
-            match compact::bearer_token(&headers) {
+            match jose::bearer_token(&headers) {
                 Ok(Some(token)) => {
-                    if let Err(e) = compact::decode(token) {
+                    if let Err(e) = jose::decode(token) {
                         out.push(TokenError::from(e).to_string());
                     }
                 }
@@ -290,7 +290,7 @@ fn reasons(target: &str, data: &[u8]) -> Vec<String> {
         "issuer_documents" => {}
         "policy_input" => {
             if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(data) {
-                if let Err(e) = crate::policy::convert::json_value(&doc) {
+                if let Err(e) = portcullis_wire::rego_value::json_value(&doc) {
                     out.push(e.to_string());
                 }
             }
@@ -305,7 +305,7 @@ fn reasons(target: &str, data: &[u8]) -> Vec<String> {
             if let Ok(request) = builder.body(()) {
                 let head = request.into_parts().0;
                 for is_tls in [false, true] {
-                    if let Err(e) = crate::target::authority(&head, is_tls) {
+                    if let Err(e) = portcullis_wire::target::authority(&head, is_tls) {
                         out.push(e.to_string());
                     }
                 }
@@ -492,11 +492,11 @@ fn claims_that_decode_to_a_json_string_are_refused_without_quoting_them() {
     let header = b64url(br#"{"alg":"EdDSA","typ":"at+jwt"}"#);
     let secret = r#"{"sub":"alice@example.com","scope":"payments:write","note":"not for the log"}"#;
     let claims = b64url(serde_json::Value::String(secret.to_owned()).to_string().as_bytes());
-    let err = TokenError::from(compact::decode(&format!("{header}.{claims}.c2ln")).expect_err("not an object"));
+    let err = TokenError::from(jose::decode(&format!("{header}.{claims}.c2ln")).expect_err("not an object"));
     let reason = err.to_string();
     assert!(reason.starts_with("token is malformed: claims are not a JSON object: JSON of another type or shape at line 1 column "), "{reason}");
     assert!(!reason.contains("alice") && !reason.contains("payments"), "{reason}");
     let header = b64url(format!(r#"{{"alg":"EdDSA","typ":"at+jwt","kid":{{"{CANARY}":1}}}}"#).as_bytes());
-    let err = TokenError::from(compact::decode(&format!("{header}.{claims}.c2ln")).expect_err("kid not a string"));
+    let err = TokenError::from(jose::decode(&format!("{header}.{claims}.c2ln")).expect_err("kid not a string"));
     assert_eq!(err.to_string(), "token is malformed: header is not a JOSE header: typ or kid is not a string");
 }

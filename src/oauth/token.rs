@@ -10,10 +10,10 @@
 use jsonwebtoken::Algorithm;
 use serde_json::{Map, Value};
 
-use super::compact::{self, Alg};
 use super::jwks::{KeyKind, PublicKey};
 use super::{short, TokenError, VerifiedToken};
-use crate::pipeline::UnixTime;
+use portcullis_wire::jose::{self, Alg};
+use portcullis_wire::UnixTime;
 
 /// What a token is checked against, built once from `[oauth]`.
 #[derive(Debug, Clone)]
@@ -47,11 +47,11 @@ pub(crate) struct Jwt<'a> {
     claims: Map<String, Value>,
 }
 
-/// Decodes the header and claims and applies the header rules (`compact::decode`). Nothing
+/// Decodes the header and claims and applies the header rules (`jose::decode`). Nothing
 /// here trusts the token: the signature is checked by [`verify_signature`] before the claims
 /// are believed.
 pub(crate) fn decode(token: &str) -> Result<Jwt<'_>, TokenError> {
-    let jws = compact::decode(token)?;
+    let jws = jose::decode(token)?;
     let alg = match jws.alg {
         Alg::Rs256 => Algorithm::RS256,
         Alg::Ps256 => Algorithm::PS256,

@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 
 use regorus::Value;
 
-use super::convert::{json_object, ConvertError};
-use crate::mcp::{McpMessage, McpRequest};
-use crate::pipeline::UnixTime;
+use portcullis_wire::mcp::{McpMessage, McpRequest};
+use portcullis_wire::rego_value::{json_object, ConvertError};
+use portcullis_wire::UnixTime;
 
 /// The verified agent (stages 3–6), as policy sees it.
 #[derive(Debug, Clone, Copy)]

@@ -126,7 +126,7 @@ impl SourceSet {
         for f in &self.data {
             // The same literal conversion as the request input: every key stays a key.
             let json: serde_json::Value = serde_json::from_str(&f.text).map_err(|e| LoadError::Data { path: f.name.clone(), reason: e.to_string() })?;
-            let v = super::convert::json_value(&json).map_err(|e| LoadError::Data { path: f.name.clone(), reason: e.to_string() })?;
+            let v = portcullis_wire::rego_value::json_value(&json).map_err(|e| LoadError::Data { path: f.name.clone(), reason: e.to_string() })?;
             if v.as_object().is_err() {
                 return Err(LoadError::Data { path: f.name.clone(), reason: "the document must be a JSON object".to_owned() });
             }

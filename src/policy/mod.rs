@@ -11,7 +11,6 @@
 //! MCP view from the parser. It trusts nothing in the policy's answer: the decision is parsed
 //! strictly, and an evaluation error or malformed decision is a refusal (`policy_error`).
 
-pub mod convert;
 pub mod input;
 pub mod load;
 mod reload;
@@ -28,13 +27,13 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use regorus::{Engine, Value};
 
-pub use convert::ConvertError;
 pub use input::{AgentView, PolicyInput, RequestView, TokenView};
 pub use load::{LoadError, Source};
+pub use portcullis_wire::rego_value::ConvertError;
 pub use reload::ReloadTrigger;
 pub use verdict::PolicyVerdict;
 
-use crate::mcp::McpRequest;
+use portcullis_wire::mcp::McpRequest;
 pub(crate) use schedule::Turn;
 
 use crate::config::{PolicyEvaluator, RawPolicy};

@@ -4,8 +4,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::*;
-use crate::mcp::{McpMessage, McpRequest, MessageKind};
-use crate::pipeline::UnixTime;
+use portcullis_wire::mcp::{McpMessage, McpRequest, MessageKind};
+use portcullis_wire::UnixTime;
 
 fn bundled() -> Policy {
     Policy::new(&RawPolicy::default(), Path::new(".")).expect("bundled policy compiles")
@@ -36,7 +36,7 @@ fn call(tool: &str, args: serde_json::Value) -> McpMessage {
 }
 
 fn blank() -> McpMessage {
-    crate::mcp::parse(&http::Method::POST, &http::HeaderMap::new(), &bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","method":"ping"}"#))
+    portcullis_wire::mcp::parse(&http::Method::POST, &http::HeaderMap::new(), &bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","method":"ping"}"#))
         .expect("ping")
         .messages
         .remove(0)

@@ -45,7 +45,7 @@ use tracing::{info_span, warn};
 
 use super::{with_request_id, Shared};
 use crate::decision::{self, Denial, ResponseBody};
-use crate::pipeline::StageTimings;
+use crate::stage::StageTimings;
 use crate::telemetry::{rfc3339, DecisionRecord};
 
 /// The id of a request, chosen on arrival so that a refusal made here and the handler's own

@@ -7,6 +7,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::signature::test_support::{case, ed25519_signing_key, inbound_from};
 use crate::signature::{SignatureError, SignatureVerifier};
+use portcullis_wire::UnixTime;
 
 #[test]
 fn reproduces_the_constructed_mcp_vector_exactly() {
@@ -64,7 +65,7 @@ fn verifier(authority: &str) -> SignatureVerifier {
     SignatureVerifier::new(&cfg).unwrap()
 }
 
-fn sign(method: &str, authority: &str, path: &str, covered: &str, body: &[u8]) -> crate::pipeline::Inbound {
+fn sign(method: &str, authority: &str, path: &str, covered: &str, body: &[u8]) -> crate::inbound::Inbound {
     let signer = Signer::new(ed25519_signing_key(), "https://agent.example").unwrap().with_components(&[
         "@method",
         "@authority",
@@ -81,8 +82,8 @@ fn sign(method: &str, authority: &str, path: &str, covered: &str, body: &[u8]) -
 /// Verifies `req` as the gateway would: the authority derived from the request as it arrives
 /// (after any mutation), at a gateway that calls that authority its own, so only the base can
 /// tell a mutated authority apart.
-fn outcome(mut req: crate::pipeline::Inbound) -> Result<(), SignatureError> {
-    req.authority = crate::target::authority(&req.head, req.is_tls).expect("an authority");
+fn outcome(mut req: crate::inbound::Inbound) -> Result<(), SignatureError> {
+    req.authority = portcullis_wire::target::authority(&req.head, req.is_tls).expect("an authority");
     let pending = verifier(&req.authority).prepare(&req)?.ok_or(SignatureError::Missing)?;
     pending.verify(&ed25519_signing_key().verifying_key(), "https://agent.example").map(|_| ())
 }

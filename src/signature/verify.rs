@@ -9,12 +9,12 @@
 use ed25519_dalek::{Signature, VerifyingKey};
 use sfv::{BareItem, InnerList, Item};
 
-use super::base::{signature_base, MessageView, RequestView};
-use super::error::{shown_name, SignatureError};
-use super::parse::{combined_field, parse_signature_agent, parse_signatures, pick_tagged, AgentForm, AgentRef, SignatureMember};
-use super::parse::{SIGNATURE, SIGNATURE_AGENT, SIGNATURE_INPUT};
 use crate::config::{FieldError, RawSignatures};
-use crate::pipeline::Inbound;
+use crate::inbound::Inbound;
+use portcullis_wire::signature::base::{signature_base, MessageView, RequestView};
+use portcullis_wire::signature::parse::{combined_field, parse_signature_agent, parse_signatures, pick_tagged, AgentForm, AgentRef, SignatureMember};
+use portcullis_wire::signature::parse::{SIGNATURE, SIGNATURE_AGENT, SIGNATURE_INPUT};
+use portcullis_wire::signature::{shown_name, SignatureError};
 
 /// The only algorithm the gateway verifies (product scope; Web Bot Auth asks for Ed25519).
 const ED25519: &str = "ed25519";
@@ -93,7 +93,7 @@ impl SignatureVerifier {
         // hand is checked the same way.
         let mut authorities = Vec::new();
         for a in &cfg.authority {
-            match crate::target::normalize(a, "https") {
+            match portcullis_wire::target::normalize(a, "https") {
                 Some(n) if n == a.as_str() => authorities.push(n),
                 _ => errors.push(FieldError::new("signatures.authority", format!("{a:?} is not a lowercase host[:port]"))),
             }

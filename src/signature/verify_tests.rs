@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use crate::config::HumanDuration;
-use crate::pipeline::UnixTime;
-use crate::signature::signer::{Nonce, Signer};
 use crate::signature::test_support::{case, config, ed25519_signing_key, edit_header, inbound, inbound_from, mcp_post, raw_signatures};
 use crate::signature::{AgentForm, AgentKind, BaseError, SignatureError, SignatureVerifier};
+use portcullis_wire::signature::signer::{Nonce, Signer};
+use portcullis_wire::UnixTime;
 
 const NOW: u64 = 1_784_980_800;
 const AGENT: &str = "https://agent.example";
@@ -21,13 +21,13 @@ fn signer() -> Signer {
 }
 
 /// A default-profile MCP POST signed at `signed_at`, seen by the gateway at `NOW`.
-fn signed(signer: &Signer, signed_at: u64) -> crate::pipeline::Inbound {
+fn signed(signer: &Signer, signed_at: u64) -> crate::inbound::Inbound {
     let mut req = mcp_post(BODY);
     signer.sign_request(&mut req, UnixTime(Duration::from_secs(signed_at))).unwrap();
     inbound_from(req, NOW)
 }
 
-fn prepare_err(v: &SignatureVerifier, req: &crate::pipeline::Inbound) -> SignatureError {
+fn prepare_err(v: &SignatureVerifier, req: &crate::inbound::Inbound) -> SignatureError {
     v.prepare(req).unwrap_err()
 }
 

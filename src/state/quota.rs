@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::StoreError;
-use crate::pipeline::UnixTime;
+use portcullis_wire::UnixTime;
 
 /// The result of one spend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use super::quota::{QuotaOutcome, QuotaStore};
 use super::replay::ReplayStore;
 use super::session::{Binding, OwnerKey, SessionKey, SessionStore};
 use super::StoreError;
-use crate::pipeline::UnixTime;
+use portcullis_wire::UnixTime;
 
 /// Connection settings for [`RedisStore::new`].
 #[derive(Debug, Clone)]

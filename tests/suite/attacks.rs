@@ -18,9 +18,9 @@ use common::policy::{rego, tool_call, PolicyDir};
 use common::{client, Gateway, Upstream};
 use ed25519_dalek::{Signer as _, SigningKey};
 use portcullis::config::Config;
-use portcullis::pipeline::UnixTime;
-use portcullis::signature::base::{signature_base, MessageView, RequestView};
 use portcullis::signature::{ed25519_public_jwk, ed25519_thumbprint, Signer};
+use portcullis_wire::signature::base::{signature_base, MessageView, RequestView};
+use portcullis_wire::UnixTime;
 use sha2::Digest as _;
 
 const AGENT: &str = "https://static.example";

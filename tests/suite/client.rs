@@ -1,5 +1,5 @@
 //! The agent side end to end: `portcullis keygen` writes a key pair, an HTTPS server publishes
-//! the directory file it wrote, and requests signed by `portcullis::client` and by
+//! the directory file it wrote, and requests signed by `portcullis_client` and by
 //! `portcullis request` pass a real gateway (signatures required) to the example backend.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 use crate::common;
@@ -12,9 +12,9 @@ use bytes::Bytes;
 use common::pki::{HttpsServer, TestCa};
 use common::Gateway;
 use http_body_util::{BodyExt, Full};
-use portcullis::client::{load_private_jwk, tool_call, Agent};
 use portcullis::config::Config;
 use portcullis::demo::backend::Backend;
+use portcullis_client::{load_private_jwk, tool_call, Agent};
 use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
@@ -128,7 +128,7 @@ async fn keygen_writes_a_private_jwk_0600_and_a_directory_publishing_its_keyid()
     assert_eq!(published["kid"], keyid.as_str());
     assert_eq!(published["x"], private["x"]);
     assert!(published.get("d").is_none(), "the directory holds no private material");
-    assert_eq!(portcullis::signature::jwk_thumbprint(published).unwrap(), keyid);
+    assert_eq!(portcullis_wire::signature::jwk_thumbprint(published).unwrap(), keyid);
     assert_eq!(Agent::new(load_private_jwk(&dir.path().join("agent.jwk")).unwrap(), "https://agent.example").unwrap().keyid(), keyid);
 
     let again = run(&["keygen", "--out", dir.path().to_str().unwrap()]);

@@ -6,8 +6,8 @@ use crate::common;
 
 use common::{Gateway, Upstream};
 use ed25519_dalek::SigningKey;
-use portcullis::pipeline::UnixTime;
 use portcullis::signature::{ed25519_public_jwk, Signer};
+use portcullis_wire::UnixTime;
 
 const AGENT: &str = "https://static.example";
 const BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;

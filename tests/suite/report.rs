@@ -13,8 +13,8 @@ use common::policy::{rego, tool_call, PolicyDir};
 use common::{client, Gateway, Upstream};
 use ed25519_dalek::SigningKey;
 use portcullis::config::Config;
-use portcullis::pipeline::UnixTime;
 use portcullis::signature::Signer;
+use portcullis_wire::UnixTime;
 
 const POLICY: &str = r#"default decision := {"allow": true}
 decision := {"allow": false, "reason": "payments_blocked", "rule": "no_payments"} if input.mcp.tool == "payments.send""#;

@@ -14,8 +14,8 @@ use common::redis::RedisServer;
 use common::{client, Gateway, Upstream, INITIALIZE};
 use ed25519_dalek::SigningKey;
 use portcullis::config::Config;
-use portcullis::pipeline::UnixTime;
 use portcullis::signature::{ed25519_public_jwk, Signer};
+use portcullis_wire::UnixTime;
 use serde_json::{json, Value};
 
 const AGENT_A: &str = "https://agent-a.example";

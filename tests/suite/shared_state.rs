@@ -10,8 +10,8 @@ use common::redis::RedisServer;
 use common::{client, Gateway, Upstream};
 use ed25519_dalek::SigningKey;
 use portcullis::config::Config;
-use portcullis::pipeline::UnixTime;
 use portcullis::signature::{ed25519_public_jwk, Signer};
+use portcullis_wire::UnixTime;
 
 const AGENT: &str = "https://agent.example";
 const BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;

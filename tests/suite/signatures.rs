@@ -13,8 +13,8 @@ use common::pki::TestCa;
 use common::{Gateway, Upstream};
 use ed25519_dalek::SigningKey;
 use portcullis::config::Config;
-use portcullis::pipeline::UnixTime;
 use portcullis::signature::{ed25519_public_jwk, AgentKind, Signer};
+use portcullis_wire::UnixTime;
 
 fn new_key() -> SigningKey {
     SigningKey::from_bytes(&rand::random())

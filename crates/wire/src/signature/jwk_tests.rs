@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::signature::test_support::{ed25519_signing_key, vectors};
+use crate::test_vectors::{ed25519_signing_key, vectors};
 
 #[test]
 fn every_thumbprint_vector_matches() {

@@ -9,7 +9,7 @@ use http::{HeaderMap, Method};
 use serde_json::Value;
 
 use super::{keys, parse_header, Agent, ClientError};
-use crate::signature::Signer;
+use portcullis_wire::signature::Signer;
 
 /// `portcullis keygen`.
 #[derive(Debug, clap::Args)]
@@ -75,7 +75,7 @@ pub struct RequestArgs {
     #[arg(long, value_delimiter = ',', default_value = "@method,@authority,@path,content-digest,signature-agent")]
     pub components: Vec<String>,
     /// Signature lifetime (`expires - created`).
-    #[arg(long, default_value = "60s", value_parser = crate::config::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = portcullis_wire::time::parse_duration)]
     pub lifetime: Duration,
     /// An extra PEM root to trust for an https URL.
     #[arg(long)]

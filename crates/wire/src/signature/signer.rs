@@ -20,7 +20,7 @@ use super::error::BaseError;
 use super::jwk::ed25519_thumbprint;
 use super::parse::{serialize_signatures, AgentKind, SignatureMember, SIGNATURE, SIGNATURE_AGENT, SIGNATURE_INPUT};
 use crate::digest::CONTENT_DIGEST;
-use crate::pipeline::UnixTime;
+use crate::time::UnixTime;
 
 /// The label (and Signature-Agent member key) the signer uses.
 const LABEL: &str = "sig1";
@@ -212,7 +212,3 @@ fn set(parts: &mut http::request::Parts, name: &'static str, value: &str) -> Res
     parts.headers.insert(HeaderName::from_static(name), value);
     Ok(())
 }
-
-#[cfg(test)]
-#[path = "signer_tests.rs"]
-mod tests;

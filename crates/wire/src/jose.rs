@@ -8,9 +8,8 @@
 //! until `token::verify_signature` checks it. No refusal quotes the token or what it decodes
 //! to: JSON errors are reduced to their kind and position ([`json_error_text`]; serde_json's
 //! own messages quote the strings they choke on), and `typ`/`alg` are quoted only when they
-//! are registered names ([`shown_typ`], [`shown_alg`]). The file depends on http, base64, serde,
-//! serde_json and thiserror only, so `fuzz/` compiles this very source; the stage maps
-//! [`CompactError`] to `TokenError` without changing a byte of the refusal texts.
+//! are registered names ([`shown_typ`], [`shown_alg`]). The token stage maps [`CompactError`] to
+//! its `TokenError` without changing a byte of the refusal texts.
 
 use base64::Engine as _;
 use http::header::AUTHORIZATION;

@@ -1,6 +1,6 @@
 //! Parsing one key directory document and its `Cache-Control` (WBA "Directory Format"): pure
-//! functions over the bytes an agent's directory sent, apart from the fetch in `fetch.rs` so
-//! that `fuzz/` compiles this file alone.
+//! functions over the bytes an agent's directory sent, the fetch is the gateway's
+//! (`directory/fetch.rs`).
 
 use std::collections::HashMap;
 use std::time::Duration;

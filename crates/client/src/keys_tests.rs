@@ -51,7 +51,7 @@ fn unusable_key_files_are_refused_naming_the_file() {
 
 #[test]
 fn jsonrpc_bodies_and_headers() {
-    use crate::client::{jsonrpc_request, parse_header, tool_call};
+    use crate::{jsonrpc_request, parse_header, tool_call};
     assert_eq!(jsonrpc_request(3, "tools/list", serde_json::Value::Null), serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}));
     assert_eq!(
         tool_call(1, "weather.get", serde_json::json!({"city": "Oslo"})),

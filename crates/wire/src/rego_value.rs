@@ -10,8 +10,6 @@
 //! than [`MAX_DEPTH`], and a failure is an error the caller must turn into a refusal — never
 //! an undefined value, which a rule like `deny if input.mcp.arguments.amount > 100` would
 //! silently skip.
-//!
-//! Self-contained (regorus and serde_json only), so the fuzz crate compiles this very file.
 
 use std::collections::BTreeMap;
 

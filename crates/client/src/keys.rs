@@ -8,7 +8,7 @@ use base64::Engine;
 use ed25519_dalek::SigningKey;
 use serde_json::Value;
 
-use crate::signature::{ed25519_public_jwk, ed25519_thumbprint};
+use portcullis_wire::signature::{ed25519_public_jwk, ed25519_thumbprint};
 
 /// The file name of the private key `keygen` writes.
 pub const PRIVATE_KEY_FILE: &str = "agent.jwk";

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use crate::signature::test_support::vectors;
+use crate::test_vectors::vectors;
 
 /// Every Signature-Input / Signature pair in the vector files.
 fn all_vector_pairs() -> Vec<(String, String, String)> {

@@ -13,9 +13,7 @@ use sfv::{BareItem, InnerList, Item, ListEntry, ListSerializer, Parser, Version}
 
 use super::error::BaseError;
 
-/// Most covered components accepted in one signature. Web Bot Auth needs five or six; the cap
-/// bounds the quadratic duplicate check on attacker-sized input.
-pub const MAX_COVERED: usize = 64;
+pub use super::error::MAX_COVERED;
 
 /// The parts of a request the base reads.
 #[derive(Debug, Clone, Copy)]

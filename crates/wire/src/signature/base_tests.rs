@@ -7,7 +7,7 @@ use sfv::{BareItem, InnerList, Item};
 
 use super::*;
 use crate::signature::parse::parse_signatures;
-use crate::signature::test_support::{ed25519_signing_key, parse_message, vectors, Message};
+use crate::test_vectors::{ed25519_signing_key, parse_message, vectors, Message};
 
 fn member(case: &Value) -> crate::signature::parse::SignatureMember {
     parse_signatures(case["signature_input"].as_str().unwrap(), case["signature"].as_str().unwrap()).unwrap().remove(0)

@@ -8,6 +8,10 @@
 //! (registered algorithm names) and [`shown_keyid`] (an RFC 7638 thumbprint's shape); anything
 //! else is described, never echoed.
 
+/// Most covered components accepted in one signature. Web Bot Auth needs five or six; the cap
+/// bounds the quadratic duplicate check on attacker-sized input.
+pub const MAX_COVERED: usize = 64;
+
 /// Longest client-chosen name a refusal quotes when the gateway does not know it: room for
 /// `sig1`, `x-tenant`, `nonce`, too little for a fragment of a credential or a body (a JWT
 /// header alone is 36 characters). The refusal-text test checks that no 12-byte run of input
@@ -91,9 +95,9 @@ pub fn shown_keyid(keyid: &str) -> &str {
 /// resolved fails the whole signature, it is never skipped).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BaseError {
-    /// More covered components than [`super::base::MAX_COVERED`]: no real signature needs that
+    /// More covered components than [`MAX_COVERED`]: no real signature needs that
     /// many, and duplicate detection is quadratic.
-    #[error("signature covers {0} components (at most {max} are accepted)", max = super::base::MAX_COVERED)]
+    #[error("signature covers {0} components (at most {max} are accepted)", max = MAX_COVERED)]
     TooManyComponents(usize),
     /// A covered component is not an sf-string (RFC 9421 §2: identifiers are strings).
     #[error("covered component is not a string")]

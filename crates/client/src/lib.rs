@@ -4,7 +4,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use portcullis::client::{load_private_jwk, tool_call, Agent};
+//! use portcullis_client::{load_private_jwk, tool_call, Agent};
 //!
 //! let key = load_private_jwk(std::path::Path::new("keys/agent.jwk"))?;
 //! let agent = Agent::new(key, "https://agent.example")?.with_token("eyJ…");
@@ -30,8 +30,8 @@ use serde_json::Value;
 
 pub use keys::{directory_document, keygen, load_private_jwk, private_jwk, GeneratedKey, KeyError};
 
-use crate::pipeline::UnixTime;
-use crate::signature::{SignError, Signer};
+use portcullis_wire::signature::{SignError, Signer};
+use portcullis_wire::UnixTime;
 
 /// Why a request could not be built, signed or sent.
 #[derive(Debug, thiserror::Error)]

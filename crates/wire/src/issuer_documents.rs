@@ -1,7 +1,7 @@
 //! The issuer's documents, parsed (docs/design.md stage 7): the JWK Set (RFC 7517 §5) with the
 //! `Cache-Control` it came with, and the `jwks_uri` of an RFC 8414 metadata document. Pure
-//! functions over the bytes the issuer sent, apart from the fetches in `jwks.rs` and
-//! `issuer.rs` so that `fuzz/` compiles this file alone.
+//! functions over the bytes the issuer sent, the fetches are the gateway's (`oauth/jwks.rs`,
+//! `oauth/issuer.rs`).
 //!
 //! Only asymmetric keys usable for RS256/PS256 (RSA), ES256 (P-256) and EdDSA (Ed25519) are
 //! kept; symmetric (`oct`) keys and `use = "enc"` keys are ignored.
@@ -13,8 +13,6 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use url::Url;
-
-use super::short;
 
 /// Shortest time a key set is kept, whatever `Cache-Control` says (`no-store` included).
 pub const MIN_TTL: Duration = Duration::from_secs(10);
@@ -50,8 +48,10 @@ pub struct PublicKey {
 /// The issuer's usable keys and how long to keep them.
 #[derive(Debug)]
 pub struct KeySet {
-    pub(super) keys: Vec<PublicKey>,
-    pub(super) ttl: Duration,
+    /// The usable keys, in document order.
+    pub keys: Vec<PublicKey>,
+    /// How long to keep them (the `Cache-Control` the set came with, clamped).
+    pub ttl: Duration,
 }
 
 #[derive(Deserialize)]
@@ -177,6 +177,12 @@ pub fn jwks_uri_of(issuer: &str, body: &[u8]) -> Result<Url, String> {
         return Err("jwks_uri is not https".to_owned());
     }
     Ok(jwks)
+}
+
+/// Shortens issuer-supplied text quoted in errors (a published `kid`, a metadata `issuer`) to
+/// 64 characters.
+pub fn short(s: &str) -> String {
+    s.chars().take(64).collect()
 }
 
 #[cfg(test)]
