@@ -8,7 +8,7 @@
 //! the request fingerprint; approvals bind to it.
 //!
 //! The body is read as I-JSON (RFC 7493, RFC 8785 §3.1) before it is hashed: duplicate member
-//! names and integers outside ±(2^53−1) are refused rather than hashed, because a parser
+//! names and numbers outside ±(2^53−1) are refused rather than hashed, because a parser
 //! upstream may read a duplicate differently, and two different large integers can share one
 //! double (`9007199254740993` and `9007199254740992` would get one digest). Canonicalization
 //! is `serde_json_canonicalizer` (ECMAScript number formatting through `ryu-js`), checked
@@ -39,8 +39,8 @@ pub enum CallDigestError {
     /// Not JSON, or not I-JSON: duplicate member names, lone surrogates, non-finite numbers.
     #[error("the call is not I-JSON (RFC 7493): {0}")]
     NotIJson(String),
-    /// An integer outside ±(2^53−1): it cannot be hashed without losing which number it was.
-    #[error("the call holds an integer outside ±(2^53-1); send it as a string")]
+    /// A number outside ±(2^53−1): it cannot be hashed without losing which number it was.
+    #[error("the call holds a number outside ±(2^53-1); send it as a string")]
     UnsafeInteger,
     /// The body is not one JSON-RPC request (a batch, a response, or not an object).
     #[error("the body is not a single JSON-RPC request")]
@@ -70,7 +70,9 @@ impl CallDigest {
     }
 
     /// The digest of a JSON value already in call form (`{"method", "tool", "arguments"}`).
+    /// Numbers beyond ±(2^53−1) are refused: they may not be the number the client wrote.
     pub fn of_value(call: &Value) -> Result<CallDigest, CallDigestError> {
+        check_safe_numbers(call)?;
         Ok(CallDigest(Sha256::digest(canonical(call)?).into()))
     }
 
@@ -123,20 +125,22 @@ fn call_form(method: &str, mut params: Map<String, Value>) -> Value {
     Value::Object(call)
 }
 
-/// RFC 8785 canonical UTF-8 bytes of `value`, refusing integers a double cannot hold exactly.
+/// RFC 8785 canonical UTF-8 bytes of `value` (numbers as the doubles they are).
 pub fn canonical(value: &Value) -> Result<Vec<u8>, CallDigestError> {
-    check_safe_integers(value)?;
     serde_json_canonicalizer::to_vec(value).map_err(|e| CallDigestError::NotIJson(e.to_string()))
 }
 
-fn check_safe_integers(value: &Value) -> Result<(), CallDigestError> {
+/// Refuses numbers of magnitude over 2^53−1. For integers that is I-JSON's range; every double
+/// that large is an integer too, and an integer literal past u64 is read as one, so the same
+/// rule catches `18446744073709551616` and `1e20` alike: above 2^53 two different literals can
+/// be one double, and so one digest.
+fn check_safe_numbers(value: &Value) -> Result<(), CallDigestError> {
     match value {
         Value::Number(n) => {
             let safe = match (n.as_u64(), n.as_i64()) {
                 (Some(u), _) => u <= MAX_SAFE_INTEGER,
                 (None, Some(i)) => i.unsigned_abs() <= MAX_SAFE_INTEGER,
-                // A float: JCS formats it as the double it is.
-                (None, None) => n.as_f64().is_some_and(f64::is_finite),
+                (None, None) => n.as_f64().is_some_and(|f| f.is_finite() && f.abs() <= MAX_SAFE_INTEGER as f64),
             };
             if safe {
                 Ok(())
@@ -144,8 +148,8 @@ fn check_safe_integers(value: &Value) -> Result<(), CallDigestError> {
                 Err(CallDigestError::UnsafeInteger)
             }
         }
-        Value::Array(items) => items.iter().try_for_each(check_safe_integers),
-        Value::Object(members) => members.values().try_for_each(check_safe_integers),
+        Value::Array(items) => items.iter().try_for_each(check_safe_numbers),
+        Value::Object(members) => members.values().try_for_each(check_safe_numbers),
         Value::Null | Value::Bool(_) | Value::String(_) => Ok(()),
     }
 }

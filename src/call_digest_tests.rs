@@ -131,9 +131,69 @@ fn duplicate_names_unsafe_integers_and_batches_have_no_digest() {
     assert_eq!(CallDigest::of_body(big), Err(CallDigestError::UnsafeInteger));
     let negative = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"amount":-9007199254740992}}}"#;
     assert_eq!(CallDigest::of_body(negative), Err(CallDigestError::UnsafeInteger));
+    for past_u64 in ["18446744073709551616", "1e20", "-9.1e15"] {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{{"amount":{past_u64}}}}}}}"#);
+        assert_eq!(CallDigest::of_body(body.as_bytes()), Err(CallDigestError::UnsafeInteger), "{past_u64}");
+    }
     let edge = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"amount":9007199254740991}}}"#;
     assert!(CallDigest::of_body(edge).is_ok());
     assert_eq!(CallDigest::of_body(br#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#), Err(CallDigestError::NotACall));
     assert_eq!(CallDigest::of_body(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#), Err(CallDigestError::NotACall));
     assert!(matches!(CallDigest::of_body(b"{\"a\":1} trailing"), Err(CallDigestError::NotIJson(_))));
+}
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// JSON values within I-JSON: safe integers, finite doubles, any strings, nested.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (-(1i64 << 53) + 1..(1i64 << 53)).prop_map(Value::from),
+            (-9.0e15f64..9.0e15).prop_map(Value::from),
+            (-1.0f64..1.0).prop_map(Value::from),
+            ".{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(".{0,6}", inner, 0..4).prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// The same members written in reverse order, recursively.
+    fn reversed(v: &Value) -> String {
+        match v {
+            Value::Object(m) => {
+                let members: Vec<String> = m.iter().rev().map(|(k, v)| format!("{}:{}", Value::from(k.as_str()), reversed(v))).collect();
+                format!("{{ {} }}", members.join(" , "))
+            }
+            Value::Array(items) => format!("[{}]", items.iter().map(reversed).collect::<Vec<_>>().join(",")),
+            other => other.to_string(),
+        }
+    }
+
+    proptest! {
+        /// However a call's JSON is spelled (member order, whitespace), its digest is the same;
+        /// and canonical JSON is a fixed point (parse it, canonicalize again: same bytes).
+        #[test]
+        fn the_digest_does_not_depend_on_spelling(args in json_value(), tool in "[a-z.]{1,12}") {
+            let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": args}});
+            let compact = CallDigest::of_body(call.to_string().as_bytes()).unwrap();
+            let spelled = CallDigest::of_body(reversed(&call).as_bytes()).unwrap();
+            prop_assert_eq!(compact.digest, spelled.digest);
+            let canon = canonical(&call).unwrap();
+            prop_assert_eq!(canonical(&parse_i_json(&canon).unwrap()).unwrap(), canon);
+        }
+
+        /// Untrusted bodies: never a panic.
+        #[test]
+        fn any_body_is_digested_or_refused(body in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = CallDigest::of_body(&body);
+        }
+    }
 }
