@@ -216,6 +216,17 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
                 "data": {"error": denial.code(), "reason": denial.reason(), "request_id": request_id},
             },
         }),
+        // RFC 8785 consequences for the journal: arguments it cannot fingerprint are the
+        // JSON-RPC "Invalid params" of the call.
+        Denial::Idempotency(crate::idempotency::IdempotencyError::InvalidCall { id, .. }) => serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {
+                "code": -32602,
+                "message": "Invalid params",
+                "data": {"error": denial.code(), "reason": denial.reason(), "request_id": request_id},
+            },
+        }),
         _ => serde_json::json!({
             "error": denial.code(),
             "reason": denial.reason(),

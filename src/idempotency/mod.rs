@@ -58,9 +58,15 @@ pub enum IdempotencyError {
     /// The body is a batch: a key names one call.
     #[error("an Idempotency-Key names one call; this request is a batch")]
     Batch,
-    /// The call cannot be digested (not I-JSON, an integer beyond ±(2^53−1)).
-    #[error("{0}")]
-    InvalidCall(CallDigestError),
+    /// The call cannot be digested (not I-JSON, a number beyond ±(2^53−1)). Answered with a
+    /// JSON-RPC `-32602` (Invalid params) error object.
+    #[error("{error}")]
+    InvalidCall {
+        /// The request's JSON-RPC id.
+        id: Option<Value>,
+        /// Why it has no digest.
+        error: CallDigestError,
+    },
     /// A call with this key is still being answered.
     #[error("a call with this Idempotency-Key is still in flight; retry once it is answered")]
     InFlight,
@@ -82,7 +88,7 @@ impl IdempotencyError {
             IdempotencyError::KeyRequired | IdempotencyError::MalformedKey(_) | IdempotencyError::NoIdentity | IdempotencyError::Batch => {
                 "idempotency_key_required"
             }
-            IdempotencyError::InvalidCall(_) => "invalid_params",
+            IdempotencyError::InvalidCall { .. } => "invalid_params",
             IdempotencyError::InFlight => "idempotency_in_flight",
             IdempotencyError::Reused => "idempotency_key_reused",
             IdempotencyError::Disabled => "agent_access_denied",
@@ -98,7 +104,7 @@ impl IdempotencyError {
             | IdempotencyError::MalformedKey(_)
             | IdempotencyError::NoIdentity
             | IdempotencyError::Batch
-            | IdempotencyError::InvalidCall(_) => StatusCode::BAD_REQUEST,
+            | IdempotencyError::InvalidCall { .. } => StatusCode::BAD_REQUEST,
             IdempotencyError::InFlight => StatusCode::CONFLICT,
             IdempotencyError::Reused => StatusCode::UNPROCESSABLE_ENTITY,
             IdempotencyError::Disabled => StatusCode::FORBIDDEN,
@@ -315,7 +321,7 @@ impl Idempotency {
         }
         let call = CallDigest::of_body(&req.body).map_err(|e| match e {
             CallDigestError::NotACall => IdempotencyError::Batch,
-            other => IdempotencyError::InvalidCall(other),
+            error => IdempotencyError::InvalidCall { id: seen.mcp.as_ref().and_then(|m| m.messages.first()).and_then(|m| m.id.clone()), error },
         })?;
         let ticket = Ticket { key: journal_key(&scope, &key), fingerprint: *call.digest.as_bytes(), token: uuid::Uuid::new_v4().simple().to_string() };
         match journal.store.reserve(&ticket, journal.in_flight_ttl).await? {

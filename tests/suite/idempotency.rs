@@ -289,6 +289,19 @@ async fn a_missing_key_is_400_and_the_backend_is_not_called() {
 }
 
 #[tokio::test]
+async fn arguments_that_cannot_be_fingerprinted_are_a_jsonrpc_invalid_params() {
+    let backend = Backend::start().await;
+    let s = setup(&backend.url(), "").await;
+    // 2^53 + 1 and 2^53 are one double: two different amounts would share a fingerprint.
+    let resp = call(&s.gw, &s.signer, 9, "payments.send", json!({"amount": 9_007_199_254_740_993u64}), Some("\"k-big-int\"")).send().await.unwrap();
+    assert_eq!(resp.status(), 400);
+    let body = json_of(resp).await;
+    assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (json!(9), json!(-32602)), "{body}");
+    assert_eq!(body["error"]["data"]["error"], "invalid_params");
+    assert_eq!(backend.executions(), 0);
+}
+
+#[tokio::test]
 async fn the_same_key_for_other_arguments_is_422() {
     let backend = Backend::start().await;
     let s = setup(&backend.url(), "").await;
