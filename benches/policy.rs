@@ -10,12 +10,11 @@
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use std::hint::black_box;
-use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
-use portcullis::config::{PolicyEvaluator, RawPolicy};
+use portcullis::config::{PolicyEvaluator, PolicySettings};
 use portcullis::policy::load::{Source, SourceSet};
 use portcullis::policy::{AgentView, Policy, PolicyInput, RequestView, TokenView};
 use portcullis_wire::mcp::{self, McpRequest};
@@ -45,7 +44,7 @@ fn input<'a>(mcp: &'a McpRequest, agent: Option<AgentView<'a>>, token: Option<To
 /// an edit of a policy without rebuilding).
 fn policy(evaluator: PolicyEvaluator) -> Policy {
     let paths = std::env::var_os("PORTCULLIS_BENCH_POLICIES").map(|d| vec![d.into()]).unwrap_or_default();
-    Policy::new(&RawPolicy { evaluator, paths, watch: false, ..RawPolicy::default() }, Path::new(".")).unwrap()
+    Policy::new(&PolicySettings { evaluator, paths, watch: false, ..PolicySettings::default() }).unwrap()
 }
 
 fn bench(c: &mut Criterion) {

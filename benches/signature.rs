@@ -46,7 +46,9 @@ fn signed_mcp_post() -> (Inbound, Signer) {
 fn stages(c: &mut Criterion) {
     let (req, signer) = signed_mcp_post();
     let key = signer.verifying_key();
-    let verifier = SignatureVerifier::new(&RawSignatures { authority: vec![req.authority.clone()], ..RawSignatures::default() }).unwrap();
+    let verifier = SignatureVerifier::new(
+        &portcullis::config::Signatures::try_from(RawSignatures { authority: vec![req.authority.clone()], ..RawSignatures::default() }).unwrap(),
+    );
     let digest = DigestCheck::new(true);
     let headers = &req.head.headers;
     let member = || {

@@ -27,7 +27,7 @@ fn verifier(issuer: &issuer::Issuer, ca: &pki::TestCa, cache_size: u64) -> Token
         ca.ca_path()
     );
     let config = Config::parse(&text, "bench", std::path::Path::new(".")).unwrap();
-    TokenVerifier::new(&config.oauth, &config.base_dir).unwrap()
+    TokenVerifier::new(&config.oauth).unwrap()
 }
 
 fn bench(c: &mut Criterion) {

@@ -15,7 +15,8 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 
 use crate::config::Mode;
 pub use crate::denial::{retry_after_secs, Denial};
-use crate::pipeline::{Decision, Evidence, Permit, Refusal};
+use crate::evidence::Evidence;
+use crate::pipeline::{Decision, Permit, Refusal};
 
 /// The body type of every response the gateway sends (refusals and streamed upstream bodies).
 pub type ResponseBody = BoxBody<Bytes, hyper::Error>;
@@ -82,6 +83,16 @@ pub fn apply_mode(mode: Mode, decision: Decision) -> Verdict {
         (Ok(permit), _) => Verdict::Forward(Forward { kind: ForwardKind::Permitted(permit) }),
         (Err(refusal), Mode::Enforce) => Verdict::Refuse(refusal),
         (Err(refusal), Mode::Monitor) => Verdict::Forward(Forward { kind: ForwardKind::Monitored(refusal) }),
+    }
+}
+
+/// The decision log's `idempotency` for this verdict (`None` for calls without the journal).
+pub fn idempotency_log(verdict: &Verdict) -> Option<&'static str> {
+    use crate::idempotency::log_value;
+    match verdict {
+        Verdict::Replay(p) => log_value(p.evidence().idempotency.as_ref(), true, None),
+        Verdict::Forward(f) => log_value(f.evidence().idempotency.as_ref(), false, f.monitored().map(Denial::code)),
+        Verdict::Refuse(r) => log_value(None, false, Some(r.denial().code())),
     }
 }
 

@@ -1,7 +1,7 @@
 use super::*;
 use crate::directory::DirectoryError;
+use crate::evidence::Evidence;
 use crate::oauth::TokenError;
-use crate::pipeline::Evidence;
 use crate::policy::PolicyError;
 use crate::quota::QuotaError;
 use crate::replay::ReplayError;

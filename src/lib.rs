@@ -12,13 +12,13 @@
 //!     -> telemetry: one decision-log line + per-stage latency, for every request
 //! ```
 
-pub mod admin;
 pub mod call_digest;
 pub mod config;
 pub mod decision;
 pub mod demo;
 pub mod denial;
 pub mod directory;
+pub mod evidence;
 pub mod idempotency;
 pub mod inbound;
 pub mod oauth;
@@ -35,4 +35,5 @@ pub mod signature;
 pub mod stage;
 pub mod state;
 pub mod telemetry;
+pub mod throttle;
 pub mod tls;

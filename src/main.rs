@@ -222,7 +222,7 @@ fn main() -> ExitCode {
         },
         Command::Request(args) => request(&args),
         Command::Demo(args) => demo(&args),
-        Command::Healthcheck { url, timeout } => match portcullis::admin::probe(&url, timeout) {
+        Command::Healthcheck { url, timeout } => match portcullis::server::admin::probe(&url, timeout) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("unhealthy: {e}");

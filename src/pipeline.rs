@@ -14,8 +14,9 @@ use prometheus_client::metrics::counter::Counter;
 use crate::config::{Config, ConfigError, FieldError};
 use crate::denial::Denial;
 use crate::directory::KeyResolver;
+use crate::evidence::{Evidence, PolicyTrace};
 use crate::inbound::Inbound;
-use crate::oauth::{TokenVerifier, VerifiedToken};
+use crate::oauth::TokenVerifier;
 use crate::policy::{AgentView, Policy, PolicyError, PolicyInput, RequestView, TokenView};
 use crate::quota::{QuotaError, QuotaSpec, Quotas};
 use crate::replay::ReplayGuard;
@@ -90,35 +91,6 @@ impl Refusal {
     }
 }
 
-/// What the stages verified so far: the policy input, the identity headers sent upstream and
-/// the decision log are built from this, and from nothing a client can set directly.
-#[derive(Debug, Default)]
-pub struct Evidence {
-    /// Stages 3–6 result: the verified, first-use signature and the agent it speaks for.
-    /// `None` when the request was unsigned and signatures are optional, or a stage 2–6
-    /// refused (in monitor mode such a request is forwarded without identity).
-    pub agent: Option<VerifiedSignature>,
-    /// Stage 7 result: the verified bearer token (the user), when one was sent.
-    pub token: Option<VerifiedToken>,
-    /// Stage 8 result: the parsed JSON-RPC message(s). Tool arguments are never logged.
-    pub mcp: Option<McpRequest>,
-    /// Stage 9: which policy version decided and the rule it named.
-    pub policy: Option<PolicyTrace>,
-    /// Stage 10: the bucket that was exhausted, when one was.
-    pub quota_exhausted: Option<String>,
-    /// The idempotency journal's claim: this call's reservation, or the answer to replay.
-    pub idempotency: Option<crate::idempotency::Claim>,
-}
-
-/// What the decision log says about the policy decision.
-#[derive(Debug, Clone, Default)]
-pub struct PolicyTrace {
-    /// The rule(s) the decision named (`rule`), or `policy_error`.
-    pub rule: Option<String>,
-    /// The policy set's version.
-    pub version: String,
-}
-
 /// Every stage, built once from the config at start.
 #[derive(Debug)]
 pub struct Stages {
@@ -149,30 +121,23 @@ impl Stages {
     pub fn build(config: &Config) -> Result<Stages, ConfigError> {
         let sig = &config.signatures;
         let mut errors = Vec::new();
-        let signature = SignatureVerifier::new(sig).map_err(|e| errors.extend(e));
-        let directory = KeyResolver::new(sig, &config.base_dir).map_err(|e| errors.extend(e));
+        let directory = KeyResolver::new(&sig.directory).map_err(|e| errors.push(e));
         // Without an issuer and without `required`, there is no user authority to check: the
         // stage is off and the inbound `Authorization` is only stripped (proxy).
-        let oauth = &config.oauth.raw;
-        let token = if oauth.required || oauth.issuer.is_some() || oauth.introspection.is_some() {
-            TokenVerifier::new(&config.oauth, &config.base_dir).map_err(|e| errors.extend(e)).ok()
-        } else {
-            None
-        };
+        let token = if config.oauth.is_enabled() { TokenVerifier::new(&config.oauth).map_err(|e| errors.push(e)).ok() } else { None };
         let stores = Stores::from_config(&config.state).map_err(|e| errors.push(e));
-        let policy = Policy::new(&config.policy, &config.base_dir).map_err(|e| errors.push(FieldError::new("policy.paths", e.to_string())));
-        let (Ok(signature), Ok(directory), Ok(stores), Ok(policy), true) = (signature, directory, stores, policy, errors.is_empty()) else {
+        let policy = Policy::new(&config.policy).map_err(|e| errors.push(FieldError::new("policy.paths", e.to_string())));
+        let (Ok(directory), Ok(stores), Ok(policy), true) = (directory, stores, policy, errors.is_empty()) else {
             return Err(ConfigError::Invalid { origin: config.origin.clone(), errors });
         };
-        let digest_required = sig.required && sig.components.iter().any(|c| c == "content-digest");
         Ok(Stages {
-            digest: DigestCheck::new(digest_required),
+            digest: DigestCheck::new(sig.requires_digest()),
             is_signature_required: sig.required,
-            signature,
+            signature: SignatureVerifier::new(sig),
             directory,
-            replay: ReplayGuard::new(sig, stores.replay.clone()),
+            replay: ReplayGuard::new(sig.clock_skew, stores.replay.clone()),
             token,
-            sessions: SessionGuard::new(stores.session.clone(), config.state.session_ttl.0),
+            sessions: SessionGuard::new(stores.session.clone(), config.state.session_ttl),
             policy,
             is_policy_enabled: config.policy.enabled,
             max_batch: config.limits.max_batch,
@@ -264,7 +229,9 @@ async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
         authorize(req, stages, seen, timings)?
     };
     if let Some(key_use) = key_use {
-        seen.idempotency = timings.timed_async(Stage::Idempotency, stages.idempotency.claim(req, seen, key_use)).await?;
+        let caller = crate::idempotency::Caller { sub: seen.token.as_ref().and_then(|t| t.sub()), agent: seen.agent.as_ref().map(|a| a.agent()) };
+        let claimed = stages.idempotency.claim(req, caller, seen.mcp.as_ref(), key_use);
+        seen.idempotency = timings.timed_async(Stage::Idempotency, claimed).await?;
         // A replayed answer spends no quota: the call is not executed again.
         if seen.idempotency.as_ref().is_some_and(crate::idempotency::Claim::is_replay) {
             return Ok(());
@@ -336,7 +303,10 @@ fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
     let decided = match decided {
         Ok(d) => d,
         Err(e) => {
-            tracing::warn!(error = %e, "Policy evaluation failed; refusing");
+            static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
+            if let Some(held) = THROTTLE.admit() {
+                tracing::warn!(error = %e, similar_held_back = held, "Policy evaluation failed; refusing (each one is in the decision log as policy_error)");
+            }
             seen.policy = Some(PolicyTrace { rule: Some("policy_error".to_owned()), version: e.version().to_owned() });
             return Err(e.into());
         }
@@ -378,9 +348,8 @@ mod tests {
 
     #[test]
     fn bad_directory_settings_are_refused_naming_the_field() {
-        let mut config = Config::embedded_default().expect("embedded default validates");
-        config.signatures.trusted_agents = vec!["http://agent.example".into()];
-        let err = Stages::build(&config).expect_err("plain http directory").to_string();
+        let text = crate::config::EMBEDDED_DEFAULT.replace("[signatures]\n", "[signatures]\ntrusted_agents = [\"http://agent.example\"]\n");
+        let err = Config::parse(&text, "test", std::path::Path::new(".")).expect_err("plain http directory").to_string();
         assert!(err.contains("signatures.trusted_agents[0]"), "{err}");
     }
 

@@ -83,7 +83,10 @@ impl Quotas {
         for q in spent {
             if let Err(e) = self.store.refund(&q.key, q.cost, q.limit, q.per, now).await {
                 // The request is refused either way; the bucket stays spent (fails closed).
-                tracing::warn!(error = %e, "Quota refund failed");
+                static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
+                if let Some(held) = THROTTLE.admit() {
+                    tracing::warn!(error = %e, similar_held_back = held, "Quota refund failed");
+                }
             }
         }
     }

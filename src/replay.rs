@@ -17,7 +17,6 @@ use base64::Engine;
 use prometheus_client::metrics::counter::Counter;
 use sha2::{Digest, Sha256};
 
-use crate::config::RawSignatures;
 use crate::signature::VerifiedSignature;
 use crate::state::replay::ReplayStore;
 use crate::state::StoreError;
@@ -52,8 +51,8 @@ const MIN_TTL: Duration = Duration::from_secs(1);
 
 impl ReplayGuard {
     /// A guard over `store`, keeping records until `expires + signatures.clock_skew`.
-    pub fn new(cfg: &RawSignatures, store: Arc<dyn ReplayStore>) -> Self {
-        ReplayGuard { store, skew: cfg.clock_skew.0, hits: Counter::default() }
+    pub fn new(clock_skew: Duration, store: Arc<dyn ReplayStore>) -> Self {
+        ReplayGuard { store, skew: clock_skew, hits: Counter::default() }
     }
 
     /// The counter of refused replays, for the metrics registry.
@@ -99,7 +98,7 @@ mod tests {
     use crate::state::replay::MemoryReplayStore;
 
     fn guard(store: Arc<dyn ReplayStore>) -> ReplayGuard {
-        ReplayGuard::new(&RawSignatures::default(), store)
+        ReplayGuard::new(Duration::from_secs(30), store)
     }
 
     const NOW: UnixTime = UnixTime(Duration::from_secs(1_800_000_000));

@@ -24,15 +24,16 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsAcceptor;
 use tracing::{info, info_span, warn, Instrument};
 
+pub mod admin;
 mod admission;
 mod body;
 pub(crate) mod connection;
 
-use crate::admin;
 use crate::config::{Config, ConfigError};
 use crate::decision::{self, Answer, Challenge, Denial, Outcome, ResponseBody, Verdict};
+use crate::evidence::Evidence;
 use crate::inbound::Inbound;
-use crate::pipeline::{self, Evidence, Stages};
+use crate::pipeline::{self, Stages};
 use crate::policy::ReloadTrigger;
 use crate::proxy::Upstream;
 use crate::stage::{stage_span, Stage, StageTimings};
@@ -164,10 +165,10 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     let shared = Arc::new(Shared {
         challenge: Challenge {
             resource_metadata: config.resource_metadata_url(),
-            scope: config.oauth.raw.scopes_supported.join(" "),
+            scope: config.oauth.scopes_supported.join(" "),
             accept_signature: stages.accept_signature().to_owned(),
         },
-        upstream: Upstream::new(&config.upstream, config.oauth.raw.forward_token),
+        upstream: Upstream::new(&config.upstream, config.oauth.forward_token),
         stages,
         metrics,
         log,
@@ -345,11 +346,11 @@ impl Shared {
                     let inbound = Inbound { head, body, now, peer, is_tls, request_id: request_id.clone(), authority };
                     let decision = pipeline::check(&inbound, &self.stages, &mut timings).await;
                     let verdict = decision::apply_mode(self.config.mode, decision);
-                    idempotency = crate::idempotency::log_value(&verdict);
+                    idempotency = decision::idempotency_log(&verdict);
                     match verdict {
                         Verdict::Replay(permit) => {
                             seen = permit.into_evidence();
-                            let resp = crate::idempotency::replay_response(&seen)
+                            let resp = crate::idempotency::replay_response(seen.idempotency.as_ref())
                                 .unwrap_or_else(|| decision::respond_upstream(&decision::UpstreamError::Failed("no recorded answer".into()), &request_id));
                             (Outcome::Allow, None, resp)
                         }
@@ -370,10 +371,13 @@ impl Shared {
                             seen = fwd.into_evidence();
                             let resp = match result {
                                 // A first idempotent call: its answer is recorded as it streams.
-                                Ok(resp) => crate::idempotency::record(&mut seen, resp).await,
+                                Ok(resp) => crate::idempotency::record(&mut seen.idempotency, resp).await,
                                 Err(e) => {
-                                    crate::idempotency::release(&mut seen).await;
-                                    warn!(error.code = e.code(), error = %e, "Upstream request failed");
+                                    crate::idempotency::release(&mut seen.idempotency).await;
+                                    static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
+                                    if let Some(held) = THROTTLE.admit() {
+                                        warn!(error.code = e.code(), error = %e, similar_held_back = held, "Upstream request failed (each one is counted in portcullis_upstream_errors_total)");
+                                    }
                                     self.metrics.upstream_error(e.code());
                                     let r = decision::respond_upstream(&e, &request_id);
                                     upstream_error = Some(e);
@@ -476,7 +480,7 @@ fn with_request_id(mut resp: Response<ResponseBody>, request_id: &str) -> Respon
 
 /// The RFC 9728 document and the paths it is served at.
 fn protected_resource_metadata(config: &Config) -> (Bytes, Vec<String>) {
-    let oauth = &config.oauth.raw;
+    let oauth = &config.oauth;
     let mut doc = serde_json::json!({
         "resource": config.listen.public_url.as_str().trim_end_matches('/'),
         "authorization_servers": oauth.issuer.iter().collect::<Vec<_>>(),

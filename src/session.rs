@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, Method, StatusCode};
 
-use crate::pipeline::Evidence;
+use crate::evidence::Evidence;
 use crate::state::session::{Binding, OwnerKey, SessionKey, SessionStore};
 use crate::state::StoreError;
 use portcullis_wire::mcp::SESSION_ID;
@@ -129,7 +129,10 @@ impl SessionGuard {
             }
             Binding::Other => {
                 // A client holding another identity's session id: worth an operator's look.
-                tracing::info!(session.hash = %session.log_prefix(), "Session id used by an identity other than its owner");
+                static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
+                if let Some(held) = THROTTLE.admit() {
+                    tracing::info!(session.hash = %session.log_prefix(), similar_held_back = held, "Session id used by an identity other than its owner");
+                }
                 Err(SessionError::NotFound)
             }
         }

@@ -15,10 +15,12 @@ use serde::Deserialize;
 use url::Url;
 
 mod raw;
+mod sections;
 mod units;
 
 pub use portcullis_wire::time::parse_duration;
 pub use raw::*;
+pub use sections::{normalize_origin, Context, Directory, Introspection, OAuth, PolicySettings, Signatures, StateSettings, StaticKey, Store};
 pub use units::{parse_size, ByteSize, HumanDuration};
 
 /// The configuration used when no `--config` is given (see README "Embedded defaults").
@@ -29,10 +31,11 @@ pub const EMBEDDED_DEFAULT: &str = include_str!("../default_config.toml");
 pub const MAX_IN_FLIGHT: usize = 1_000_000;
 
 /// Whether refusals are sent (`enforce`) or only logged as `would_deny` (`monitor`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
-    /// Refuse what the pipeline denies.
+    /// Refuse what the pipeline denies (the default).
+    #[default]
     Enforce,
     /// Decide and log everything the same way, but forward every request.
     Monitor,
@@ -114,15 +117,14 @@ pub struct Config {
     pub upstream: Upstream,
     /// Size and time limits on client input.
     pub limits: Limits,
-    /// Agent identity settings (stages 2–6), as written except `authority`, which always lists
-    /// the normalized authorities (public_url's by default); the identity stage validates keys.
-    pub signatures: RawSignatures,
+    /// Agent identity settings (stages 2–6).
+    pub signatures: Signatures,
     /// User authority settings (stage 7).
     pub oauth: OAuth,
-    /// Policy settings (stages 9–10).
-    pub policy: RawPolicy,
+    /// Policy settings (stages 8–10).
+    pub policy: PolicySettings,
     /// Shared state.
-    pub state: RawState,
+    pub state: StateSettings,
     /// The idempotency journal.
     pub idempotency: RawIdempotency,
     /// Admin listener address.
@@ -203,15 +205,6 @@ pub struct Limits {
     pub request_timeout: Duration,
 }
 
-/// Validated `[oauth]` basics; the token stage validates the rest.
-#[derive(Debug, Clone)]
-pub struct OAuth {
-    /// The section as written.
-    pub raw: RawOAuth,
-    /// The audience tokens must contain (defaults to `listen.public_url`).
-    pub audience: String,
-}
-
 /// Where decision-log lines go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecisionSink {
@@ -282,7 +275,12 @@ impl Config {
             (Some(_), None) => Err("listen.tls_key"),
             (None, Some(_)) => Err("listen.tls_cert"),
         };
-        let upstream_url = parse_url(&raw.upstream.url, &["http"]).and_then(|u| {
+        let upstream_url = if raw.upstream.url.is_empty() {
+            Err("is required (the MCP backend, e.g. \"http://127.0.0.1:3001\")".to_owned())
+        } else {
+            parse_url(&raw.upstream.url, &["http"])
+        }
+        .and_then(|u| {
             if u.query().is_some() || u.fragment().is_some() {
                 Err("the upstream URL must not have a query or fragment".to_owned())
             } else if !u.username().is_empty() || u.password().is_some() {
@@ -298,7 +296,6 @@ impl Config {
             "off" => DecisionSink::Off,
             p => DecisionSink::File(base_dir.join(p)),
         };
-        let audience = raw.oauth.audience.clone().unwrap_or_else(|| raw.listen.public_url.clone());
 
         check("listen.addr", listen_addr.as_ref().map(|_| ()).map_err(Clone::clone));
         check("listen.public_url", public_url.as_ref().map(|_| ()).map_err(Clone::clone));
@@ -326,31 +323,6 @@ impl Config {
                     Err(format!("{p:?} is not a canonical absolute path (no empty, . or .. segment, trailing slash, %-encoding or query)")),
                 );
             }
-        }
-        // `@authority` is the gateway's own: the listed names, else public_url's (decision 3).
-        let mut signatures = raw.signatures;
-        let scheme = public_url.as_ref().map(|u| u.scheme().to_owned()).unwrap_or_default();
-        let mut authorities = Vec::new();
-        for (i, a) in signatures.authority.iter().enumerate() {
-            match portcullis_wire::target::normalize(a, &scheme) {
-                Some(n) => authorities.push(n),
-                None => check(&format!("signatures.authority[{i}]"), Err(format!("{a:?} is not a host[:port]"))),
-            }
-        }
-        if signatures.authority.is_empty() {
-            authorities.extend(public_url.as_ref().ok().and_then(portcullis_wire::target::url_authority));
-        }
-        signatures.authority = authorities;
-        if let Some(issuer) = &raw.oauth.issuer {
-            check("oauth.issuer", parse_url(issuer, &["https"]).map(|_| ()));
-        }
-        if let Some(jwks) = &raw.oauth.jwks_url {
-            check("oauth.jwks_url", parse_url(jwks, &["https"]).map(|_| ()));
-        }
-        for scope in &raw.oauth.scopes_supported {
-            // RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E )
-            let ok = !scope.is_empty() && scope.bytes().all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b));
-            check("oauth.scopes_supported", if ok { Ok(()) } else { Err(format!("{scope:?} is not a valid scope token (RFC 6749 §3.3)")) });
         }
         check(
             "limits.max_header_bytes",
@@ -386,23 +358,9 @@ impl Config {
         );
         check("limits.request_timeout", nonzero(raw.limits.request_timeout.0));
         check("admin.addr", admin.as_ref().map(|_| ()).map_err(Clone::clone));
-        check("oauth.audience", parse_url(&audience, &["https", "http"]).map(|_| ()));
-        check(
-            "state.store",
-            match raw.state.store.split_once("://") {
-                None if raw.state.store == "memory" => Ok(()),
-                Some(("redis" | "rediss", rest)) if !rest.is_empty() => Ok(()),
-                _ => Err(format!("unsupported store {:?}: use \"memory\" or \"redis://host:port/db\" (\"rediss://\" for TLS)", raw.state.store)),
-            },
-        );
-        check("state.connect_timeout", nonzero(raw.state.connect_timeout.0));
-        check("state.command_timeout", nonzero(raw.state.command_timeout.0));
-        check("state.max_replay_entries", if raw.state.max_replay_entries == 0 { Err("must be at least 1".into()) } else { Ok(()) });
-        check("state.session_ttl", nonzero(raw.state.session_ttl.0));
         for (field, reason) in raw.idempotency.problems() {
             check(field, Err(reason));
         }
-        check("state.max_sessions", if raw.state.max_sessions == 0 { Err("must be at least 1".into()) } else { Ok(()) });
         if let Some(endpoint) = &raw.log.otlp_endpoint {
             check(
                 "log.otlp_endpoint",
@@ -419,8 +377,14 @@ impl Config {
             }
         }
 
-        match (listen_addr, public_url, tls, upstream_url, admin) {
-            (Ok(addr), Ok(public_url), Ok(tls), Ok(url), Ok(admin)) if errs.is_empty() => Ok(Config {
+        let ctx = Context { base_dir, public_url: public_url.as_ref().ok() };
+        let signatures = Signatures::from_raw(raw.signatures, ctx).map_err(|e| errs.extend(e));
+        let oauth = OAuth::from_raw(raw.oauth, ctx).map_err(|e| errs.extend(e));
+        let policy = PolicySettings::from_raw(raw.policy, ctx).map_err(|e| errs.extend(e));
+        let state = StateSettings::from_raw(raw.state, ctx).map_err(|e| errs.extend(e));
+
+        match (listen_addr, public_url, tls, upstream_url, admin, signatures, oauth, policy, state) {
+            (Ok(addr), Ok(public_url), Ok(tls), Ok(url), Ok(admin), Ok(signatures), Ok(oauth), Ok(policy), Ok(state)) if errs.is_empty() => Ok(Config {
                 mode: raw.mode,
                 listen: Listen { addr, public_url, tls },
                 upstream: Upstream {
@@ -447,9 +411,9 @@ impl Config {
                     request_timeout: raw.limits.request_timeout.0,
                 },
                 signatures,
-                oauth: OAuth { raw: raw.oauth, audience },
-                policy: raw.policy,
-                state: RawState { ca: raw.state.ca.as_ref().map(|c| base_dir.join(c)), ..raw.state },
+                oauth,
+                policy,
+                state,
                 idempotency: raw.idempotency,
                 admin,
                 log: Log { decisions, level: raw.log.level, otlp_endpoint: raw.log.otlp_endpoint },
@@ -464,6 +428,15 @@ impl Config {
     pub fn resource_metadata_url(&self) -> String {
         let u = &self.listen.public_url;
         format!("{}/.well-known/oauth-protected-resource", u.origin().ascii_serialization())
+    }
+}
+
+impl TryFrom<RawConfig> for Config {
+    type Error = ConfigError;
+
+    /// Validates a parsed file whose relative paths are relative to the working directory.
+    fn try_from(raw: RawConfig) -> Result<Config, ConfigError> {
+        Config::validate(raw, "configuration", Path::new("."))
     }
 }
 

@@ -19,7 +19,7 @@ use super::Mode;
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     /// `enforce` (default) or `monitor`.
-    #[serde(default = "default_mode")]
+    #[serde(default)]
     pub mode: Mode,
     /// `[listen]`
     pub listen: RawListen,
@@ -65,10 +65,6 @@ fn string_or_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>,
     })
 }
 
-fn default_mode() -> Mode {
-    Mode::Enforce
-}
-
 /// `[listen]`
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -85,156 +81,102 @@ pub struct RawListen {
 
 /// `[upstream]`
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct RawUpstream {
     /// The MCP backend; the inbound path and query are appended to its path.
     pub url: String,
     /// Time allowed to open a TCP connection to the backend (then 502).
-    #[serde(default = "d_connect_timeout")]
     pub connect_timeout: HumanDuration,
     /// Time allowed until the backend's response headers arrive (then 504). Response bodies
     /// (SSE streams) are not limited in time.
-    #[serde(default = "d_response_timeout")]
     pub response_timeout: HumanDuration,
     /// Idle pooled connections kept per backend host.
-    #[serde(default = "d_pool_idle")]
     pub pool_max_idle: usize,
     /// How long an idle pooled connection is kept. Keep it below the backend's own keep-alive
     /// timeout (Node.js and uvicorn: 5 s), or a request may be written to a closing socket.
-    #[serde(default = "d_pool_idle_timeout")]
     pub pool_idle_timeout: HumanDuration,
     /// Paths forwarded besides the MCP endpoint (`listen.public_url`'s path), each exactly as
     /// written; any other path is refused with 404 before any stage.
-    #[serde(default)]
     pub extra_paths: Vec<String>,
 }
 
-fn d_connect_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_secs(5))
-}
-fn d_response_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_secs(30))
-}
-fn d_pool_idle() -> usize {
-    64
-}
-fn d_pool_idle_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_secs(4))
+impl Default for RawUpstream {
+    /// `url` has no default: an empty one is refused by validation ("is required").
+    fn default() -> Self {
+        RawUpstream {
+            url: String::new(),
+            connect_timeout: HumanDuration(Duration::from_secs(5)),
+            response_timeout: HumanDuration(Duration::from_secs(30)),
+            pool_max_idle: 64,
+            pool_idle_timeout: HumanDuration(Duration::from_secs(4)),
+            extra_paths: Vec::new(),
+        }
+    }
 }
 
 /// `[limits]`
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct RawLimits {
     /// Largest request body accepted; larger → 413 before any parsing.
-    #[serde(default = "d_max_body")]
     pub max_body: ByteSize,
     /// Largest request head (request line + headers) accepted on HTTP/1.1 and HTTP/2.
-    #[serde(default = "d_max_header_bytes")]
     pub max_header_bytes: ByteSize,
     /// Most header lines accepted on an HTTP/1.1 request.
-    #[serde(default = "d_max_headers")]
     pub max_headers: usize,
     /// Time a client has from connecting to the end of its first request head (TLS handshake,
     /// protocol detection, the HTTP/2 preface), and to send each later HTTP/1.1 request head
     /// (slow-loris guard).
-    #[serde(default = "d_header_timeout")]
     pub header_timeout: HumanDuration,
     /// A connection with no request in flight for this long is closed: HTTP/2 with no open
     /// stream, HTTP/1.1 between requests.
-    #[serde(default = "d_idle_timeout")]
     pub idle_timeout: HumanDuration,
     /// Time a client has to send the whole body once the head arrived.
-    #[serde(default = "d_body_timeout")]
     pub body_timeout: HumanDuration,
     /// Time in-flight requests get to finish after SIGTERM / ctrl-c.
-    #[serde(default = "d_shutdown_grace")]
     pub shutdown_grace: HumanDuration,
     /// Most client connections open at once; more wait in the accept queue.
-    #[serde(default = "d_max_connections")]
     pub max_connections: usize,
     /// Most concurrent HTTP/2 streams per client connection.
-    #[serde(default = "d_max_streams")]
     pub max_streams_per_connection: u32,
     /// Request body bytes held at once, over all requests; past it → 503 `overloaded`.
-    #[serde(default = "d_max_body_in_flight")]
     pub max_body_in_flight: ByteSize,
     /// Most messages in one JSON-RPC batch; more → 400 before policy runs.
-    #[serde(default = "d_max_batch")]
     pub max_batch: usize,
     /// Most client requests handled at once over all connections, from arrival until the
     /// response head; past it → 503 `overloaded` at once. Absent: sized for the machine
     /// ([`default_max_in_flight`]).
-    #[serde(default)]
     pub max_in_flight: Option<usize>,
     /// Longest time from a request's admission to its response head (a streamed body is not
     /// bounded); past it → 504 `request_timeout`.
-    #[serde(default = "d_request_timeout")]
     pub request_timeout: HumanDuration,
 }
 
 impl Default for RawLimits {
     fn default() -> Self {
         RawLimits {
-            max_body: d_max_body(),
-            max_header_bytes: d_max_header_bytes(),
-            max_headers: d_max_headers(),
-            header_timeout: d_header_timeout(),
-            idle_timeout: d_idle_timeout(),
-            body_timeout: d_body_timeout(),
-            shutdown_grace: d_shutdown_grace(),
-            max_connections: d_max_connections(),
-            max_streams_per_connection: d_max_streams(),
-            max_body_in_flight: d_max_body_in_flight(),
-            max_batch: d_max_batch(),
+            max_body: ByteSize(1 << 20),
+            max_header_bytes: ByteSize(64 << 10),
+            max_headers: 100,
+            header_timeout: HumanDuration(Duration::from_secs(10)),
+            idle_timeout: HumanDuration(Duration::from_secs(60)),
+            body_timeout: HumanDuration(Duration::from_secs(30)),
+            shutdown_grace: HumanDuration(Duration::from_secs(10)),
+            max_connections: 10_000,
+            max_streams_per_connection: 100,
+            // 64 bodies of the default `max_body`: far above what MCP traffic holds at once (requests are
+            // a few KiB and read in microseconds), small enough that a flood of stalled uploads cannot
+            // push the gateway out of memory.
+            max_body_in_flight: ByteSize(64 << 20),
+            // The MCP reference server's own bound.
+            max_batch: portcullis_wire::mcp::DEFAULT_MAX_BATCH,
             max_in_flight: None,
-            request_timeout: d_request_timeout(),
+            // `body_timeout` plus `upstream.response_timeout` at their defaults, so those report their
+            // own, more precise errors first; this one catches what nothing else bounds (the queue for a
+            // heavy policy evaluation, a stage waiting on several fetches in turn).
+            request_timeout: HumanDuration(Duration::from_secs(60)),
         }
     }
-}
-
-fn d_max_body() -> ByteSize {
-    ByteSize(1 << 20)
-}
-fn d_max_header_bytes() -> ByteSize {
-    ByteSize(64 << 10)
-}
-fn d_max_headers() -> usize {
-    100
-}
-fn d_header_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_secs(10))
-}
-fn d_idle_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_secs(60))
-}
-fn d_body_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_secs(30))
-}
-fn d_shutdown_grace() -> HumanDuration {
-    HumanDuration(Duration::from_secs(10))
-}
-fn d_max_connections() -> usize {
-    10_000
-}
-fn d_max_streams() -> u32 {
-    100
-}
-/// 64 bodies of the default `max_body`: far above what MCP traffic holds at once (requests are
-/// a few KiB and read in microseconds), small enough that a flood of stalled uploads cannot
-/// push the gateway out of memory.
-fn d_max_body_in_flight() -> ByteSize {
-    ByteSize(64 << 20)
-}
-/// The MCP reference server's own bound.
-fn d_max_batch() -> usize {
-    portcullis_wire::mcp::DEFAULT_MAX_BATCH
-}
-/// `body_timeout` plus `upstream.response_timeout` at their defaults, so those report their
-/// own, more precise errors first; this one catches what nothing else bounds (the queue for a
-/// heavy policy evaluation, a stage waiting on several fetches in turn).
-fn d_request_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_secs(60))
 }
 
 /// `limits.max_in_flight` when not set: 1024 requests per core the process may use
@@ -252,68 +194,52 @@ pub fn default_max_in_flight() -> usize {
 
 /// `[signatures]` (stages 2–6).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct RawSignatures {
     /// Refuse requests without a valid signature.
-    #[serde(default = "d_true")]
     pub required: bool,
     /// The `tag` parameter of the signature to verify.
-    #[serde(default = "d_tag")]
     pub tag: String,
     /// Components every signature must cover (`content-digest` only when there is a body).
-    #[serde(default = "d_components")]
     pub components: Vec<String>,
     /// Longest accepted lifetime `expires - created`.
-    #[serde(default = "d_max_age")]
     pub max_age: HumanDuration,
     /// Tolerated clock difference with signers.
-    #[serde(default = "d_skew")]
     pub clock_skew: HumanDuration,
     /// Origins whose key directories may be fetched; empty = none.
-    #[serde(default)]
     pub trusted_agents: Vec<String>,
     /// Extra PEM trust root for directory fetches.
     pub directory_ca: Option<PathBuf>,
     /// Accept the legacy sf-string `Signature-Agent` form (logged).
-    #[serde(default = "d_true")]
     pub accept_legacy_agent: bool,
     /// Accept `Signature-Agent` members with `type=jwks_uri`: a key set at any path of a trusted
     /// origin, whose keys then speak for that full URL (never for the bare origin).
-    #[serde(default)]
     pub accept_jwks_uri: bool,
     /// Refuse signatures without `nonce`.
-    #[serde(default)]
     pub require_nonce: bool,
     /// The `@authority` values a signature may cover: this gateway's own names (a string or a
     /// list). Empty (the default): the authority of `listen.public_url`. A signature over any
     /// other authority is refused, so one captured on another service does not verify here.
-    #[serde(default, deserialize_with = "string_or_list")]
+    #[serde(deserialize_with = "string_or_list")]
     pub authority: Vec<String>,
     /// Static keys: no directory fetch.
-    #[serde(default)]
     pub keys: Vec<RawStaticKey>,
     /// Wall-clock limit on one key directory fetch (connect, TLS, headers and body).
-    #[serde(default = "d_directory_timeout")]
     pub directory_timeout: HumanDuration,
     /// Shortest time a fetched directory is kept, whatever its `Cache-Control` says (docs/design.md
     /// decision 7: `max-age` is honoured down to 1 s).
-    #[serde(default = "d_directory_min_ttl")]
     pub directory_min_ttl: HumanDuration,
     /// Longest time a fetched directory is kept before it is fetched again (bounds how long a
     /// key removed from the directory still works).
-    #[serde(default = "d_directory_max_ttl")]
     pub directory_max_ttl: HumanDuration,
     /// Least time between two fetches of an origin's keys caused by an unknown keyid (forged
     /// keyids cannot cause a fetch storm); also how long a failed fetch is remembered (at most
     /// 5 minutes).
-    #[serde(default = "d_directory_refetch_interval")]
     pub directory_refetch_interval: HumanDuration,
     /// Most key directory fetches per trusted origin per minute, whatever URLs or keyids the
     /// requests name; beyond it a request that needs a fetch is refused.
-    #[serde(default = "d_directory_fetch_budget")]
     pub directory_fetch_budget: u32,
     /// Most key directory fetches per minute over all origins.
-    #[serde(default = "d_directory_fetch_budget_global")]
     pub directory_fetch_budget_global: u32,
 }
 
@@ -321,10 +247,10 @@ impl Default for RawSignatures {
     fn default() -> Self {
         RawSignatures {
             required: true,
-            tag: d_tag(),
-            components: d_components(),
-            max_age: d_max_age(),
-            clock_skew: d_skew(),
+            tag: "web-bot-auth".to_owned(),
+            components: ["@method", "@authority", "@path", "content-digest", "signature-agent"].map(String::from).to_vec(),
+            max_age: HumanDuration(Duration::from_secs(300)),
+            clock_skew: HumanDuration(Duration::from_secs(30)),
             trusted_agents: Vec::new(),
             directory_ca: None,
             accept_legacy_agent: true,
@@ -332,12 +258,14 @@ impl Default for RawSignatures {
             require_nonce: false,
             authority: Vec::new(),
             keys: Vec::new(),
-            directory_timeout: d_directory_timeout(),
-            directory_min_ttl: d_directory_min_ttl(),
-            directory_max_ttl: d_directory_max_ttl(),
-            directory_refetch_interval: d_directory_refetch_interval(),
-            directory_fetch_budget: d_directory_fetch_budget(),
-            directory_fetch_budget_global: d_directory_fetch_budget_global(),
+            directory_timeout: HumanDuration(Duration::from_secs(5)),
+            directory_min_ttl: HumanDuration(Duration::from_secs(1)),
+            directory_max_ttl: HumanDuration(Duration::from_secs(3600)),
+            directory_refetch_interval: HumanDuration(Duration::from_secs(60)),
+            // Twice what one origin's directory can need (a refresh per second at `max-age=1`, plus an
+            // unknown-keyid refetch per interval), so only a flood of URLs or keyids reaches it.
+            directory_fetch_budget: 120,
+            directory_fetch_budget_global: 1200,
         }
     }
 }
@@ -352,48 +280,11 @@ pub struct RawStaticKey {
     pub jwk: serde_json::Value,
 }
 
-fn d_true() -> bool {
-    true
-}
-fn d_tag() -> String {
-    "web-bot-auth".to_owned()
-}
-fn d_components() -> Vec<String> {
-    ["@method", "@authority", "@path", "content-digest", "signature-agent"].map(String::from).to_vec()
-}
-fn d_max_age() -> HumanDuration {
-    HumanDuration(Duration::from_secs(300))
-}
-fn d_skew() -> HumanDuration {
-    HumanDuration(Duration::from_secs(30))
-}
-fn d_directory_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_secs(5))
-}
-fn d_directory_min_ttl() -> HumanDuration {
-    HumanDuration(Duration::from_secs(1))
-}
-fn d_directory_max_ttl() -> HumanDuration {
-    HumanDuration(Duration::from_secs(3600))
-}
-fn d_directory_refetch_interval() -> HumanDuration {
-    HumanDuration(Duration::from_secs(60))
-}
-/// Twice what one origin's directory can need (a refresh per second at `max-age=1`, plus an
-/// unknown-keyid refetch per interval), so only a flood of URLs or keyids reaches it.
-fn d_directory_fetch_budget() -> u32 {
-    120
-}
-fn d_directory_fetch_budget_global() -> u32 {
-    1200
-}
-
 /// `[oauth]` (stage 7).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct RawOAuth {
     /// Refuse requests without a valid bearer token.
-    #[serde(default = "d_true")]
     pub required: bool,
     /// The issuer (`iss`) tokens must carry.
     pub issuer: Option<String>,
@@ -404,27 +295,20 @@ pub struct RawOAuth {
     /// Extra PEM trust root for issuer fetches.
     pub issuer_ca: Option<PathBuf>,
     /// Pass the inbound `Authorization` header upstream.
-    #[serde(default)]
     pub forward_token: bool,
     /// Scopes listed in the protected-resource metadata and the 401 challenge.
-    #[serde(default)]
     pub scopes_supported: Vec<String>,
     /// Tolerated clock difference with the issuer for `exp`, `nbf` and `iat`.
-    #[serde(default = "d_skew")]
     pub clock_skew: HumanDuration,
     /// Time allowed for one issuer fetch (metadata, JWKS, introspection).
-    #[serde(default = "d_fetch_timeout")]
     pub fetch_timeout: HumanDuration,
     /// Verified tokens kept (by SHA-256 of the token) until their `exp`; 0 = no cache.
-    #[serde(default = "d_token_cache_size")]
     pub token_cache_size: u64,
     /// Least time between two JWKS refetches caused by an unknown `kid` (forged kids cannot
     /// cause a fetch storm).
-    #[serde(default = "d_jwks_refetch_interval")]
     pub jwks_refetch_interval: HumanDuration,
     /// Most JWKS refetches caused by unknown `kid`s per minute, whatever the interval allows;
     /// beyond it such a token is refused without a fetch.
-    #[serde(default = "d_jwks_refetch_budget")]
     pub jwks_refetch_budget: u32,
     /// `[oauth.introspection]`: RFC 7662 introspection for opaque (non-JWT) tokens.
     pub introspection: Option<RawIntrospection>,
@@ -440,27 +324,14 @@ impl Default for RawOAuth {
             issuer_ca: None,
             forward_token: false,
             scopes_supported: Vec::new(),
-            clock_skew: d_skew(),
-            fetch_timeout: d_fetch_timeout(),
-            token_cache_size: d_token_cache_size(),
-            jwks_refetch_interval: d_jwks_refetch_interval(),
-            jwks_refetch_budget: d_jwks_refetch_budget(),
+            clock_skew: HumanDuration(Duration::from_secs(30)),
+            fetch_timeout: HumanDuration(Duration::from_secs(5)),
+            token_cache_size: 10_000,
+            jwks_refetch_interval: HumanDuration(Duration::from_secs(30)),
+            jwks_refetch_budget: 10,
             introspection: None,
         }
     }
-}
-
-fn d_fetch_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_secs(5))
-}
-fn d_token_cache_size() -> u64 {
-    10_000
-}
-fn d_jwks_refetch_interval() -> HumanDuration {
-    HumanDuration(Duration::from_secs(30))
-}
-fn d_jwks_refetch_budget() -> u32 {
-    10
 }
 
 /// `[oauth.introspection]` (RFC 7662), used for tokens that are not JWTs.
@@ -482,23 +353,18 @@ fn secret_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<secrecy::Secr
 
 /// `[policy]` (stages 9–10).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct RawPolicy {
     /// Run stages 8–10 (MCP parse, policy, quotas). `false` leaves an identity-only gateway
     /// (signatures and tokens still checked) that forwards bodies it never parses.
-    #[serde(default = "d_true")]
     pub enabled: bool,
     /// Files or folders of `.rego` (and `data.json`); empty = the bundled example policy.
-    #[serde(default)]
     pub paths: Vec<PathBuf>,
     /// The rule whose value is the decision.
-    #[serde(default = "d_query")]
     pub query: String,
     /// Recompile when a file under `paths` changes (SIGHUP always reloads).
-    #[serde(default = "d_true")]
     pub watch: bool,
     /// How decisions are evaluated: `rvm` (bytecode, default) or `interpreter`.
-    #[serde(default)]
     pub evaluator: PolicyEvaluator,
 }
 
@@ -516,89 +382,49 @@ pub enum PolicyEvaluator {
 
 impl Default for RawPolicy {
     fn default() -> Self {
-        RawPolicy { enabled: true, paths: Vec::new(), query: d_query(), watch: true, evaluator: PolicyEvaluator::Rvm }
+        RawPolicy { enabled: true, paths: Vec::new(), query: "data.portcullis.decision".to_owned(), watch: true, evaluator: PolicyEvaluator::Rvm }
     }
-}
-
-fn d_query() -> String {
-    "data.portcullis.decision".to_owned()
 }
 
 /// `[state]` (replay cache, quotas).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct RawState {
     /// `memory` or `redis://host:port/db` (`rediss://` for TLS).
-    #[serde(default = "d_store")]
     pub store: String,
     /// Prefix of every Redis key, so several gateways can share one Redis.
-    #[serde(default = "d_prefix")]
     pub prefix: String,
     /// Time allowed to (re)connect to Redis.
-    #[serde(default = "d_store_connect_timeout")]
     pub connect_timeout: HumanDuration,
     /// Time allowed for one Redis command; slower answers count as unavailable.
-    #[serde(default = "d_store_command_timeout")]
     pub command_timeout: HumanDuration,
     /// PEM trust root for a `rediss://` store (default: the system's roots).
     pub ca: Option<PathBuf>,
     /// Most live replay records the memory store holds; when full, new signatures are refused
     /// (fail closed) rather than forgetting live records.
-    #[serde(default = "d_max_replay_entries")]
     pub max_replay_entries: usize,
     /// Most quota buckets the memory store holds; beyond it new keys fail closed (503).
-    #[serde(default = "d_max_quota_keys")]
     pub max_quota_keys: usize,
     /// How long an `Mcp-Session-Id` binding lives without being used; each use restarts it.
-    #[serde(default = "d_session_ttl")]
     pub session_ttl: HumanDuration,
     /// Most session bindings the memory store holds; when full, new sessions fail closed (503).
-    #[serde(default = "d_max_sessions")]
     pub max_sessions: usize,
 }
 
 impl Default for RawState {
     fn default() -> Self {
         RawState {
-            store: d_store(),
-            prefix: d_prefix(),
-            connect_timeout: d_store_connect_timeout(),
-            command_timeout: d_store_command_timeout(),
+            store: "memory".to_owned(),
+            prefix: "portcullis:".to_owned(),
+            connect_timeout: HumanDuration(Duration::from_secs(2)),
+            command_timeout: HumanDuration(Duration::from_millis(250)),
             ca: None,
-            max_replay_entries: d_max_replay_entries(),
-            max_quota_keys: d_max_quota_keys(),
-            session_ttl: d_session_ttl(),
-            max_sessions: d_max_sessions(),
+            max_replay_entries: 4_000_000,
+            max_quota_keys: 100_000,
+            session_ttl: HumanDuration(Duration::from_secs(24 * 3600)),
+            max_sessions: 100_000,
         }
     }
-}
-
-fn d_prefix() -> String {
-    "portcullis:".to_owned()
-}
-fn d_store_connect_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_secs(2))
-}
-fn d_store_command_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_millis(250))
-}
-
-fn d_max_quota_keys() -> usize {
-    100_000
-}
-
-fn d_session_ttl() -> HumanDuration {
-    HumanDuration(Duration::from_secs(24 * 3600))
-}
-fn d_max_sessions() -> usize {
-    100_000
-}
-
-fn d_store() -> String {
-    "memory".to_owned()
-}
-fn d_max_replay_entries() -> usize {
-    4_000_000
 }
 
 /// `[admin]`
@@ -617,13 +443,11 @@ impl Default for RawAdmin {
 
 /// `[log]`
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct RawLog {
     /// Where decision-log lines go: `stdout`, `stderr`, `off`, or a file path (appended).
-    #[serde(default = "d_decisions")]
     pub decisions: String,
     /// Diagnostic log filter (tracing `EnvFilter` syntax); `RUST_LOG` overrides it.
-    #[serde(default = "d_level")]
     pub level: String,
     /// OTLP/HTTP traces URL (e.g. `http://collector:4318/v1/traces`); absent = no tracing export.
     pub otlp_endpoint: Option<String>,
@@ -631,42 +455,29 @@ pub struct RawLog {
 
 impl Default for RawLog {
     fn default() -> Self {
-        RawLog { decisions: d_decisions(), level: d_level(), otlp_endpoint: None }
+        RawLog { decisions: "stdout".to_owned(), level: "info".to_owned(), otlp_endpoint: None }
     }
-}
-
-fn d_decisions() -> String {
-    "stdout".to_owned()
-}
-fn d_level() -> String {
-    "info".to_owned()
 }
 
 /// `[idempotency]` (the journal of exactly-once calls, docs/design.md "Exactly-once tool calls").
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct RawIdempotency {
     /// Keep the journal. Off, a decision that requires a key is refused (403), and an optional
     /// key is ignored.
-    #[serde(default = "d_true")]
     pub enabled: bool,
     /// How long a recorded answer is replayed for its key.
-    #[serde(default = "d_idempotency_ttl")]
     pub ttl: HumanDuration,
     /// Largest answer recorded (a JSON body, or a whole SSE stream); larger ones are passed on
     /// unrecorded and their key released.
-    #[serde(default = "d_idempotency_max_response")]
     pub max_response: ByteSize,
     /// How long a call may run before its reservation lapses (a gateway that died mid-call
     /// leaves one behind); a retry after that is forwarded again.
-    #[serde(default = "d_idempotency_in_flight_ttl")]
     pub in_flight_ttl: HumanDuration,
     /// Most journal entries the memory store holds; when full, new keys fail closed (503).
-    #[serde(default = "d_idempotency_max_entries")]
     pub max_entries: usize,
     /// Most bytes of recorded answers the memory store holds; an answer that does not fit is
     /// passed on unrecorded.
-    #[serde(default = "d_idempotency_max_bytes")]
     pub max_bytes: ByteSize,
 }
 
@@ -674,11 +485,11 @@ impl Default for RawIdempotency {
     fn default() -> Self {
         RawIdempotency {
             enabled: true,
-            ttl: d_idempotency_ttl(),
-            max_response: d_idempotency_max_response(),
-            in_flight_ttl: d_idempotency_in_flight_ttl(),
-            max_entries: d_idempotency_max_entries(),
-            max_bytes: d_idempotency_max_bytes(),
+            ttl: HumanDuration(Duration::from_secs(24 * 3600)),
+            max_response: ByteSize(1 << 20),
+            in_flight_ttl: HumanDuration(Duration::from_secs(300)),
+            max_entries: 100_000,
+            max_bytes: ByteSize(256 << 20),
         }
     }
 }
@@ -699,20 +510,4 @@ impl RawIdempotency {
         must("idempotency.max_bytes", self.max_bytes.0 < self.max_response.0, "must be at least idempotency.max_response");
         out
     }
-}
-
-fn d_idempotency_ttl() -> HumanDuration {
-    HumanDuration(Duration::from_secs(24 * 3600))
-}
-fn d_idempotency_max_response() -> ByteSize {
-    ByteSize(1 << 20)
-}
-fn d_idempotency_in_flight_ttl() -> HumanDuration {
-    HumanDuration(Duration::from_secs(300))
-}
-fn d_idempotency_max_entries() -> usize {
-    100_000
-}
-fn d_idempotency_max_bytes() -> ByteSize {
-    ByteSize(256 << 20)
 }

@@ -6,6 +6,8 @@ addr = "127.0.0.1:0"
 public_url = "https://mcp.example.com/mcp"
 [upstream]
 url = "http://127.0.0.1:3001"
+[oauth]
+issuer = "https://auth.example.com"
 "#;
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
@@ -23,8 +25,8 @@ fn embedded_default_is_valid() {
 fn minimal_config_gets_product_defaults() {
     let c = parse(MINIMAL).expect("valid");
     assert_eq!(c.mode, Mode::Enforce);
-    assert_eq!(c.signatures.max_age.0, Duration::from_secs(300));
-    assert_eq!(c.signatures.clock_skew.0, Duration::from_secs(30));
+    assert_eq!(c.signatures.max_age, Duration::from_secs(300));
+    assert_eq!(c.signatures.clock_skew, Duration::from_secs(30));
     assert_eq!(c.signatures.tag, "web-bot-auth");
     assert_eq!(c.oauth.audience, "https://mcp.example.com/mcp");
     assert_eq!(c.policy.query, "data.portcullis.decision");
@@ -138,15 +140,15 @@ fn state_store_accepts_memory_and_redis_urls_only() {
 #[test]
 fn oauth_defaults_and_introspection_secret_is_redacted() {
     let c = parse(MINIMAL).expect("valid");
-    assert_eq!(c.oauth.raw.clock_skew.0, Duration::from_secs(30));
-    assert_eq!(c.oauth.raw.fetch_timeout.0, Duration::from_secs(5));
-    assert_eq!(c.oauth.raw.token_cache_size, 10_000);
-    assert_eq!(c.oauth.raw.jwks_refetch_interval.0, Duration::from_secs(30));
+    assert_eq!(c.oauth.clock_skew, Duration::from_secs(30));
+    assert_eq!(c.oauth.fetch_timeout, Duration::from_secs(5));
+    assert_eq!(c.oauth.token_cache_size, 10_000);
+    assert_eq!(c.oauth.jwks_refetch_interval, Duration::from_secs(30));
     let text = format!(
-        "{MINIMAL}\n[oauth]\nissuer = \"https://auth.example.com\"\nclock_skew = \"10s\"\n[oauth.introspection]\nurl = \"https://auth.example.com/introspect\"\nclient_id = \"gw\"\nclient_secret = \"hunter2\"\n"
+        "{MINIMAL}clock_skew = \"10s\"\n[oauth.introspection]\nurl = \"https://auth.example.com/introspect\"\nclient_id = \"gw\"\nclient_secret = \"hunter2\"\n"
     );
     let c = parse(&text).expect("valid");
-    assert_eq!(c.oauth.raw.clock_skew.0, Duration::from_secs(10));
+    assert_eq!(c.oauth.clock_skew, Duration::from_secs(10));
     let debug = format!("{:?}", c.oauth);
     assert!(debug.contains("client_id: \"gw\"") && !debug.contains("hunter2"), "{debug}");
 }

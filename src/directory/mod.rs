@@ -33,7 +33,6 @@ mod budget;
 mod fetch;
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -42,8 +41,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use url::Url;
 
-use crate::config::{FieldError, RawSignatures};
-use crate::signature::{ed25519_thumbprint, shown_keyid, verifying_key_from_jwk, AgentKind, AgentRef};
+use crate::config::{Directory, FieldError};
+use crate::signature::{shown_keyid, AgentKind, AgentRef};
 use crate::telemetry::{BudgetLabels, DirectoryMetrics, FetchLabels};
 use portcullis_wire::UnixTime;
 
@@ -272,30 +271,11 @@ impl std::fmt::Debug for KeyResolver {
 }
 
 impl KeyResolver {
-    /// Validates the directory settings of `[signatures]` (trusted origins, static keys,
-    /// `directory_ca` relative to `base_dir`, timeout, TTLs, refetch interval and budgets) and
-    /// builds the resolver. Every bad field is reported.
-    pub fn new(cfg: &RawSignatures, base_dir: &Path) -> Result<Self, Vec<FieldError>> {
-        let mut errors = Vec::new();
-        let trusted = trusted_origins(cfg, &mut errors);
-        let statics = static_keys(cfg, &mut errors);
-        let settings = settings(cfg, &mut errors);
-        let timeout = cfg.directory_timeout.0;
-        if timeout.is_zero() {
-            errors.push(FieldError::new("signatures.directory_timeout", "must be greater than zero"));
-        }
-        let ca = cfg.directory_ca.as_ref().map(|p| base_dir.join(p));
-        let fetcher = match HttpFetch::new(ca.as_deref(), timeout.max(Duration::from_millis(1))) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                errors.push(FieldError::new("signatures.directory_ca", e.to_string()));
-                None
-            }
-        };
-        match fetcher {
-            Some(f) if errors.is_empty() => Ok(Self::with_fetcher(statics, trusted, Arc::new(f), settings)),
-            _ => Err(errors),
-        }
+    /// Builds the resolver from the validated `[signatures]` key settings. Fails only when
+    /// the HTTPS client cannot be built (`signatures.directory_ca` unreadable or not PEM).
+    pub fn new(cfg: &Directory) -> Result<Self, FieldError> {
+        let fetcher = HttpFetch::new(cfg.ca.as_deref(), cfg.timeout).map_err(|e| FieldError::new("signatures.directory_ca", e.to_string()))?;
+        Ok(Self::with_fetcher(static_keys(cfg), cfg.trusted_agents.iter().cloned().collect(), Arc::new(fetcher), Settings::from(cfg)))
     }
 
     fn with_fetcher(statics: HashMap<String, ResolvedKey>, trusted: HashSet<String>, fetcher: Arc<dyn Fetch>, settings: Settings) -> Self {
@@ -400,7 +380,14 @@ impl KeyResolver {
         if let Err(which) = taken {
             let label = if which == ORIGIN_BUDGET { "origin" } else { "global" };
             self.metrics.budget_exhausted.get_or_create(&BudgetLabels { budget: label }).inc();
-            tracing::warn!(budget = label, "Key directory fetch refused: fetch budget exhausted");
+            static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
+            if let Some(held) = THROTTLE.admit() {
+                tracing::warn!(
+                    budget = label,
+                    similar_held_back = held,
+                    "Key directory fetch refused: fetch budget exhausted (each one is counted in portcullis_directory_fetch_budget_exhausted_total)"
+                );
+            }
             return Err(Admission::Budget(which));
         }
         *last = Some(last.map_or(now, |t| t.max(now)));
@@ -503,73 +490,21 @@ fn without_query(url: &Url) -> String {
     u.to_string()
 }
 
-/// `https` origin of `s`, normalized (RFC 3986 §6.2.2/§6.2.3: lowercase host, default port
-/// dropped), or why it is not one.
-pub fn normalize_origin(s: &str) -> Result<String, String> {
-    let u = Url::parse(s).map_err(|e| format!("{s:?} is not a URL: {e}"))?;
-    if u.scheme() != "https" {
-        return Err(format!("{s:?} must be an https origin"));
-    }
-    if u.path() != "/" || u.query().is_some() || u.fragment().is_some() || !u.username().is_empty() {
-        return Err(format!("{s:?} must be an origin (scheme://host[:port]) without path, query or credentials"));
-    }
-    Ok(u.origin().ascii_serialization())
-}
-
-/// The cache and budget settings, checked: docs/design.md decision 7 honours max-age down to 1 s.
-fn settings(cfg: &RawSignatures, errors: &mut Vec<FieldError>) -> Settings {
-    let (min_ttl, max_ttl, refetch_interval) = (cfg.directory_min_ttl.0, cfg.directory_max_ttl.0, cfg.directory_refetch_interval.0);
-    if min_ttl < Duration::from_secs(1) {
-        errors.push(FieldError::new("signatures.directory_min_ttl", "must be at least 1s"));
-    }
-    if max_ttl < min_ttl {
-        errors.push(FieldError::new("signatures.directory_max_ttl", "must not be less than signatures.directory_min_ttl"));
-    }
-    if refetch_interval.is_zero() {
-        errors.push(FieldError::new("signatures.directory_refetch_interval", "must be greater than zero"));
-    }
-    if cfg.directory_fetch_budget == 0 {
-        errors.push(FieldError::new("signatures.directory_fetch_budget", "must be at least 1 (fetches per origin per minute)"));
-    }
-    if cfg.directory_fetch_budget_global == 0 {
-        errors.push(FieldError::new("signatures.directory_fetch_budget_global", "must be at least 1 (fetches per minute)"));
-    }
-    Settings {
-        min_ttl,
-        max_ttl,
-        refetch_interval,
-        accepts_jwks_uri: cfg.accept_jwks_uri,
-        origin_budget: cfg.directory_fetch_budget,
-        global_budget: cfg.directory_fetch_budget_global,
-    }
-}
-
-fn trusted_origins(cfg: &RawSignatures, errors: &mut Vec<FieldError>) -> HashSet<String> {
-    let mut out = HashSet::new();
-    for (i, a) in cfg.trusted_agents.iter().enumerate() {
-        match normalize_origin(a) {
-            Ok(o) => {
-                out.insert(o);
-            }
-            Err(reason) => errors.push(FieldError::new(format!("signatures.trusted_agents[{i}]"), reason)),
+impl From<&Directory> for Settings {
+    fn from(cfg: &Directory) -> Settings {
+        Settings {
+            min_ttl: cfg.min_ttl,
+            max_ttl: cfg.max_ttl,
+            refetch_interval: cfg.refetch_interval,
+            accepts_jwks_uri: cfg.accept_jwks_uri,
+            origin_budget: cfg.fetch_budget,
+            global_budget: cfg.fetch_budget_global,
         }
     }
-    out
 }
 
-fn static_keys(cfg: &RawSignatures, errors: &mut Vec<FieldError>) -> HashMap<String, ResolvedKey> {
-    let mut out = HashMap::new();
-    for (i, k) in cfg.keys.iter().enumerate() {
-        let agent = normalize_origin(&k.agent).map_err(|reason| errors.push(FieldError::new(format!("signatures.keys[{i}].agent"), reason)));
-        let key = verifying_key_from_jwk(&k.jwk).map_err(|e| errors.push(FieldError::new(format!("signatures.keys[{i}].jwk"), e.to_string())));
-        if let (Ok(agent), Ok(key)) = (agent, key) {
-            let keyid = ed25519_thumbprint(&key);
-            if out.insert(keyid.clone(), ResolvedKey { key, agent }).is_some() {
-                errors.push(FieldError::new(format!("signatures.keys[{i}].jwk"), format!("key {keyid} is listed twice")));
-            }
-        }
-    }
-    out
+fn static_keys(cfg: &Directory) -> HashMap<String, ResolvedKey> {
+    cfg.keys.iter().map(|k| (k.keyid.clone(), ResolvedKey { key: k.key, agent: k.agent.clone() })).collect()
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@ use ed25519_dalek::SigningKey;
 
 use super::fetch::{parse_max_age, Fetched, ParseError};
 use super::*;
-use crate::config::{HumanDuration, RawStaticKey};
+use crate::config::{normalize_origin, HumanDuration, RawSignatures, RawStaticKey, Signatures};
 use crate::signature::ed25519_public_jwk;
+use portcullis_wire::signature::ed25519_thumbprint;
 use portcullis_wire::signature::parse::parse_signature_agent;
 
 const ORIGIN: &str = "https://agent.example";
@@ -81,13 +82,10 @@ const WELL_KNOWN_URL: &str = "https://agent.example/.well-known/http-message-sig
 
 /// A resolver over `dir` trusting [`ORIGIN`] with `cfg`'s settings (defaults otherwise).
 fn resolver_with(dir: Arc<FakeDirectory>, cfg: RawSignatures) -> KeyResolver {
-    let cfg = RawSignatures { trusted_agents: if cfg.trusted_agents.is_empty() { vec![ORIGIN.into()] } else { cfg.trusted_agents }, ..cfg };
-    let mut errors = Vec::new();
-    let trusted = trusted_origins(&cfg, &mut errors);
-    let statics = static_keys(&cfg, &mut errors);
-    let settings = settings(&cfg, &mut errors);
-    assert!(errors.is_empty(), "{errors:?}");
-    KeyResolver::with_fetcher(statics, trusted, dir, settings)
+    let trusted_agents = if cfg.trusted_agents.is_empty() { vec![ORIGIN.into()] } else { cfg.trusted_agents };
+    let cfg = Signatures::try_from(RawSignatures { trusted_agents, authority: vec!["mcp.example.com".into()], ..cfg }).expect("valid settings");
+    let d = &cfg.directory;
+    KeyResolver::with_fetcher(static_keys(d), d.trusted_agents.iter().cloned().collect(), dir, Settings::from(d))
 }
 
 fn resolver(dir: Arc<FakeDirectory>, statics: Vec<RawStaticKey>) -> KeyResolver {
@@ -423,13 +421,12 @@ fn config_errors_name_each_field() {
         directory_fetch_budget_global: 0,
         ..RawSignatures::default()
     };
-    let errors = KeyResolver::new(&cfg, Path::new(".")).expect_err("invalid");
+    let errors = Signatures::try_from(RawSignatures { authority: vec!["mcp.example.com".into()], ..cfg }).expect_err("invalid");
     let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
     for f in [
         "signatures.trusted_agents[0]",
         "signatures.trusted_agents[1]",
         "signatures.keys[0].jwk",
-        "signatures.directory_ca",
         "signatures.directory_max_ttl",
         "signatures.directory_timeout",
         "signatures.directory_refetch_interval",
@@ -438,6 +435,14 @@ fn config_errors_name_each_field() {
     ] {
         assert!(fields.contains(&f), "{f} missing from {fields:?}");
     }
+    // The CA file is read when the resolver is built, and named the same way.
+    let ok = Signatures::try_from(RawSignatures {
+        authority: vec!["mcp.example.com".into()],
+        directory_ca: Some("/nonexistent/ca.pem".into()),
+        ..RawSignatures::default()
+    })
+    .expect("valid settings");
+    assert_eq!(KeyResolver::new(&ok.directory).expect_err("unreadable CA").field, "signatures.directory_ca");
 }
 
 #[test]

@@ -33,15 +33,28 @@ use prometheus_client::metrics::family::Family;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use portcullis_wire::mcp::McpRequest;
+
 use crate::call_digest::{CallDigest, CallDigestError};
 use crate::config::RawIdempotency;
-use crate::decision::{ResponseBody, Verdict};
 use crate::inbound::Inbound;
-use crate::pipeline::Evidence;
 use crate::policy::verdict::KeyUse;
 use crate::state::journal::{Entry, JournalStore, MemoryJournalStore, RecordedAnswer, Reserve, Ticket};
 use crate::state::{StoreError, Stores};
 pub use key::KeyForm;
+
+/// The response body type (the same as `decision::ResponseBody`; named here so the journal
+/// sits below the decision and evidence modules that carry it).
+pub type ResponseBody = http_body_util::combinators::BoxBody<bytes::Bytes, hyper::Error>;
+
+/// Who is calling, for scoping keys: the verified token's `sub` and the verified agent id.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Caller<'a> {
+    /// The verified token's subject.
+    pub sub: Option<&'a str>,
+    /// The verified agent id.
+    pub agent: Option<&'a str>,
+}
 
 /// Why the idempotency stage refused a call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -113,7 +126,7 @@ impl IdempotencyError {
     }
 }
 
-/// What the stage decided for a call that uses the journal; carried in the [`Evidence`].
+/// What the stage decided for a call that uses the journal; carried in the request's evidence.
 #[derive(Debug)]
 pub enum Claim {
     /// This call reserved the key: forward it and record its answer.
@@ -281,8 +294,9 @@ impl Idempotency {
     /// Consults the journal for a call whose decision names idempotency (`key_use`).
     /// `Ok(None)`: the key is optional and none was sent (or the journal is off), so the call
     /// goes on without the journal.
-    pub async fn claim(&self, req: &Inbound, seen: &Evidence, key_use: KeyUse) -> Result<Option<Claim>, IdempotencyError> {
-        let result = self.claim_inner(req, seen, key_use).await;
+    /// `mcp` is the parsed request (stage 8).
+    pub async fn claim(&self, req: &Inbound, caller: Caller<'_>, mcp: Option<&McpRequest>, key_use: KeyUse) -> Result<Option<Claim>, IdempotencyError> {
+        let result = self.claim_inner(req, caller, mcp, key_use).await;
         match &result {
             Ok(Some(Claim::First(_))) => self.metrics.count("first"),
             Ok(Some(Claim::Replay(_))) => self.metrics.count("replayed"),
@@ -297,7 +311,7 @@ impl Idempotency {
         result
     }
 
-    async fn claim_inner(&self, req: &Inbound, seen: &Evidence, key_use: KeyUse) -> Result<Option<Claim>, IdempotencyError> {
+    async fn claim_inner(&self, req: &Inbound, caller: Caller<'_>, mcp: Option<&McpRequest>, key_use: KeyUse) -> Result<Option<Claim>, IdempotencyError> {
         let key = key::parse(&req.head.headers)?;
         let Some(journal) = &self.journal else {
             return match key_use {
@@ -315,13 +329,13 @@ impl Idempotency {
             tracing::debug!("Idempotency-Key sent bare (not an RFC 8941 string); accepted as a legacy key");
             self.metrics.count("legacy_key");
         }
-        let scope = identity(seen).ok_or(IdempotencyError::NoIdentity)?;
-        if seen.mcp.as_ref().is_some_and(|m| m.is_batch) {
+        let scope = identity(caller).ok_or(IdempotencyError::NoIdentity)?;
+        if mcp.is_some_and(|m| m.is_batch) {
             return Err(IdempotencyError::Batch);
         }
         let call = CallDigest::of_body(&req.body).map_err(|e| match e {
             CallDigestError::NotACall => IdempotencyError::Batch,
-            error => IdempotencyError::InvalidCall { id: seen.mcp.as_ref().and_then(|m| m.messages.first()).and_then(|m| m.id.clone()), error },
+            error => IdempotencyError::InvalidCall { id: mcp.and_then(|m| m.messages.first()).and_then(|m| m.id.clone()), error },
         })?;
         let ticket = Ticket { key: journal_key(&scope, &key), fingerprint: *call.digest.as_bytes(), token: uuid::Uuid::new_v4().simple().to_string() };
         match journal.store.reserve(&ticket, journal.in_flight_ttl).await? {
@@ -339,11 +353,11 @@ impl Idempotency {
 }
 
 /// Whom a key belongs to: the user (token `sub`), else the verified agent.
-fn identity(seen: &Evidence) -> Option<String> {
-    if let Some(sub) = seen.token.as_ref().and_then(|t| t.sub()) {
+fn identity(caller: Caller<'_>) -> Option<String> {
+    if let Some(sub) = caller.sub {
         return Some(format!("sub:{sub}"));
     }
-    seen.agent.as_ref().map(|a| format!("agent:{}", a.agent()))
+    caller.agent.map(|a| format!("agent:{a}"))
 }
 
 /// The store key: a digest of (identity, key), so neither is kept in clear (Redis, dumps).
@@ -355,13 +369,13 @@ fn journal_key(scope: &str, key: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(h.finalize())
 }
 
-/// Wraps a forwarded call's response so its answer is recorded as it streams past, when the
-/// evidence holds this call's reservation. Any other response is returned unchanged.
-pub async fn record(seen: &mut Evidence, resp: http::Response<ResponseBody>) -> http::Response<ResponseBody> {
-    match seen.idempotency.take() {
+/// Wraps a forwarded call's response so its answer is recorded as it streams past, when
+/// `claim` is this call's reservation (taken from it). Any other response is returned unchanged.
+pub async fn record(claim: &mut Option<Claim>, resp: http::Response<ResponseBody>) -> http::Response<ResponseBody> {
+    match claim.take() {
         Some(Claim::First(reservation)) => record::tee(reservation, resp).await,
         other => {
-            seen.idempotency = other;
+            *claim = other;
             resp
         }
     }
@@ -369,35 +383,30 @@ pub async fn record(seen: &mut Evidence, resp: http::Response<ResponseBody>) -> 
 
 /// The forward failed (backend unreachable, timeout): gives the key back before the client
 /// hears of it, so its retry is forwarded.
-pub async fn release(seen: &mut Evidence) {
-    if let Some(Claim::First(reservation)) = seen.idempotency.take() {
+pub async fn release(claim: &mut Option<Claim>) {
+    if let Some(Claim::First(reservation)) = claim.take() {
         reservation.release("released").await;
     }
 }
 
-/// The recorded answer for a [`Verdict::Replay`], as this request's own.
-pub fn replay_response(seen: &Evidence) -> Option<http::Response<ResponseBody>> {
-    match &seen.idempotency {
+/// The recorded answer, as this request's own, when `claim` is a replay.
+pub fn replay_response(claim: Option<&Claim>) -> Option<http::Response<ResponseBody>> {
+    match claim {
         Some(Claim::Replay(r)) => Some(replay::response(&r.answer, r.id.as_ref(), r.progress_token.as_ref())),
         _ => None,
     }
 }
 
-/// The decision log's `idempotency` field: `first`, `replayed`, `would_replay` (monitor mode
-/// forwarded a call it would have answered from the journal), `in_flight` or `reused`.
-pub fn log_value(verdict: &Verdict) -> Option<&'static str> {
-    let from_denial = |code: &str| match code {
-        "idempotency_in_flight" => Some("in_flight"),
-        "idempotency_key_reused" => Some("reused"),
-        _ => None,
-    };
-    match verdict {
-        Verdict::Replay(_) => Some("replayed"),
-        Verdict::Forward(f) => match &f.evidence().idempotency {
-            Some(Claim::First(_)) => Some("first"),
-            Some(Claim::Replay(_)) => Some("would_replay"),
-            None => f.monitored().and_then(|d| from_denial(d.code())),
-        },
-        Verdict::Refuse(r) => from_denial(r.denial().code()),
+/// The decision log's `idempotency` for a call that was forwarded or answered with `claim`
+/// (`is_answered`: from the journal, in enforce mode), or refused (or, in monitor mode, let
+/// through) with `denial_code`: `first`, `replayed`, `would_replay`, `in_flight` or `reused`.
+pub fn log_value(claim: Option<&Claim>, is_answered: bool, denial_code: Option<&str>) -> Option<&'static str> {
+    match (claim, denial_code) {
+        (Some(Claim::Replay(_)), _) if is_answered => Some("replayed"),
+        (Some(Claim::Replay(_)), _) => Some("would_replay"),
+        (Some(Claim::First(_)), _) => Some("first"),
+        (None, Some("idempotency_in_flight")) => Some("in_flight"),
+        (None, Some("idempotency_key_reused")) => Some("reused"),
+        (None, _) => None,
     }
 }

@@ -24,7 +24,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use super::Reservation;
-use crate::decision::ResponseBody;
+use super::ResponseBody;
 use crate::state::journal::RecordedAnswer;
 
 /// Wraps `resp` so its answer is recorded under `reservation`; releases at once when the

@@ -9,10 +9,11 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use http::{Response, StatusCode};
+use http_body_util::BodyExt;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::decision::{full, ResponseBody};
+use super::ResponseBody;
 use crate::state::journal::RecordedAnswer;
 
 /// The replay marker header.
@@ -24,7 +25,7 @@ pub(super) fn response(answer: &RecordedAnswer, id: Option<&Value>, progress_tok
     let ids = Ids { recorded: answer.id.as_deref(), now: id.map(Value::to_string), recorded_token: answer.progress_token.as_deref(), token: progress_token };
     let body =
         if is_sse { rewrite_sse(&answer.body, &ids) } else { rewrite_message(&answer.body, &ids).map(Bytes::from).unwrap_or_else(|| answer.body.clone()) };
-    let mut resp = Response::new(full(body));
+    let mut resp = Response::new(http_body_util::Full::new(body).map_err(|never| match never {}).boxed());
     *resp.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
     let h = resp.headers_mut();
     if let Some(ct) = answer.content_type.as_deref().and_then(|c| HeaderValue::from_str(c).ok()) {

@@ -116,7 +116,10 @@ impl Jwks {
             Ok(false) => return Err(TokenError::UnknownKeyId),
             Err(e) => {
                 self.metrics.jwks_budget_exhausted();
-                tracing::warn!("JWKS refetch refused: oauth.jwks_refetch_budget exhausted");
+                static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
+                if let Some(held) = THROTTLE.admit() {
+                    tracing::warn!(similar_held_back = held, "JWKS refetch refused: oauth.jwks_refetch_budget exhausted");
+                }
                 return Err(e);
             }
         }

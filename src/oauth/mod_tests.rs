@@ -17,19 +17,24 @@ fn at(secs: u64) -> UnixTime {
 }
 
 fn oauth(f: impl FnOnce(&mut config::RawOAuth)) -> config::OAuth {
+    config::OAuth::try_from(oauth_raw(f)).expect("valid [oauth]")
+}
+
+fn oauth_raw(f: impl FnOnce(&mut config::RawOAuth)) -> config::RawOAuth {
     let mut raw = config::RawOAuth {
         issuer: Some(ISS.into()),
+        audience: Some(AUD.into()),
         // Never fetched: the unit tests preload the key set. Port 9 (discard) is closed.
         jwks_url: Some("https://127.0.0.1:9/jwks".into()),
         fetch_timeout: config::HumanDuration(Duration::from_millis(200)),
         ..config::RawOAuth::default()
     };
     f(&mut raw);
-    config::OAuth { raw, audience: AUD.into() }
+    raw
 }
 
 async fn verifier_with(key: &SigningKey, f: impl FnOnce(&mut config::RawOAuth)) -> TokenVerifier {
-    let v = TokenVerifier::new(&oauth(f), Path::new(".")).expect("valid config");
+    let v = TokenVerifier::new(&oauth(f)).expect("valid config");
     v.jwks.preload(KeySet::parse(test_keys::jwks(&[key]).to_string().as_bytes(), DEFAULT_TTL).expect("jwks")).await;
     v
 }
@@ -211,7 +216,7 @@ async fn unknown_kid_refetches_beyond_the_budget_are_refused_and_counted() {
 #[tokio::test]
 async fn unreachable_issuer_fails_closed_naming_it() {
     let key = SigningKey::ed("k");
-    let v = TokenVerifier::new(&oauth(|_| {}), Path::new(".")).expect("valid config");
+    let v = TokenVerifier::new(&oauth(|_| {})).expect("valid config");
     let err = v.authenticate(&bearer(&key.sign(&claims(NOW + 60))), at(NOW)).await.expect_err("no issuer");
     assert!(matches!(err, TokenError::IssuerUnavailable { .. }), "{err:?}");
     assert!(err.to_string().contains(ISS), "{err}");
@@ -220,7 +225,7 @@ async fn unreachable_issuer_fails_closed_naming_it() {
 #[tokio::test]
 async fn a_failed_jwks_fetch_is_remembered_for_a_second() {
     let key = SigningKey::ed("k");
-    let v = TokenVerifier::new(&oauth(|_| {}), Path::new(".")).expect("valid config");
+    let v = TokenVerifier::new(&oauth(|_| {})).expect("valid config");
     let token = key.sign(&claims(NOW + 60));
     for t in [at(NOW), at(NOW), UnixTime(Duration::from_millis(NOW * 1000 + 999)), at(NOW - 5)] {
         let err = v.authenticate(&bearer(&token), t).await.expect_err("no issuer");
@@ -234,23 +239,22 @@ async fn a_failed_jwks_fetch_is_remembered_for_a_second() {
 
 #[test]
 fn config_errors_name_each_field() {
-    let errs = TokenVerifier::new(
-        &oauth(|r| {
-            r.issuer = Some("http://auth.example.com".into());
-            r.jwks_url = Some("not a url".into());
-            r.issuer_ca = Some("/nonexistent/ca.pem".into());
-            r.fetch_timeout = config::HumanDuration(Duration::ZERO);
-            r.jwks_refetch_budget = 0;
-        }),
-        Path::new("."),
-    )
+    let errs = config::OAuth::try_from(oauth_raw(|r| {
+        r.issuer = Some("http://auth.example.com".into());
+        r.jwks_url = Some("not a url".into());
+        r.fetch_timeout = config::HumanDuration(Duration::ZERO);
+        r.jwks_refetch_budget = 0;
+    }))
     .expect_err("invalid");
     let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
-    for f in ["oauth.issuer", "oauth.jwks_url", "oauth.issuer_ca", "oauth.fetch_timeout", "oauth.jwks_refetch_budget"] {
+    for f in ["oauth.issuer", "oauth.jwks_url", "oauth.fetch_timeout", "oauth.jwks_refetch_budget"] {
         assert!(fields.contains(&f), "{f} missing from {fields:?}");
     }
-    let errs = TokenVerifier::new(&oauth(|r| r.issuer = None), Path::new(".")).expect_err("no issuer");
+    let errs = config::OAuth::try_from(oauth_raw(|r| r.issuer = None)).expect_err("no issuer");
     assert_eq!(errs[0].field, "oauth.issuer");
+    // The CA file is read when the stage is built, and named the same way.
+    let err = TokenVerifier::new(&oauth(|r| r.issuer_ca = Some("/nonexistent/ca.pem".into()))).expect_err("unreadable CA");
+    assert_eq!(err.field, "oauth.issuer_ca");
 }
 
 mod properties {

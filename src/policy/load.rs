@@ -28,12 +28,12 @@ pub enum Source {
 }
 
 impl Source {
-    /// The source `[policy]` names: `paths` resolved against `base_dir`; empty = bundled.
-    pub fn from_config(cfg: &crate::config::RawPolicy, base_dir: &Path) -> Source {
+    /// The source `[policy]` names (its paths already resolved); empty = bundled.
+    pub fn from_config(cfg: &crate::config::PolicySettings) -> Source {
         if cfg.paths.is_empty() {
             Source::Bundled
         } else {
-            Source::Paths(cfg.paths.iter().map(|p| base_dir.join(p)).collect())
+            Source::Paths(cfg.paths.clone())
         }
     }
 }

@@ -36,7 +36,7 @@ pub use verdict::PolicyVerdict;
 use portcullis_wire::mcp::McpRequest;
 pub(crate) use schedule::Turn;
 
-use crate::config::{PolicyEvaluator, RawPolicy};
+use crate::config::{PolicyEvaluator, PolicySettings};
 
 /// Why the policy stage refused a request. Both are operator problems: the client sees
 /// 403 `agent_access_denied` with reason `policy_error`; the details go to the log.
@@ -187,10 +187,9 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// Compiles the policy named by `[policy]` (`base_dir` resolves relative paths; empty
-    /// `paths` = the bundled example policies).
-    pub fn new(cfg: &RawPolicy, base_dir: &std::path::Path) -> Result<Policy, LoadError> {
-        let source = Source::from_config(cfg, base_dir);
+    /// Compiles the policy named by `[policy]` (empty `paths` = the bundled example policies).
+    pub fn new(cfg: &PolicySettings) -> Result<Policy, LoadError> {
+        let source = Source::from_config(cfg);
         let loaded = compile(&source, &cfg.query, cfg.evaluator)?;
         let health = PolicyHealth::default();
         health.last_reload_ok.set(1);

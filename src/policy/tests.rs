@@ -8,7 +8,7 @@ use portcullis_wire::mcp::{McpMessage, McpRequest, MessageKind};
 use portcullis_wire::UnixTime;
 
 fn bundled() -> Policy {
-    Policy::new(&RawPolicy::default(), Path::new(".")).expect("bundled policy compiles")
+    Policy::new(&PolicySettings::default()).expect("bundled policy compiles")
 }
 
 fn on_disk(files: &[(&str, &str)]) -> (tempfile::TempDir, Result<Policy, LoadError>) {
@@ -16,8 +16,8 @@ fn on_disk(files: &[(&str, &str)]) -> (tempfile::TempDir, Result<Policy, LoadErr
     for (name, text) in files {
         std::fs::write(dir.path().join(name), text).expect("write");
     }
-    let cfg = RawPolicy { paths: vec![dir.path().to_owned()], ..RawPolicy::default() };
-    let p = Policy::new(&cfg, Path::new("."));
+    let cfg = PolicySettings { paths: vec![dir.path().to_owned()], ..PolicySettings::default() };
+    let p = Policy::new(&cfg);
     (dir, p)
 }
 
@@ -107,7 +107,7 @@ fn a_batch_is_refused_if_any_element_is_and_otherwise_merges_quotas() {
 fn evaluation_error_is_a_policy_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("p.rego"), "package portcullis\nimport rego.v1\ndecision := {\"allow\": 1 / input.mcp.arguments.n > 0}\n").expect("write");
-    let with = |evaluator| Policy::new(&RawPolicy { paths: vec![dir.path().to_owned()], evaluator, ..RawPolicy::default() }, Path::new(".")).expect("compiles");
+    let with = |evaluator| Policy::new(&PolicySettings { paths: vec![dir.path().to_owned()], evaluator, ..PolicySettings::default() }).expect("compiles");
     let err = decide_with(&with(crate::config::PolicyEvaluator::Interpreter), &one(call("t", json!({"n": 0}))), None, None).expect_err("divide by zero");
     assert!(matches!(err, PolicyError::Evaluation { .. }), "{err:?}");
     // The bytecode VM makes a failed division undefined (as OPA does for builtin errors), so
@@ -150,15 +150,15 @@ fn compile_error_names_file_and_line() {
 fn query_naming_no_rule_fails_at_load() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("p.rego"), ALLOW_ALL).expect("write");
-    let cfg = RawPolicy { paths: vec![dir.path().to_owned()], query: "data.portcullis.nope".into(), ..RawPolicy::default() };
-    let err = Policy::new(&cfg, Path::new(".")).expect_err("no such rule");
+    let cfg = PolicySettings { paths: vec![dir.path().to_owned()], query: "data.portcullis.nope".into(), ..PolicySettings::default() };
+    let err = Policy::new(&cfg).expect_err("no such rule");
     assert!(err.to_string().contains("data.portcullis.nope"), "{err}");
 }
 
 #[test]
 fn unreadable_empty_and_bad_data_are_load_errors() {
-    let cfg = RawPolicy { paths: vec!["/nonexistent/policies".into()], ..RawPolicy::default() };
-    assert!(matches!(Policy::new(&cfg, Path::new(".")), Err(LoadError::Unreadable { .. })));
+    let cfg = PolicySettings { paths: vec!["/nonexistent/policies".into()], ..PolicySettings::default() };
+    assert!(matches!(Policy::new(&cfg), Err(LoadError::Unreadable { .. })));
     let (_d, p) = on_disk(&[("notes.txt", "x")]);
     assert!(matches!(p, Err(LoadError::Empty(_))));
     let (_d, p) = on_disk(&[("p.rego", ALLOW_ALL), ("data.json", "[1]")]);
@@ -214,8 +214,8 @@ fn tooling_eval_names_the_rules_that_fired() {
 /// every tier × token × message combination below (differential test).
 #[test]
 fn rvm_evaluator_agrees_with_the_interpreter_on_the_shipped_policies() {
-    let interp = Policy::new(&RawPolicy { evaluator: crate::config::PolicyEvaluator::Interpreter, ..RawPolicy::default() }, Path::new(".")).expect("compiles");
-    let rvm = Policy::new(&RawPolicy { evaluator: crate::config::PolicyEvaluator::Rvm, ..RawPolicy::default() }, Path::new(".")).expect("rvm compiles");
+    let interp = Policy::new(&PolicySettings { evaluator: crate::config::PolicyEvaluator::Interpreter, ..PolicySettings::default() }).expect("compiles");
+    let rvm = Policy::new(&PolicySettings { evaluator: crate::config::PolicyEvaluator::Rvm, ..PolicySettings::default() }).expect("rvm compiles");
     assert!(interp.slot.current.load().rvm.is_none() && rvm.slot.current.load().rvm.is_some(), "two different evaluators are compared");
     let claims = regorus::Value::new_object();
     let aud = vec!["https://mcp.example.com/mcp".to_owned()];
@@ -258,8 +258,8 @@ fn rvm_evaluator_agrees_with_the_interpreter_on_the_shipped_policies() {
     assert!(decide_with(&rvm, &McpRequest::default(), None, None).expect("decides").verdict.allow);
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("p.rego"), "package portcullis\nimport rego.v1\ndecision := {\"allow\": \"yes\"}\n").expect("write");
-    let cfg = RawPolicy { paths: vec![dir.path().to_owned()], evaluator: crate::config::PolicyEvaluator::Rvm, ..RawPolicy::default() };
-    let err = decide_with(&Policy::new(&cfg, Path::new(".")).expect("compiles"), &one(blank()), None, None).expect_err("malformed");
+    let cfg = PolicySettings { paths: vec![dir.path().to_owned()], evaluator: crate::config::PolicyEvaluator::Rvm, ..PolicySettings::default() };
+    let err = decide_with(&Policy::new(&cfg).expect("compiles"), &one(blank()), None, None).expect_err("malformed");
     assert!(matches!(err, PolicyError::MalformedDecision { .. }));
 }
 

@@ -60,7 +60,7 @@ pub enum ToolingError {
 pub fn eval_file(config: &crate::config::Config, input: &Path) -> Result<EvalReport, String> {
     let text = std::fs::read_to_string(input).map_err(|e| format!("cannot read {}: {e}", input.display()))?;
     let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", input.display()))?;
-    eval(&Source::from_config(&config.policy, &config.base_dir), &config.policy.query, doc).map_err(|e| e.to_string())
+    eval(&Source::from_config(&config.policy), &config.policy.query, doc).map_err(|e| e.to_string())
 }
 
 /// Evaluates `query` over `source` with `input` (a JSON input document).

@@ -62,7 +62,7 @@ fn verifier(authority: &str) -> SignatureVerifier {
         authority: vec![authority.to_owned()],
         ..Default::default()
     };
-    SignatureVerifier::new(&cfg).unwrap()
+    SignatureVerifier::new(&crate::config::Signatures::try_from(cfg).unwrap())
 }
 
 fn sign(method: &str, authority: &str, path: &str, covered: &str, body: &[u8]) -> crate::inbound::Inbound {

@@ -9,24 +9,21 @@
 use ed25519_dalek::{Signature, VerifyingKey};
 use sfv::{BareItem, InnerList, Item};
 
-use crate::config::{FieldError, RawSignatures};
+use crate::config::Signatures;
 use crate::inbound::Inbound;
 use portcullis_wire::signature::base::{signature_base, MessageView, RequestView};
 use portcullis_wire::signature::parse::{combined_field, parse_signature_agent, parse_signatures, pick_tagged, AgentForm, AgentRef, SignatureMember};
 use portcullis_wire::signature::parse::{SIGNATURE, SIGNATURE_AGENT, SIGNATURE_INPUT};
-use portcullis_wire::signature::{shown_name, SignatureError};
+use portcullis_wire::signature::{shown_name, Component, SignatureError};
 
 /// The only algorithm the gateway verifies (product scope; Web Bot Auth asks for Ed25519).
 const ED25519: &str = "ed25519";
-/// Derived components a configuration may require (RFC 9421 §2.2, request side).
-const DERIVED: [&str; 7] = ["@method", "@authority", "@path", "@query", "@target-uri", "@scheme", "@request-target"];
-
 /// The signature stage's rules, built once from `[signatures]`.
 #[derive(Debug, Clone)]
 pub struct SignatureVerifier {
     tag: String,
     /// Required components other than `content-digest` and `signature-agent`.
-    components: Vec<String>,
+    components: Vec<Component>,
     requires_digest: bool,
     max_age: u64,
     skew: u64,
@@ -61,62 +58,21 @@ impl LegacyAgents {
 }
 
 impl SignatureVerifier {
-    /// Validates `[signatures]` (tag, components, durations, authority) and builds the rules.
-    /// Every bad field is reported. The required components may be configured, never below the
-    /// profile minimum: `@authority` or `@target-uri`, plus `signature-agent` (docs/design.md
-    /// decision 2).
-    pub fn new(cfg: &RawSignatures) -> Result<Self, Vec<FieldError>> {
-        let mut errors = Vec::new();
-        if cfg.tag.is_empty() || sfv::StringRef::from_str(&cfg.tag).is_err() {
-            errors.push(FieldError::new("signatures.tag", "must be a non-empty string of printable ASCII"));
-        }
-        let mut components = Vec::new();
-        for c in &cfg.components {
-            let is_field = !c.is_empty() && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b));
-            if !(DERIVED.contains(&c.as_str()) || is_field) {
-                errors.push(FieldError::new("signatures.components", format!("{c:?} is not a request derived component or a lowercase field name")));
-            } else if c != "content-digest" && c != "signature-agent" && !components.contains(c) {
-                components.push(c.clone());
-            }
-        }
-        let has = |n: &str| cfg.components.iter().any(|c| c == n);
-        if !has("signature-agent") || !(has("@authority") || has("@target-uri")) {
-            errors.push(FieldError::new(
-                "signatures.components",
-                "must include \"signature-agent\" and \"@authority\" or \"@target-uri\" (Web Bot Auth profile minimum)",
-            ));
-        }
-        if cfg.max_age.0.as_secs() == 0 {
-            errors.push(FieldError::new("signatures.max_age", "must be at least 1s"));
-        }
-        // The config normalized these (public_url's authority by default); a list built by
-        // hand is checked the same way.
-        let mut authorities = Vec::new();
-        for a in &cfg.authority {
-            match portcullis_wire::target::normalize(a, "https") {
-                Some(n) if n == a.as_str() => authorities.push(n),
-                _ => errors.push(FieldError::new("signatures.authority", format!("{a:?} is not a lowercase host[:port]"))),
-            }
-        }
-        if cfg.authority.is_empty() {
-            errors.push(FieldError::new("signatures.authority", "names no authority (the default is listen.public_url's)"));
-        }
-        if !errors.is_empty() {
-            return Err(errors);
-        }
-        let accept_signature = accept_signature(&cfg.components, &cfg.tag);
-        Ok(SignatureVerifier {
+    /// The stage's rules from the validated `[signatures]` (docs/design.md decision 2: the
+    /// required components never go below the profile minimum, which the config checked).
+    pub fn new(cfg: &Signatures) -> Self {
+        SignatureVerifier {
             tag: cfg.tag.clone(),
-            components,
-            requires_digest: has("content-digest"),
-            max_age: cfg.max_age.0.as_secs(),
-            skew: cfg.clock_skew.0.as_secs(),
+            components: cfg.components.iter().filter(|c| !c.is_content_digest() && !c.is_signature_agent()).cloned().collect(),
+            requires_digest: cfg.components.iter().any(Component::is_content_digest),
+            max_age: cfg.max_age.as_secs(),
+            skew: cfg.clock_skew.as_secs(),
             accepts_legacy_agent: cfg.accept_legacy_agent,
             requires_nonce: cfg.require_nonce,
-            authorities,
-            accept_signature,
+            authorities: cfg.authority.clone(),
+            accept_signature: accept_signature(&cfg.components, &cfg.tag),
             legacy: LegacyAgents::default(),
-        })
+        }
     }
 
     /// The legacy `Signature-Agent` counter, to register with the metrics.
@@ -213,8 +169,8 @@ impl SignatureVerifier {
         if !(covers("@authority") || covers("@target-uri")) {
             return Err(SignatureError::MissingComponent("@authority or @target-uri".to_owned()));
         }
-        if let Some(missing) = self.components.iter().find(|c| !covers(c)) {
-            return Err(SignatureError::MissingComponent(missing.clone()));
+        if let Some(missing) = self.components.iter().find(|c| !covers(c.as_str())) {
+            return Err(SignatureError::MissingComponent(missing.as_str().to_owned()));
         }
         if self.requires_digest && has_body && !covers("content-digest") {
             return Err(SignatureError::MissingComponent("content-digest".to_owned()));
@@ -276,21 +232,21 @@ fn item_name(item: &Item) -> Option<&str> {
 }
 
 /// `Accept-Signature: sig1=(<components>);tag="<tag>"` (RFC 9421 §5.1).
-fn accept_signature(components: &[String], tag: &str) -> String {
+fn accept_signature(components: &[Component], tag: &str) -> String {
     let mut out = String::from("sig1=(");
     for (i, c) in components.iter().enumerate() {
         if i > 0 {
             out.push(' ');
         }
         out.push('"');
-        out.push_str(c);
+        out.push_str(c.as_str());
         out.push('"');
-        if c == SIGNATURE_AGENT {
+        if c.is_signature_agent() {
             out.push_str(";key=\"sig1\"");
         }
     }
     out.push_str(");tag=");
-    // The tag was validated as an sf-string in `new`.
+    // The config checked that the tag is an sf-string.
     if let Ok(t) = sfv::StringRef::from_str(tag) {
         let _ = sfv::ItemSerializer::with_buffer(&mut out).bare_item(t);
     }

@@ -13,7 +13,7 @@ const AGENT: &str = "https://agent.example";
 const BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_weather","arguments":{"location":"Seattle, WA"}}}"#;
 
 fn default_verifier() -> SignatureVerifier {
-    SignatureVerifier::new(&raw_signatures()).unwrap()
+    SignatureVerifier::new(&crate::config::Signatures::try_from(raw_signatures()).unwrap())
 }
 
 fn signer() -> Signer {
@@ -55,7 +55,7 @@ fn unsigned_request_is_none() {
 }
 
 fn vector_verifier(components: &[&str]) -> SignatureVerifier {
-    SignatureVerifier::new(&config(components, 4_000_000_000)).unwrap()
+    SignatureVerifier::new(&crate::config::Signatures::try_from(config(components, 4_000_000_000)).unwrap())
 }
 
 #[test]
@@ -150,7 +150,7 @@ fn absent_profile_parameter_is_named() {
         let mut req = signed(&signer(), NOW);
         edit_header(&mut req, "signature-input", &from, "");
         let v = if param == "tag" {
-            SignatureVerifier::new(&crate::config::RawSignatures { tag: "x".into(), ..raw_signatures() }).unwrap()
+            SignatureVerifier::new(&crate::config::Signatures::try_from(crate::config::RawSignatures { tag: "x".into(), ..raw_signatures() }).unwrap())
         } else {
             default_verifier()
         };
@@ -196,7 +196,7 @@ fn hmac_or_rsa_alg_is_unsupported() {
 
 #[test]
 fn nonce_required_when_configured() {
-    let v = SignatureVerifier::new(&crate::config::RawSignatures { require_nonce: true, ..raw_signatures() }).unwrap();
+    let v = SignatureVerifier::new(&crate::config::Signatures::try_from(crate::config::RawSignatures { require_nonce: true, ..raw_signatures() }).unwrap());
     assert_eq!(prepare_err(&v, &signed(&signer().with_nonce(Nonce::None), NOW)), SignatureError::NonceRequired);
     assert!(v.prepare(&signed(&signer(), NOW)).is_ok());
 }
@@ -206,7 +206,7 @@ fn legacy_agent_refused_when_configured() {
     let c = case("web-bot-auth.json", "wba-ed25519-legacy");
     let req = inbound(c["message"].as_str().unwrap(), 1_735_689_600, true);
     let cfg = crate::config::RawSignatures { accept_legacy_agent: false, ..config(&["@authority", "signature-agent"], 3600) };
-    assert_eq!(SignatureVerifier::new(&cfg).unwrap().prepare(&req).unwrap_err(), SignatureError::LegacyAgentRefused);
+    assert_eq!(SignatureVerifier::new(&crate::config::Signatures::try_from(cfg).unwrap()).prepare(&req).unwrap_err(), SignatureError::LegacyAgentRefused);
 }
 
 #[test]
@@ -247,7 +247,7 @@ fn wrong_key_or_tampered_request_is_bad_signature() {
 
 #[test]
 fn config_below_profile_minimum_is_refused() {
-    let errs = SignatureVerifier::new(&config(&["@method", "@path"], 300)).unwrap_err();
+    let errs = crate::config::Signatures::try_from(config(&["@method", "@path"], 300)).unwrap_err();
     assert!(errs.iter().any(|e| e.field == "signatures.components" && e.reason.contains("profile minimum")), "{errs:?}");
 }
 
@@ -260,9 +260,9 @@ fn bad_config_fields_are_all_named() {
         authority: vec!["mcp.example.com/path".into()],
         ..Default::default()
     };
-    let errs = SignatureVerifier::new(&cfg).unwrap_err();
+    let errs = crate::config::Signatures::try_from(cfg).unwrap_err();
     let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
-    assert_eq!(fields, ["signatures.tag", "signatures.components", "signatures.components", "signatures.max_age", "signatures.authority"]);
+    assert_eq!(fields, ["signatures.tag", "signatures.components", "signatures.components", "signatures.max_age", "signatures.authority[0]"]);
 }
 
 #[test]
@@ -271,21 +271,21 @@ fn only_the_gateways_own_authorities_verify() {
     let req = signed(&signer(), NOW);
     assert_eq!(req.authority, "mcp.example.com");
     let own = crate::config::RawSignatures { authority: vec!["other.example".into(), "mcp.example.com".into()], ..Default::default() };
-    let pending = SignatureVerifier::new(&own).unwrap().prepare(&req).unwrap().unwrap();
+    let pending = SignatureVerifier::new(&crate::config::Signatures::try_from(own.clone()).unwrap()).prepare(&req).unwrap().unwrap();
     pending.verify(&ed25519_signing_key().verifying_key(), AGENT).unwrap();
     // ...another service trusting the same agent refuses it, by name, before any key is used.
     let elsewhere = crate::config::RawSignatures { authority: vec!["other.example".into()], ..Default::default() };
-    assert_eq!(prepare_err(&SignatureVerifier::new(&elsewhere).unwrap(), &req), SignatureError::ForeignAuthority);
+    assert_eq!(prepare_err(&SignatureVerifier::new(&crate::config::Signatures::try_from(elsewhere).unwrap()), &req), SignatureError::ForeignAuthority);
     // And the base is over the request's authority: one re-addressed to this gateway fails.
     let mut moved = signed(&signer(), NOW);
     moved.authority = "other.example".into();
-    let pending = SignatureVerifier::new(&own).unwrap().prepare(&moved).unwrap().unwrap();
+    let pending = SignatureVerifier::new(&crate::config::Signatures::try_from(own.clone()).unwrap()).prepare(&moved).unwrap().unwrap();
     assert!(matches!(pending.verify(&ed25519_signing_key().verifying_key(), AGENT), Err(SignatureError::BadSignature { .. })));
 }
 
 #[test]
 fn a_verifier_without_an_authority_is_a_config_error() {
-    let errs = SignatureVerifier::new(&crate::config::RawSignatures::default()).unwrap_err();
+    let errs = crate::config::Signatures::try_from(crate::config::RawSignatures::default()).unwrap_err();
     assert!(errs.iter().any(|e| e.field == "signatures.authority"), "{errs:?}");
 }
 

@@ -14,7 +14,7 @@ pub mod session;
 
 use std::sync::Arc;
 
-use crate::config::{FieldError, RawState};
+use crate::config::{FieldError, StateSettings, Store};
 use quota::{MemoryQuotaStore, QuotaStore};
 use redis::{RedisSettings, RedisStore};
 use replay::{MemoryReplayStore, ReplayStore};
@@ -44,27 +44,27 @@ impl Stores {
     /// `state.max_quota_keys` and `state.max_sessions`. `redis://…`: one
     /// shared connection for every store (it connects on first use, so the gateway can start
     /// before Redis and report itself unready until then).
-    pub fn from_config(cfg: &RawState) -> Result<Stores, FieldError> {
-        if cfg.store == "memory" {
-            if cfg.max_quota_keys == 0 {
-                return Err(FieldError::new("state.max_quota_keys", "must be at least 1"));
+    pub fn from_config(cfg: &StateSettings) -> Result<Stores, FieldError> {
+        let url = match &cfg.store {
+            Store::Redis(url) => url.clone(),
+            Store::Memory => {
+                return Ok(Stores {
+                    replay: Arc::new(MemoryReplayStore::new(cfg.max_replay_entries)),
+                    quota: Arc::new(MemoryQuotaStore::new(cfg.max_quota_keys)),
+                    session: Arc::new(MemorySessionStore::new(cfg.max_sessions)),
+                    redis: None,
+                })
             }
-            return Ok(Stores {
-                replay: Arc::new(MemoryReplayStore::new(cfg.max_replay_entries)),
-                quota: Arc::new(MemoryQuotaStore::new(cfg.max_quota_keys)),
-                session: Arc::new(MemorySessionStore::new(cfg.max_sessions)),
-                redis: None,
-            });
-        }
+        };
         let ca_pem = match &cfg.ca {
             Some(path) => Some(std::fs::read(path).map_err(|e| FieldError::new("state.ca", format!("cannot read {}: {e}", path.display())))?),
             None => None,
         };
         let redis = RedisStore::new(RedisSettings {
-            url: cfg.store.clone(),
+            url,
             prefix: cfg.prefix.clone(),
-            connect_timeout: cfg.connect_timeout.0,
-            command_timeout: cfg.command_timeout.0,
+            connect_timeout: cfg.connect_timeout,
+            command_timeout: cfg.command_timeout,
             ca_pem,
         })
         .map(Arc::new)

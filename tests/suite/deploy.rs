@@ -80,7 +80,7 @@ fn compose_wires_gateway_backend_and_redis_as_the_config_says() {
     let backend = &services[upstream.host_str().unwrap()];
     let cmd: Vec<&str> = backend["command"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
     assert_eq!(cmd, ["example-backend", "--addr", &format!("0.0.0.0:{}", upstream.port().unwrap())]);
-    let redis_host = url::Url::parse(&cfg.state.store).unwrap().host_str().unwrap().to_owned();
+    let redis_host = url::Url::parse(cfg.state.store.redis_url().expect("a Redis store")).unwrap().host_str().unwrap().to_owned();
     assert!(services.contains_key(&redis_host), "state.store names the compose redis service");
 }
 
@@ -132,9 +132,9 @@ fn kubernetes_manifests_agree_with_each_other_and_the_config() {
     let labels = &deploy["spec"]["template"]["metadata"]["labels"];
     assert_eq!(find("PodDisruptionBudget", "portcullis")["spec"]["selector"]["matchLabels"], *labels);
     assert_eq!(find("Service", "portcullis")["spec"]["selector"], *labels);
-    let redis_host = url::Url::parse(&cfg.state.store).unwrap().host_str().unwrap().to_owned();
+    let redis_host = url::Url::parse(cfg.state.store.redis_url().expect("a Redis store")).unwrap().host_str().unwrap().to_owned();
     let redis_svc = find("Service", &redis_host);
-    assert_eq!(redis_svc["spec"]["ports"][0]["port"], url::Url::parse(&cfg.state.store).unwrap().port().unwrap());
+    assert_eq!(redis_svc["spec"]["ports"][0]["port"], url::Url::parse(cfg.state.store.redis_url().expect("a Redis store")).unwrap().port().unwrap());
 }
 
 #[test]

@@ -61,7 +61,9 @@ fn inbound(head: http::request::Parts, body: &str, now: u64) -> Inbound {
 
 /// The default profile at a gateway whose own authority is the one `req` is addressed to.
 fn verifier(req: &Inbound) -> SignatureVerifier {
-    SignatureVerifier::new(&RawSignatures { authority: vec![req.authority.clone()], ..RawSignatures::default() }).unwrap()
+    SignatureVerifier::new(
+        &portcullis::config::Signatures::try_from(RawSignatures { authority: vec![req.authority.clone()], ..RawSignatures::default() }).unwrap(),
+    )
 }
 
 fn their_signed_request() -> Inbound {

@@ -22,6 +22,7 @@ mod example_backend;
 mod exhaustion;
 mod idempotency;
 mod interop;
+mod layering;
 mod limits;
 mod mcp;
 mod monitor_mode;

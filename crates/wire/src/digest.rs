@@ -64,9 +64,8 @@ impl DigestCheck {
     /// Verifies the `Content-Digest` field(s) against `body`. `Ok(None)`: no digest was sent
     /// and none was required.
     pub fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<Option<VerifiedDigest>, DigestError> {
-        // Lines are combined as for every structured field (one implementation, in signature::parse).
-        let field =
-            crate::signature::parse::combined_field(headers, CONTENT_DIGEST).map_err(|_| DigestError::Malformed(format!("{CONTENT_DIGEST} is not ASCII")))?;
+        // Lines are combined as for every structured field (one implementation, in `fields`).
+        let field = crate::fields::combined(headers, CONTENT_DIGEST).map_err(|_| DigestError::Malformed(format!("{CONTENT_DIGEST} is not ASCII")))?;
         let Some(field) = field else {
             // Only a signed request is refused here: an unsigned one gets the signature stage's
             // clearer "not signed" refusal (with Accept-Signature, which lists content-digest).

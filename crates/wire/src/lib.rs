@@ -17,6 +17,7 @@
 //! - `rego_value` (feature `rego`): JSON → policy value, literal.
 
 pub mod digest;
+pub mod fields;
 pub mod issuer_documents;
 pub mod jose;
 pub mod key_directory;

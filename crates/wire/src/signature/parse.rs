@@ -54,18 +54,7 @@ impl SignatureMember {
 /// All lines of field `name` joined with `", "` (RFC 9651 §4.2). `Ok(None)`: field absent.
 /// Structured fields are ASCII, so any other byte makes the field malformed.
 pub fn combined_field(headers: &HeaderMap, name: &str) -> Result<Option<String>, SignatureError> {
-    let mut out: Option<String> = None;
-    for v in headers.get_all(name) {
-        let s = v.to_str().map_err(|_| SignatureError::Malformed(format!("{name} is not ASCII")))?;
-        match &mut out {
-            None => out = Some(s.to_owned()),
-            Some(acc) => {
-                acc.push_str(", ");
-                acc.push_str(s);
-            }
-        }
-    }
-    Ok(out)
+    crate::fields::combined(headers, name).map_err(|_| SignatureError::Malformed(format!("{name} is not ASCII")))
 }
 
 /// Parses `field` as an RFC 8941 Dictionary.

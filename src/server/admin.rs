@@ -10,9 +10,9 @@ use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use super::connection::{self, Deadlines};
+use super::Shared;
 use crate::decision::{full, json_response, ResponseBody};
-use crate::server::connection::{self, Deadlines};
-use crate::server::Shared;
 
 /// Serves admin requests until `stop` flips.
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {

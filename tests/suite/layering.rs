@@ -1,0 +1,162 @@
+//! The crate and module graph is the architecture (README "Architecture"), and it stays one:
+//!
+//! - no crate of the workspace imports upward: `portcullis-wire` depends on no other
+//!   Portcullis crate and on nothing that does I/O or needs a runtime; `portcullis-client`
+//!   only on wire; nothing below the gateway depends on it (Cargo refuses a cycle, this test
+//!   refuses the layer crossings Cargo would allow);
+//! - inside each crate, the top-level modules import each other without a cycle (a module's
+//!   own files, `x_tests.rs` and `x/…`, count as the module).
+//!
+//! The module graph is read from the source: every `crate::a…` path (including `use crate::{a,
+//! b::c}` groups) outside comments is an edge from the file's top-level module to `a`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The `[dependencies]` names of a manifest (not dev-dependencies).
+fn dependencies(manifest: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(manifest).unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
+    let doc: toml::Table = text.parse().unwrap();
+    doc.get("dependencies").and_then(|d| d.as_table()).map(|t| t.keys().cloned().collect()).unwrap_or_default()
+}
+
+#[test]
+fn no_crate_depends_upward_or_on_a_runtime_it_must_not_have() {
+    let wire = dependencies(&root().join("crates/wire/Cargo.toml"));
+    for forbidden in ["tokio", "hyper", "hyper-util", "reqwest", "rustls", "tokio-rustls", "redis", "rcgen"] {
+        assert!(!wire.contains(forbidden), "portcullis-wire must do no I/O, yet depends on {forbidden}");
+    }
+    assert!(wire.iter().all(|d| !d.starts_with("portcullis")), "portcullis-wire depends on {wire:?}");
+
+    let client = dependencies(&root().join("crates/client/Cargo.toml"));
+    let ours: Vec<&String> = client.iter().filter(|d| d.starts_with("portcullis")).collect();
+    assert_eq!(ours, ["portcullis-wire"], "portcullis-client sits on wire alone");
+    for forbidden in ["rcgen", "hyper", "tokio-rustls", "redis", "regorus"] {
+        assert!(!client.contains(forbidden), "portcullis-client has no server code, yet depends on {forbidden}");
+    }
+
+    for lower in ["crates/wire", "crates/client"] {
+        let deps = dependencies(&root().join(lower).join("Cargo.toml"));
+        assert!(!deps.contains("portcullis") && !deps.contains("portcullis-test-support"), "{lower} depends on {deps:?}");
+    }
+    let gateway = dependencies(&root().join("Cargo.toml"));
+    assert!(gateway.contains("portcullis-wire") && gateway.contains("portcullis-client"), "the gateway builds on wire and client: {gateway:?}");
+}
+
+/// The top-level module a file of `src` belongs to.
+fn module_of(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).unwrap();
+    let first = rel.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
+    let stem = first.strip_suffix(".rs").unwrap_or(&first);
+    stem.strip_suffix("_tests").unwrap_or(stem).to_owned()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The first path segment of each import in `rest` (the text after `crate::`).
+fn heads(rest: &str) -> Vec<String> {
+    let ident = |s: &str| s.trim_start().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<String>();
+    let Some(group) = rest.strip_prefix('{') else { return vec![ident(rest)] };
+    let (mut depth, mut item, mut out) = (0usize, String::new(), Vec::new());
+    for c in group.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(ident(&item));
+                item.clear();
+                continue;
+            }
+            _ => {}
+        }
+        item.push(c);
+    }
+    out.push(ident(&item));
+    out
+}
+
+/// Module → the modules it imports, for one crate's `src`.
+fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let module = module_of(src, &file);
+        let text: String = std::fs::read_to_string(&file).unwrap().lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
+        let edges = graph.entry(module.clone()).or_default();
+        for (at, _) in text.match_indices("crate::") {
+            for head in heads(&text[at + "crate::".len()..]) {
+                if !head.is_empty() && head != module && head != "self" {
+                    edges.insert(head);
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// A cycle of `graph`, if it has one.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(n: &str, g: &BTreeMap<String, BTreeSet<String>>, path: &mut Vec<String>, done: &mut BTreeSet<String>) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == n) {
+            return Some(path[i..].iter().cloned().chain([n.to_owned()]).collect());
+        }
+        if done.contains(n) {
+            return None;
+        }
+        path.push(n.to_owned());
+        for next in g.get(n).into_iter().flatten() {
+            if let Some(c) = visit(next, g, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(n.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph.keys().find_map(|n| visit(n, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_modules_of_every_crate_import_each_other_without_a_cycle() {
+    let mut crates = vec![root().join("src")];
+    for entry in std::fs::read_dir(root().join("crates")).unwrap() {
+        crates.push(entry.unwrap().path().join("src"));
+    }
+    for src in crates {
+        let graph = module_graph(&src);
+        assert!(graph.len() > 1, "{}: no modules found", src.display());
+        if let Some(cycle) = find_cycle(&graph) {
+            panic!("{}: import cycle {}", src.display(), cycle.join(" -> "));
+        }
+    }
+    // The check sees real edges: the pipeline imports its stages.
+    let gateway = module_graph(&root().join("src"));
+    assert!(gateway["pipeline"].contains("signature") && gateway["pipeline"].contains("oauth"), "{:?}", gateway["pipeline"]);
+}
+
+#[test]
+fn the_cycle_finder_finds_a_cycle() {
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    g.insert("a".into(), ["b".into()].into());
+    g.insert("b".into(), ["c".into()].into());
+    g.insert("c".into(), ["a".into()].into());
+    assert_eq!(find_cycle(&g), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
+    assert_eq!(heads("{config::{A, B}, pipeline::X, self}"), ["config", "pipeline", "self"]);
+}
