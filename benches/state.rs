@@ -1,4 +1,5 @@
-//! Per-request cost of the shared-state stores: the memory replay and quota stores against Redis
+//! Per-request cost of the shared-state stores: the memory replay, quota and idempotency-journal
+//! stores against Redis
 //! (a real redis-server on loopback, one round trip per check). Run with redis-server
 //! installed (scripts/test.sh installs it).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
@@ -8,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use portcullis::state::journal::{JournalStore, MemoryJournalStore, RecordedAnswer, Ticket};
 use portcullis::state::quota::{MemoryQuotaStore, QuotaStore};
 use portcullis::state::redis::{RedisSettings, RedisStore};
 use portcullis::state::replay::{MemoryReplayStore, ReplayStore};
@@ -45,6 +47,30 @@ fn stores(c: &mut Criterion) {
             b.to_async(&rt).iter(|| {
                 let key = format!("q:{}", n.fetch_add(1, Ordering::Relaxed) % 1000);
                 async move { black_box(store.spend(&key, 1, u64::MAX / 2, Duration::from_secs(60), UnixTime::now()).await.unwrap()) }
+            })
+        });
+    }
+    g.finish();
+
+    // An idempotent call costs two round trips: reserve before forwarding, record after.
+    let memory_journal = MemoryJournalStore::new(10_000_000, 64 << 30);
+    let answer = RecordedAnswer {
+        status: 200,
+        content_type: Some("application/json".into()),
+        body: bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"payment #1"}]}}"#),
+        id: Some("1".into()),
+        progress_token: None,
+    };
+    let mut g = c.benchmark_group("journal_reserve_then_record");
+    for (name, store) in [("memory", &memory_journal as &dyn JournalStore), ("redis", &redis as &dyn JournalStore)] {
+        let answer = &answer;
+        g.bench_function(name, |b| {
+            b.to_async(&rt).iter(|| {
+                let ticket = Ticket { key: format!("j:{}", n.fetch_add(1, Ordering::Relaxed)), fingerprint: [7; 32], token: "t".into() };
+                async move {
+                    black_box(store.reserve(&ticket, Duration::from_secs(60)).await.unwrap());
+                    black_box(store.complete(&ticket, answer, Duration::from_secs(5)).await.unwrap())
+                }
             })
         });
     }

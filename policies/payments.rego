@@ -6,6 +6,8 @@
 #   - at most 5 calls per hour per user, and at most 500 USD per day per user (quotas; the
 #     day budget is spent by the amount, rounded up to whole dollars)
 #   - the token needs `payments:write`
+#   - every payment carries an Idempotency-Key: a retried payment gets the first one's answer
+#     and is not paid twice
 package portcullis
 
 import rego.v1
@@ -39,6 +41,8 @@ denials contains {"rule": "payments_approval", "reason": "human_approval_require
 }
 
 required_scopes contains "payments:write" if is_payment
+
+idempotency_key_required if is_payment
 
 quotas contains {
 	"key": sprintf("payments.send:calls:%s", [input.token.sub]),

@@ -15,6 +15,17 @@ test_small_payment_is_allowed_with_both_quotas if {
 	{"key": "payments.send:usd:user-1842", "cost": 43, "limit": 500, "per": "24h"} in d.quotas
 }
 
+test_payments_need_an_idempotency_key if {
+	d := decision with input as pay(5)
+	d.idempotency == {"required": true}
+}
+
+test_other_tools_need_no_idempotency_key if {
+	d := decision with input as req(partner, payer, call("weather.get", {"city": "Paris"}))
+	d.allow
+	not d.idempotency
+}
+
 test_exactly_the_threshold_is_allowed if {
 	decision.allow with input as pay(100)
 }

@@ -5,6 +5,8 @@
 #   denials          {"rule": <name>, "reason": <text>}  any member refuses the request
 #   required_scopes  scope strings the user's token must hold (403 insufficient_scope)
 #   quotas           {"key", "cost", "limit", "per"}      buckets the gateway spends (429)
+# and may say `idempotency_key_required` (true): the call must carry an Idempotency-Key, and a
+# retry with the same key gets the first call's answer instead of running again.
 # This file turns them into the decision. The refusal names the rule that produced it
 # (`rule`), which the decision log and `portcullis policy eval` show.
 #
@@ -25,15 +27,23 @@ first_denial := d if {
 
 default decision := {"allow": false, "reason": "policy_incomplete", "rule": "default"}
 
-decision := {
-	"allow": true,
-	"reason": "allowed",
-	"rule": concat(":", ["allow", tier]),
-	"required_scopes": sort([s | some s in required_scopes]),
-	"quotas": [q | some q in quotas],
-} if {
+decision := object.union(
+	{
+		"allow": true,
+		"reason": "allowed",
+		"rule": concat(":", ["allow", tier]),
+		"required_scopes": sort([s | some s in required_scopes]),
+		"quotas": [q | some q in quotas],
+	},
+	idempotency,
+) if {
 	count(denials) == 0
 }
+
+# Exactly-once calls (docs/policies.md): present only for calls that need a key.
+default idempotency := {}
+
+idempotency := {"idempotency": {"required": true}} if idempotency_key_required
 
 decision := {
 	"allow": false,

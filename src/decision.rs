@@ -71,14 +71,28 @@ pub enum Verdict {
     Forward(Forward),
     /// Answer with this refusal.
     Refuse(Refusal),
+    /// Enforce mode: answer from the idempotency journal; the backend is not called.
+    Replay(Permit),
 }
 
 /// The only place the mode is consulted for a request.
 pub fn apply_mode(mode: Mode, decision: Decision) -> Verdict {
     match (decision, mode) {
+        // Monitor mode forwards a call it would have answered from the journal (`would_replay`).
+        (Ok(permit), Mode::Enforce) if permit.evidence().idempotency.as_ref().is_some_and(crate::idempotency::Claim::is_replay) => Verdict::Replay(permit),
         (Ok(permit), _) => Verdict::Forward(Forward { kind: ForwardKind::Permitted(permit) }),
         (Err(refusal), Mode::Enforce) => Verdict::Refuse(refusal),
         (Err(refusal), Mode::Monitor) => Verdict::Forward(Forward { kind: ForwardKind::Monitored(refusal) }),
+    }
+}
+
+/// The decision log's `idempotency` for this verdict (`None` for calls without the journal).
+pub fn idempotency_log(verdict: &Verdict) -> Option<&'static str> {
+    use crate::idempotency::log_value;
+    match verdict {
+        Verdict::Replay(p) => log_value(p.evidence().idempotency.as_ref(), true, None),
+        Verdict::Forward(f) => log_value(f.evidence().idempotency.as_ref(), false, f.monitored().map(Denial::code)),
+        Verdict::Refuse(r) => log_value(None, false, Some(r.denial().code())),
     }
 }
 
@@ -183,6 +197,9 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed => {
             headers.push((RETRY_AFTER, "1".to_owned()))
         }
+        // draft-ietf-httpapi-idempotency-key-header §2.7: a 409 may be retried as it is.
+        Denial::Idempotency(crate::idempotency::IdempotencyError::InFlight) => headers.push((RETRY_AFTER, "1".to_owned())),
+        Denial::Idempotency(_) => {}
         Denial::BodyTooLarge { .. }
         | Denial::BodyTimeout { .. }
         | Denial::BodyUnreadable(_)
@@ -207,6 +224,17 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
             "error": {
                 "code": e.jsonrpc_code(),
                 "message": e.jsonrpc_message(),
+                "data": {"error": denial.code(), "reason": denial.reason(), "request_id": request_id},
+            },
+        }),
+        // RFC 8785 consequences for the journal: arguments it cannot fingerprint are the
+        // JSON-RPC "Invalid params" of the call.
+        Denial::Idempotency(crate::idempotency::IdempotencyError::InvalidCall { id, .. }) => serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {
+                "code": -32602,
+                "message": "Invalid params",
                 "data": {"error": denial.code(), "reason": denial.reason(), "request_id": request_id},
             },
         }),

@@ -7,6 +7,7 @@ use std::time::Duration;
 use http::StatusCode;
 
 use crate::directory::DirectoryError;
+use crate::idempotency::IdempotencyError;
 use crate::oauth::TokenError;
 use crate::policy::PolicyError;
 use crate::quota::QuotaError;
@@ -113,6 +114,11 @@ pub enum Denial {
     /// answer is withheld.
     #[error("{0}")]
     SessionConflict(SessionError),
+    /// The idempotency journal refused the call: no or malformed `Idempotency-Key` where one
+    /// is required (400), the key's call still in flight (409), the key used for another call
+    /// (422).
+    #[error("{0}")]
+    Idempotency(IdempotencyError),
     /// The shared state store (replay cache, sessions, quotas) cannot be reached; fail closed.
     #[error("state store unavailable: {reason}")]
     StateUnavailable {
@@ -149,6 +155,7 @@ impl Denial {
             Denial::RateLimited { .. } => "rate_limit_exceeded",
             Denial::SessionNotFound(_) => "session_not_found",
             Denial::SessionConflict(_) => "session_conflict",
+            Denial::Idempotency(e) => e.code(),
             Denial::StateUnavailable { .. } => "state_unavailable",
             Denial::NotFound => "not_found",
             Denial::BadTarget(_) => "bad_request",
@@ -171,6 +178,7 @@ impl Denial {
             Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Denial::SessionNotFound(_) => StatusCode::NOT_FOUND,
             Denial::SessionConflict(_) => StatusCode::BAD_GATEWAY,
+            Denial::Idempotency(e) => e.status(),
             Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed => StatusCode::SERVICE_UNAVAILABLE,
             // The gateway, acting as a gateway, gave up waiting (RFC 9110 §15.6.5); as with
             // `upstream_timeout`, the backend may have acted on the request.
@@ -200,6 +208,16 @@ impl From<ReplayError> for Denial {
             ReplayError::Replayed => Denial::ReplayedSignature,
             // Fail closed, naming the store: no claim of replay protection without a record.
             ReplayError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
+        }
+    }
+}
+
+impl From<IdempotencyError> for Denial {
+    fn from(e: IdempotencyError) -> Denial {
+        match e {
+            // Fail closed, naming the store: never a second execution for want of a record.
+            IdempotencyError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
+            other => Denial::Idempotency(other),
         }
     }
 }

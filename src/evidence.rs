@@ -23,6 +23,8 @@ pub struct Evidence {
     pub policy: Option<PolicyTrace>,
     /// Stage 10: the bucket that was exhausted, when one was.
     pub quota_exhausted: Option<String>,
+    /// The idempotency journal's claim: this call's reservation, or the answer to replay.
+    pub idempotency: Option<crate::idempotency::Claim>,
 }
 
 /// What the decision log says about the policy decision.

@@ -12,12 +12,14 @@
 //!     -> telemetry: one decision-log line + per-stage latency, for every request
 //! ```
 
+pub mod call_digest;
 pub mod config;
 pub mod decision;
 pub mod demo;
 pub mod denial;
 pub mod directory;
 pub mod evidence;
+pub mod idempotency;
 pub mod inbound;
 pub mod oauth;
 pub mod otel;

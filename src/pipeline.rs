@@ -112,6 +112,8 @@ pub struct Stages {
     /// `limits.max_batch`, for stage 8.
     max_batch: usize,
     quotas: Quotas,
+    /// The idempotency journal.
+    idempotency: crate::idempotency::Idempotency,
 }
 
 impl Stages {
@@ -140,6 +142,7 @@ impl Stages {
             is_policy_enabled: config.policy.enabled,
             max_batch: config.limits.max_batch,
             quotas: Quotas::new(stores.quota.clone()),
+            idempotency: crate::idempotency::Idempotency::new(&config.idempotency, &stores),
             stores,
         })
     }
@@ -170,6 +173,11 @@ impl Stages {
             Some(r) => r.ping().await,
             None => Ok(()),
         }
+    }
+
+    /// The idempotency journal's counters, to register with the metrics.
+    pub fn idempotency_metrics(&self) -> &crate::idempotency::IdempotencyMetrics {
+        self.idempotency.metrics()
     }
 
     /// The token stage's counters, to register with the metrics.
@@ -214,12 +222,21 @@ async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
     }
     // Stage 8: JSON only now, after the identity stages passed on the raw bytes.
     seen.mcp = Some(timings.timed(Stage::Mcp, || mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch))?);
-    let quotas = {
+    let (quotas, key_use) = {
         // A batch or a large body is decided off the async workers, one per core at a time;
         // it waits for its turn here (policy::Policy::turn).
         let _turn = timings.timed_async(Stage::Policy, stages.policy.turn(seen.mcp.as_ref())).await;
         authorize(req, stages, seen, timings)?
     };
+    if let Some(key_use) = key_use {
+        let caller = crate::idempotency::Caller { sub: seen.token.as_ref().and_then(|t| t.sub()), agent: seen.agent.as_ref().map(|a| a.agent()) };
+        let claimed = stages.idempotency.claim(req, caller, seen.mcp.as_ref(), key_use);
+        seen.idempotency = timings.timed_async(Stage::Idempotency, claimed).await?;
+        // A replayed answer spends no quota: the call is not executed again.
+        if seen.idempotency.as_ref().is_some_and(crate::idempotency::Claim::is_replay) {
+            return Ok(());
+        }
+    }
     let spent = timings.timed_async(Stage::Quota, stages.quotas.spend(&quotas, req.now)).await;
     if let Err(QuotaError::Exhausted { key, .. }) = &spent {
         seen.quota_exhausted = Some(key.clone());
@@ -261,8 +278,11 @@ async fn verify_signature(req: &Inbound, stages: &Stages) -> Result<Option<Verif
     Ok(Some(pending.verify(key.key(), key.agent())?))
 }
 
-/// Stage 9: the policy decision, then the scopes it requires. Returns the quotas to spend.
-fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut StageTimings) -> Result<Vec<QuotaSpec>, Denial> {
+/// Stage 9: the policy decision, then the scopes it requires. Returns the quotas to spend and
+/// whether the call uses the idempotency journal.
+type Authorized = (Vec<QuotaSpec>, Option<crate::policy::verdict::KeyUse>);
+
+fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut StageTimings) -> Result<Authorized, Denial> {
     let started = Instant::now();
     let empty = McpRequest::default();
     let (decided, scopes) = stage_span(Stage::Policy).in_scope(|| {
@@ -296,7 +316,7 @@ fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
         return Err(Denial::AccessDenied { reason: decided.verdict.reason });
     }
     scopes?;
-    Ok(decided.verdict.quotas)
+    Ok((decided.verdict.quotas, decided.verdict.idempotency))
 }
 
 /// `required_scopes` against the token: no token at all → 401 `oauth_required`; missing

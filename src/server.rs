@@ -158,6 +158,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     if let Some(m) = stages.token_metrics() {
         metrics.register_token(m);
     }
+    metrics.register_idempotency(stages.idempotency_metrics());
     if let Some(errors) = stages.state_errors() {
         metrics.register_state(errors);
     }
@@ -326,6 +327,8 @@ impl Shared {
             };
 
             let mut upstream_error = None;
+            // The decision log's `idempotency` (first / replayed / in_flight / reused).
+            let mut idempotency = None;
             // Admission (limits.max_in_flight): a slot is taken only once the body is read, so
             // slow uploads, bounded by body_timeout and max_body_in_flight, cannot hold every
             // slot; without one the request is shed at once.
@@ -342,7 +345,15 @@ impl Shared {
                 Ok(((authority, body), _slot)) => {
                     let inbound = Inbound { head, body, now, peer, is_tls, request_id: request_id.clone(), authority };
                     let decision = pipeline::check(&inbound, &self.stages, &mut timings).await;
-                    match decision::apply_mode(self.config.mode, decision) {
+                    let verdict = decision::apply_mode(self.config.mode, decision);
+                    idempotency = decision::idempotency_log(&verdict);
+                    match verdict {
+                        Verdict::Replay(permit) => {
+                            seen = permit.into_evidence();
+                            let resp = crate::idempotency::replay_response(seen.idempotency.as_ref())
+                                .unwrap_or_else(|| decision::respond_upstream(&decision::UpstreamError::Failed("no recorded answer".into()), &request_id));
+                            (Outcome::Allow, None, resp)
+                        }
                         Verdict::Refuse(refusal) => {
                             let (denial, evidence) = refusal.into_parts();
                             seen = evidence;
@@ -359,8 +370,10 @@ impl Shared {
                             timings.record(Stage::Upstream, started.elapsed());
                             seen = fwd.into_evidence();
                             let resp = match result {
-                                Ok(resp) => resp,
+                                // A first idempotent call: its answer is recorded as it streams.
+                                Ok(resp) => crate::idempotency::record(&mut seen.idempotency, resp).await,
                                 Err(e) => {
+                                    crate::idempotency::release(&mut seen.idempotency).await;
                                     static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
                                     if let Some(held) = THROTTLE.admit() {
                                         warn!(error.code = e.code(), error = %e, similar_held_back = held, "Upstream request failed (each one is counted in portcullis_upstream_errors_total)");
@@ -397,6 +410,7 @@ impl Shared {
                 rule: seen.policy.as_ref().and_then(|p| p.rule.as_deref()),
                 policy: seen.policy.as_ref().map(|p| p.version.as_str()),
                 quota: seen.quota_exhausted.as_deref(),
+                idempotency,
                 latency_us: Default::default(),
                 total_us: arrived.elapsed().as_micros() as u64,
             }

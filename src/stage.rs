@@ -25,6 +25,8 @@ pub enum Stage {
     Mcp,
     /// 9: Rego policy.
     Policy,
+    /// After 9: the idempotency journal, for calls the decision names.
+    Idempotency,
     /// 10: quotas and rate limits.
     Quota,
     /// 11: time to upstream response headers.
@@ -33,8 +35,19 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in pipeline order.
-    pub const ALL: [Stage; 10] =
-        [Stage::Body, Stage::Digest, Stage::Signature, Stage::Replay, Stage::Token, Stage::Session, Stage::Mcp, Stage::Policy, Stage::Quota, Stage::Upstream];
+    pub const ALL: [Stage; 11] = [
+        Stage::Body,
+        Stage::Digest,
+        Stage::Signature,
+        Stage::Replay,
+        Stage::Token,
+        Stage::Session,
+        Stage::Mcp,
+        Stage::Policy,
+        Stage::Idempotency,
+        Stage::Quota,
+        Stage::Upstream,
+    ];
 
     /// The name in logs and metric labels.
     pub fn as_str(self) -> &'static str {
@@ -47,6 +60,7 @@ impl Stage {
             Stage::Session => "session",
             Stage::Mcp => "mcp",
             Stage::Policy => "policy",
+            Stage::Idempotency => "idempotency",
             Stage::Quota => "quota",
             Stage::Upstream => "upstream",
         }

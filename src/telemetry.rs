@@ -157,6 +157,11 @@ impl Metrics {
         self.registry.register("policy_last_reload_ok", "1 if the last policy (re)load succeeded, else 0", last_reload_ok);
     }
 
+    /// Registers `portcullis_idempotency_total` (the idempotency journal's results).
+    pub fn register_idempotency(&mut self, m: &crate::idempotency::IdempotencyMetrics) {
+        self.registry.register("idempotency", "Idempotency journal results (first, replayed, in_flight, reused, recorded, released, ...)", m.results.clone());
+    }
+
     /// Registers the decision log's `portcullis_decision_log_dropped_total`.
     pub fn register_decision_log(&mut self, dropped: Counter) {
         self.registry.register("decision_log_dropped", "Decision log lines dropped because the sink did not keep up (queue full)", dropped);
@@ -297,6 +302,9 @@ pub struct DecisionRecord<'a> {
     pub policy: Option<&'a str>,
     /// The quota bucket that was exhausted, when one was.
     pub quota: Option<&'a str>,
+    /// The idempotency journal: `first`, `replayed`, `would_replay`, `in_flight`, `reused`;
+    /// `null` for calls that do not use it.
+    pub idempotency: Option<&'static str>,
     /// Microseconds per stage, in pipeline order.
     pub latency_us: serde_json::Map<String, serde_json::Value>,
     /// Microseconds from arrival to response headers.

@@ -25,6 +25,7 @@ fn record(request_id: &str) -> DecisionRecord<'_> {
         rule: None,
         policy: None,
         quota: None,
+        idempotency: None,
         latency_us: serde_json::Map::new(),
         total_us: 1,
     }

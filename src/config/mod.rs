@@ -125,6 +125,8 @@ pub struct Config {
     pub policy: PolicySettings,
     /// Shared state.
     pub state: StateSettings,
+    /// The idempotency journal.
+    pub idempotency: RawIdempotency,
     /// Admin listener address.
     pub admin: Option<SocketAddr>,
     /// Decision log target.
@@ -356,6 +358,9 @@ impl Config {
         );
         check("limits.request_timeout", nonzero(raw.limits.request_timeout.0));
         check("admin.addr", admin.as_ref().map(|_| ()).map_err(Clone::clone));
+        for (field, reason) in raw.idempotency.problems() {
+            check(field, Err(reason));
+        }
         if let Some(endpoint) = &raw.log.otlp_endpoint {
             check(
                 "log.otlp_endpoint",
@@ -409,6 +414,7 @@ impl Config {
                 oauth,
                 policy,
                 state,
+                idempotency: raw.idempotency,
                 admin,
                 log: Log { decisions, level: raw.log.level, otlp_endpoint: raw.log.otlp_endpoint },
                 origin: origin.to_owned(),

@@ -46,6 +46,9 @@ pub struct RawConfig {
     /// `[log]`
     #[serde(default)]
     pub log: RawLog,
+    /// `[idempotency]`
+    #[serde(default)]
+    pub idempotency: RawIdempotency,
 }
 
 /// A string or a list of strings.
@@ -453,5 +456,58 @@ pub struct RawLog {
 impl Default for RawLog {
     fn default() -> Self {
         RawLog { decisions: "stdout".to_owned(), level: "info".to_owned(), otlp_endpoint: None }
+    }
+}
+
+/// `[idempotency]` (the journal of exactly-once calls, docs/design.md "Exactly-once tool calls").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawIdempotency {
+    /// Keep the journal. Off, a decision that requires a key is refused (403), and an optional
+    /// key is ignored.
+    pub enabled: bool,
+    /// How long a recorded answer is replayed for its key.
+    pub ttl: HumanDuration,
+    /// Largest answer recorded (a JSON body, or a whole SSE stream); larger ones are passed on
+    /// unrecorded and their key released.
+    pub max_response: ByteSize,
+    /// How long a call may run before its reservation lapses (a gateway that died mid-call
+    /// leaves one behind); a retry after that is forwarded again.
+    pub in_flight_ttl: HumanDuration,
+    /// Most journal entries the memory store holds; when full, new keys fail closed (503).
+    pub max_entries: usize,
+    /// Most bytes of recorded answers the memory store holds; an answer that does not fit is
+    /// passed on unrecorded.
+    pub max_bytes: ByteSize,
+}
+
+impl Default for RawIdempotency {
+    fn default() -> Self {
+        RawIdempotency {
+            enabled: true,
+            ttl: HumanDuration(Duration::from_secs(24 * 3600)),
+            max_response: ByteSize(1 << 20),
+            in_flight_ttl: HumanDuration(Duration::from_secs(300)),
+            max_entries: 100_000,
+            max_bytes: ByteSize(256 << 20),
+        }
+    }
+}
+
+impl RawIdempotency {
+    /// Each invalid field with why.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let mut must = |field, bad: bool, why: &str| {
+            if bad {
+                out.push((field, why.to_owned()));
+            }
+        };
+        must("idempotency.ttl", self.ttl.0.is_zero(), "must be greater than zero");
+        must("idempotency.in_flight_ttl", self.in_flight_ttl.0.is_zero(), "must be greater than zero");
+        must("idempotency.max_response", self.max_response.0 == 0, "must be at least 1 byte");
+        must("idempotency.max_entries", self.max_entries == 0, "must be at least 1");
+        must("idempotency.max_bytes", self.max_bytes.0 < self.max_response.0, "must be at least idempotency.max_response");
+        out
     }
 }

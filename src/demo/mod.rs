@@ -219,7 +219,7 @@ impl Demo {
         format!(
             "Try it (the stack runs until ctrl-c; files in {d}):\n\n  \
              {bin} request --key {d}/agent.jwk --agent {agent} --token-file {d}/token --mcp tools/call --tool weather.get --args '{{\"city\":\"Paris\"}}' {url}\n  \
-             {bin} request --key {d}/agent.jwk --agent {agent} --token-file {d}/token --mcp tools/call --tool payments.send --args '{{\"to\":\"bob\",\"amount\":20}}' {url}\n  \
+             {bin} request --key {d}/agent.jwk --agent {agent} --token-file {d}/token --mcp tools/call --tool payments.send --args '{{\"to\":\"bob\",\"amount\":20}}' -H 'Idempotency-Key: \"pay-1\"' {url}\n  \
              {bin} request --key {d}/agent.jwk --agent {agent} --token-file {d}/token --mcp tools/list -v {url}\n  \
              curl -si -X POST -H 'content-type: application/json' -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}}' {url}\n  \
              {bin} report {d}/decisions-enforce.jsonl\n\n\

@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use super::{Demo, DemoError, DemoGateway};
-use portcullis_client::{tool_call, Agent, SignedRequest};
+use portcullis_client::{tool_call, Agent, ClientError, SignedRequest};
 
 /// The subject of the tour's tokens (the token file is for another user, so the quota the
 /// tour spends does not lock the user out of `payments.send`).
@@ -14,6 +14,8 @@ const TOUR_USER: &str = "tour-user";
 const OTHER_AUDIENCE: &str = "https://other.example/mcp";
 /// `payments.send` calls allowed per hour by the shipped `data.json`.
 const PAYMENTS_PER_HOUR: usize = 5;
+/// The row of the retried payment.
+pub const RETRY_ROW: &str = "payments.send retried with the same key → same answer, one payment";
 
 /// One line of the tour table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,7 +73,11 @@ impl Step<'_> {
             expected,
             outcome: field("outcome"),
             error: field("error"),
-            reason: field("reason"),
+            // A call the journal answered (or, in monitor mode, would have) says so.
+            reason: match line.get("idempotency").and_then(Value::as_str) {
+                Some(i @ ("replayed" | "would_replay")) => format!("idempotency: {i}"),
+                _ => field("reason"),
+            },
         });
         Ok(status)
     }
@@ -127,18 +133,29 @@ async fn run_on(demo: &Demo, gw: &DemoGateway) -> Result<Vec<TourRow>, DemoError
     let denied = sign(&with_token, "denied tool", tool_call(2, "shell.exec", json!({"cmd": "id"})))?;
     step.send("shell.exec (not on the allow-list)", 403, &denied).await?;
 
-    let pay = |n: usize| tool_call(10 + n as u64, "payments.send", json!({"to": "bob", "amount": 20}));
+    // Each payment carries its own Idempotency-Key (the shipped policy requires one); the key
+    // is not signed, so it is added after signing.
+    let pay = |id: u64, n: usize| -> Result<SignedRequest, DemoError> {
+        let mut signed = sign(&with_token, "payment", tool_call(id, "payments.send", json!({"to": "bob", "amount": 20})))?;
+        let key = http::HeaderValue::from_str(&format!("\"tour-{}-payment-{n}\"", gw.mode))
+            .map_err(|e| tour_err("payment")(ClientError::InvalidHeader(e.to_string())))?;
+        signed.request.headers_mut().insert("idempotency-key", key);
+        Ok(signed)
+    };
     let mut within = Step { gw, http: http.clone(), rows: Vec::new() };
     for n in 1..=PAYMENTS_PER_HOUR {
-        let signed = sign(&with_token, "payment", pay(n))?;
-        within.send("payment", 200, &signed).await?;
+        within.send("payment", 200, &pay(10 + n as u64, n)?).await?;
     }
     // One row for the calls within quota: the first that was not 200, or the last.
     if let Some(mut row) = within.rows.iter().find(|r| r.status != 200).or(within.rows.last()).cloned() {
         row.request = format!("payments.send 20 USD, calls 1-{PAYMENTS_PER_HOUR} of {PAYMENTS_PER_HOUR}/hour");
         step.rows.push(row);
     }
-    let over = sign(&with_token, "over limit", pay(PAYMENTS_PER_HOUR + 1))?;
+    // The agent retries the last payment (a new JSON-RPC id, a new signature, the same key): the
+    // journal answers it (the decision log says `replayed`), the backend pays once, no quota
+    // is spent. In monitor mode the retry is forwarded and logged `would_replay`.
+    step.send(RETRY_ROW, 200, &pay(30, PAYMENTS_PER_HOUR)?).await?;
+    let over = pay(10 + PAYMENTS_PER_HOUR as u64 + 1, PAYMENTS_PER_HOUR + 1)?;
     step.send(&format!("payments.send 20 USD, call {}", PAYMENTS_PER_HOUR + 1), 429, &over).await?;
     Ok(step.rows)
 }

@@ -253,6 +253,7 @@ impl Policy {
                         }
                     }
                     m.quotas.extend(v.quotas);
+                    m.idempotency = m.idempotency.max(v.idempotency);
                 }
             }
         }

@@ -88,6 +88,7 @@ fn verified_views_reach_the_policy() {
     assert!(d.verdict.allow, "{d:?}");
     assert_eq!(d.verdict.required_scopes, vec!["payments:write", "tools:write"]);
     assert!(d.verdict.quotas.iter().any(|q| q.key == "payments.send:usd:user-1842" && q.cost == 20 && q.limit == 500));
+    assert_eq!(d.verdict.idempotency, Some(crate::policy::verdict::KeyUse::Required), "payments need an Idempotency-Key");
 }
 
 #[test]
@@ -126,6 +127,9 @@ fn malformed_decisions_are_policy_errors_never_allows() {
         ("decision := {\"allow\": true, \"quotas\": [{\"key\": \"k\", \"limit\": 0, \"per\": \"1m\"}]}", "limit"),
         ("decision := {\"allow\": true, \"quotas\": [{\"key\": \"k\", \"cost\": -1, \"limit\": 5, \"per\": \"1m\"}]}", "integer `-1`"),
         ("decision := {\"allow\": true} if input.never", "undefined"),
+        ("decision := {\"allow\": true, \"idempotency\": {\"required\": \"yes\"}}", "invalid type"),
+        ("decision := {\"allow\": true, \"idempotency\": {\"key\": \"k\"}}", "unknown field"),
+        ("decision := {\"allow\": true, \"idempotency\": true}", "invalid type"),
     ] {
         let (_d, p) = on_disk(&[("p.rego", &format!("package portcullis\nimport rego.v1\n{body}\n"))]);
         let err = decide_with(&p.expect("compiles"), &one(call("t", json!({}))), None, None).expect_err(body);

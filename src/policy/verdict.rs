@@ -21,6 +21,18 @@ pub struct PolicyVerdict {
     pub required_scopes: Vec<String>,
     /// Buckets to spend.
     pub quotas: Vec<QuotaSpec>,
+    /// Whether the call uses the idempotency journal (`"idempotency": {"required": …}`).
+    pub idempotency: Option<KeyUse>,
+}
+
+/// What a decision's `idempotency` says about the `Idempotency-Key` header. Ordered so that
+/// merging a batch's decisions keeps the strictest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum KeyUse {
+    /// `"required": false`: a key, when sent, is honoured.
+    Optional,
+    /// `"required": true`: a call without a key is refused (400 `idempotency_key_required`).
+    Required,
 }
 
 #[derive(Deserialize)]
@@ -35,6 +47,15 @@ struct RawDecision {
     required_scopes: Vec<String>,
     #[serde(default)]
     quotas: Vec<RawQuota>,
+    #[serde(default)]
+    idempotency: Option<RawKeyUse>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKeyUse {
+    #[serde(default)]
+    required: bool,
 }
 
 #[derive(Deserialize)]
@@ -73,5 +94,6 @@ pub fn parse(value: &regorus::Value) -> Result<PolicyVerdict, String> {
         quotas.push(QuotaSpec { key: q.key, cost: q.cost, limit: q.limit, per });
     }
     let reason = raw.reason.unwrap_or_else(|| if raw.allow { "allowed".to_owned() } else { "denied_by_policy".to_owned() });
-    Ok(PolicyVerdict { allow: raw.allow, reason, rule: raw.rule, required_scopes: raw.required_scopes, quotas })
+    let idempotency = raw.idempotency.map(|i| if i.required { KeyUse::Required } else { KeyUse::Optional });
+    Ok(PolicyVerdict { allow: raw.allow, reason, rule: raw.rule, required_scopes: raw.required_scopes, quotas, idempotency })
 }

@@ -176,6 +176,7 @@ fn refuse(shared: &Shared, arrival: &Arrival, denial: Result<Denial, BoxError>) 
         rule: None,
         policy: None,
         quota: None,
+        idempotency: None,
         latency_us: Default::default(),
         total_us: arrival.at.elapsed().as_micros() as u64,
     };

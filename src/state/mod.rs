@@ -1,10 +1,12 @@
-//! Shared state behind small traits: the replay cache (stage 6), session bindings (decision 9)
-//! and quota counters (stage 10).
+//! Shared state behind small traits: the replay cache (stage 6), session bindings (decision 9),
+//! quota counters (stage 10) and the idempotency journal.
 //! `memory` is the embedded default; a Redis store (several instances) implements the same
 //! traits, and one contract test suite per trait runs against each store.
 //!
 //! The traits use `async-trait` so stores can be held as `Arc<dyn …>` and chosen by config.
 
+pub mod journal;
+mod journal_redis;
 pub mod quota;
 pub mod redis;
 pub mod replay;

@@ -332,7 +332,7 @@ fn redacted(url: &str) -> String {
 
 /// A real redis-server for the tests below (the same harness the integration tests use).
 #[cfg(test)]
-use portcullis_test_support::redis as redis_server;
+pub(crate) use portcullis_test_support::redis as redis_server;
 
 /// The replay and quota contract suites, run against a real redis-server on loopback.
 #[cfg(test)]

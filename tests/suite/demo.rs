@@ -13,13 +13,14 @@ use portcullis::demo::{tour, Demo};
 const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
 
 /// (request, enforce status, error) for each tour row, in order.
-const EXPECTED: [(&str, u16, &str); 7] = [
+const EXPECTED: [(&str, u16, &str); 8] = [
     ("weather.get, signed, with token", 200, ""),
     ("weather.get, unsigned", 401, "invalid_agent_credentials"),
     ("the first request again (replay)", 401, "replayed_signature"),
     ("weather.get, token for another audience", 401, "invalid_token"),
     ("shell.exec (not on the allow-list)", 403, "agent_access_denied"),
     ("payments.send 20 USD, calls 1-5 of 5/hour", 200, ""),
+    (tour::RETRY_ROW, 200, ""),
     ("payments.send 20 USD, call 6", 429, "rate_limit_exceeded"),
 ];
 
@@ -28,13 +29,15 @@ async fn tour_gets_the_expected_statuses_in_enforce_and_monitor_mode() {
     let dir = tempfile::tempdir().unwrap();
     let demo = Demo::start(dir.path()).await.unwrap();
     let rows = tour::run(&demo).await.unwrap();
-    assert_eq!(rows.len(), 14, "{rows:#?}");
-    for (row, (request, status, error)) in rows[..7].iter().zip(EXPECTED) {
+    assert_eq!(rows.len(), 16, "{rows:#?}");
+    for (row, (request, status, error)) in rows[..8].iter().zip(EXPECTED) {
         assert_eq!((row.mode, row.request.as_str(), row.status, row.error.as_str()), ("enforce", request, status, error), "{row:#?}");
         assert_eq!(row.outcome, if status == 200 { "allow" } else { "deny" });
     }
     assert_eq!(rows[4].reason, "tool_not_allowed");
-    for (row, (request, status, error)) in rows[7..].iter().zip(EXPECTED) {
+    assert_eq!(rows[6].reason, "idempotency: replayed", "the retried payment is answered from the journal");
+    assert_eq!(rows[14].reason, "idempotency: would_replay", "monitor mode forwards the retry and says so");
+    for (row, (request, status, error)) in rows[8..].iter().zip(EXPECTED) {
         assert_eq!((row.mode, row.request.as_str(), row.status, row.error.as_str()), ("monitor", request, 200, error), "monitor forwards everything: {row:#?}");
         assert_eq!(row.outcome, if status == 200 { "allow" } else { "would_deny" });
     }

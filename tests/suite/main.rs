@@ -20,6 +20,7 @@ mod deploy;
 mod docs;
 mod example_backend;
 mod exhaustion;
+mod idempotency;
 mod interop;
 mod layering;
 mod limits;
