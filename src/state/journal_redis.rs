@@ -78,20 +78,10 @@ impl JournalStore for RedisStore {
 mod contract_tests {
     use std::sync::Arc;
 
-    use super::super::redis::{redis_server, RedisSettings};
+    use super::super::redis::contract_tests::store_with_prefix;
+    use super::super::redis::redis_server;
     use super::*;
     use crate::state::journal::contract;
-
-    fn store_with_prefix(server: &redis_server::RedisServer, prefix: &str) -> Arc<RedisStore> {
-        let settings = RedisSettings {
-            url: server.url(),
-            prefix: prefix.to_owned(),
-            connect_timeout: Duration::from_secs(2),
-            command_timeout: Duration::from_secs(2),
-            ca_pem: None,
-        };
-        Arc::new(RedisStore::new(settings).expect("valid url"))
-    }
 
     fn store(server: &redis_server::RedisServer) -> Arc<RedisStore> {
         store_with_prefix(server, &format!("journal-contract-{}:", uuid::Uuid::new_v4()))

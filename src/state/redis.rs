@@ -336,24 +336,26 @@ pub(crate) use portcullis_test_support::redis as redis_server;
 
 /// The replay and quota contract suites, run against a real redis-server on loopback.
 #[cfg(test)]
-mod contract_tests {
+pub(crate) mod contract_tests {
     use super::redis_server;
     use std::sync::Arc;
 
     use super::*;
 
     fn store(server: &redis_server::RedisServer) -> Arc<RedisStore> {
-        let prefix = format!("contract-{}:", uuid::Uuid::new_v4());
-        Arc::new(
-            RedisStore::new(RedisSettings {
-                url: server.url(),
-                prefix,
-                connect_timeout: Duration::from_secs(2),
-                command_timeout: Duration::from_secs(2),
-                ca_pem: None,
-            })
-            .expect("valid url"),
-        )
+        store_with_prefix(server, &format!("contract-{}:", uuid::Uuid::new_v4()))
+    }
+
+    /// A store on `server` whose keys start with `prefix` (the journal's tests use it too).
+    pub(crate) fn store_with_prefix(server: &redis_server::RedisServer, prefix: &str) -> Arc<RedisStore> {
+        let settings = RedisSettings {
+            url: server.url(),
+            prefix: prefix.to_owned(),
+            connect_timeout: Duration::from_secs(2),
+            command_timeout: Duration::from_secs(2),
+            ca_pem: None,
+        };
+        Arc::new(RedisStore::new(settings).expect("valid url"))
     }
 
     #[tokio::test]
