@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Load benchmark (issue 8): installs wrk when it is missing, builds the gateway (release), then
+# Load benchmark: installs wrk and nginx when they are missing, builds the gateway (release), then
 # runs the load driver (crates/load, package portcullis-load), which starts the example backend,
 # an HTTPS token issuer and the gateway on 127.0.0.1, generates freshly signed requests and
 # prints req/s, p50/p99, gateway CPU per request and the ratios (b)/(a) and (c)/(a). Arguments
@@ -8,13 +8,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v wrk >/dev/null 2>&1; then
-    echo "load.sh: installing wrk (the load generator)" >&2
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    $sudo apt-get install -y -qq wrk >/dev/null
-fi
+# Installs Debian package $1 when its binary $2 is missing; $3 says why.
+need() {
+    if [ ! -x "$2" ] && ! command -v "$(basename "$2")" >/dev/null 2>&1; then
+        echo "load.sh: installing $1 ($3)" >&2
+        sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$1" >/dev/null
+    fi
+}
+need wrk wrk "the load generator"
+# nginx is measured in the same run as the reference every ratio is taken against; the driver
+# starts its own instance (the package's service is not used).
+need nginx /usr/sbin/nginx "the reference proxy"
 
 # The gateway under test is the release binary, run as its own process; the driver is told
 # where it is (it cannot find it by itself: it is another package's binary).

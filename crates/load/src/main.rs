@@ -4,21 +4,25 @@
 //! ```text
 //! benches/load.sh [--seconds 8] [--rounds 3] [--connections 32,128] [--sizes 1024,65536]
 //!                 [--driver wrk|builtin] [--rate R] [--no-latency] [--soak SECONDS] [--perf DIR]
-//!                 [--pin] [--gateway PATH]
+//!                 [--pin] [--no-references] [--gateway PATH]
 //! ```
 //! (`benches/load.sh` installs wrk when it is missing, builds the gateway with
 //! `cargo build --release -p portcullis` and runs this driver, `cargo run --release -p
 //! portcullis-load`, passing the gateway binary in `PORTCULLIS_BIN`; `--gateway PATH` overrides
 //! it.)
 //!
-//! One run measures, interleaved round by round so machine noise hits every scenario alike:
+//! One run measures, interleaved round by round so machine noise hits every scenario alike,
+//! two references — nginx as a reverse proxy (one worker, keep-alive upstream, no access log)
+//! and the smallest hyper reverse proxy (this binary run with `--minimal-proxy`) — and
 //! (a) bare pass-through, (b) the full chain (digest + signature + replay + JWT + Rego +
 //! quota), (c) JWT + Rego only. Every request in (b) carries its own signature: a pool of
 //! signed requests is generated before each measurement (the replay cache refuses reuse) and
 //! wrk replays it through `crates/load/load.lua`, each request once. The gateway and the example
 //! MCP backend run as separate processes, so the gateway's CPU time per request is read from
 //! /proc alone. Prints req/s, p50/p99 latency, gateway CPU µs per request, and the ratios
-//! (b)/(a) and (c)/(a) with min/median/max over the rounds.
+//! against nginx (the headline: each round's scenarios run back to back, so a ratio compares
+//! like with like on this noisy machine) and (b)/(a), (c)/(a), with min/median/max over the
+//! rounds. `--no-references` leaves nginx and the minimal proxy out.
 //!
 //! Then, once per round, open loop at half and a quarter of the measured peak of (b) (or
 //! `--rate R` req/s), with min/median/max of the p99 added over the rounds:
@@ -82,6 +86,8 @@ struct Options {
     soak: Option<f64>,
     /// `--perf DIR`: record each measured gateway with `perf record` into DIR.
     perf: Option<std::path::PathBuf>,
+    /// Measure nginx and the minimal hyper proxy in the same rounds (`--no-references` skips).
+    references: bool,
 }
 
 fn options() -> Options {
@@ -96,6 +102,7 @@ fn options() -> Options {
         latency: true,
         soak: None,
         perf: None,
+        references: true,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut gateway = std::env::var_os("PORTCULLIS_BIN").map(std::path::PathBuf::from);
@@ -123,6 +130,10 @@ fn options() -> Options {
                 PIN.store(true, Ordering::Relaxed);
                 step = 1;
             }
+            "--no-references" => {
+                o.references = false;
+                step = 1;
+            }
             "--no-latency" => {
                 o.latency = false;
                 step = 1;
@@ -134,6 +145,10 @@ fn options() -> Options {
     let gateway = gateway.expect("the gateway binary: --gateway PATH or PORTCULLIS_BIN (benches/load.sh builds it and passes it)");
     assert!(gateway.is_file(), "no gateway binary at {}", gateway.display());
     BIN.set(gateway).expect("options() runs once");
+    if o.references && nginx_binary().is_none() {
+        eprintln!("note: nginx is not installed, so the references are skipped (benches/load.sh installs it)");
+        o.references = false;
+    }
     if o.driver == Driver::Builtin && !has_wrk {
         eprintln!("note: wrk is not installed; using the built-in client (benches/load.sh installs wrk)");
     }
@@ -145,6 +160,10 @@ fn options() -> Options {
 enum Scenario {
     /// The example backend without the gateway (latency reference only).
     Direct,
+    /// Reference: nginx as a reverse proxy (one worker, keep-alive to the backend).
+    Nginx,
+    /// Reference: the smallest hyper reverse proxy (this binary, `--minimal-proxy`).
+    Minimal,
     Bare,
     Full,
     TokenPolicy,
@@ -154,6 +173,8 @@ impl Scenario {
     fn name(self) -> &'static str {
         match self {
             Scenario::Direct => "backend alone",
+            Scenario::Nginx => "nginx",
+            Scenario::Minimal => "minimal hyper",
             Scenario::Bare => "(a) pass-through",
             Scenario::Full => "(b) full chain",
             Scenario::TokenPolicy => "(c) JWT + Rego",
@@ -204,8 +225,14 @@ fn spawn(args: &[&str], marker: &str) -> (Proc, String) {
     (Proc(child), addr)
 }
 
-/// utime + stime of `pid`, in seconds.
+/// utime + stime of `pid` and its children (nginx's worker is its master's child), in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    own_cpu_seconds(pid) + children.split_whitespace().filter_map(|c| c.parse().ok()).map(own_cpu_seconds).sum::<f64>()
+}
+
+/// utime + stime of `pid` alone, in seconds.
+fn own_cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
     let fields: Vec<&str> = after_comm.split_whitespace().collect();
@@ -262,11 +289,11 @@ fn config_for(env: &Env, scenario: Scenario, port: u16) -> String {
         _ => "[signatures]\nrequired = false\n".to_owned(),
     };
     let oauth = match scenario {
-        Scenario::Bare | Scenario::Direct => "[oauth]\nrequired = false\n".to_owned(),
+        Scenario::Bare | Scenario::Direct | Scenario::Nginx | Scenario::Minimal => "[oauth]\nrequired = false\n".to_owned(),
         _ => format!("[oauth]\nrequired = true\nissuer = {:?}\nissuer_ca = {:?}\n", env.issuer.url(), env._ca.ca_path()),
     };
     let policy = match scenario {
-        Scenario::Bare | Scenario::Direct => "[policy]\nenabled = false\n".to_owned(),
+        Scenario::Bare | Scenario::Direct | Scenario::Nginx | Scenario::Minimal => "[policy]\nenabled = false\n".to_owned(),
         _ => format!("[policy]\npaths = [{:?}]\nwatch = false\n", env.policies.path()),
     };
     format!(
@@ -277,15 +304,122 @@ fn config_for(env: &Env, scenario: Scenario, port: u16) -> String {
 
 /// Starts a gateway for `scenario` (none for the backend alone: its address is returned).
 fn start(env: &Env, scenario: Scenario) -> (Option<Proc>, String) {
-    if scenario == Scenario::Direct {
-        return (None, env.backend.clone());
+    match scenario {
+        Scenario::Direct => return (None, env.backend.clone()),
+        Scenario::Nginx => return start_nginx(env),
+        Scenario::Minimal => return start_minimal(env),
+        _ => {}
     }
     let path = env.dir.path().join(format!("{scenario:?}.toml"));
     // A free port chosen here (the gateway binds it right after; a bench, not a test).
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     std::fs::write(&path, config_for(env, scenario, port)).unwrap();
     let (gw, addr) = spawn(&["run", "--config", path.to_str().unwrap()], "Portcullis listening addr=");
     (Some(gw), addr)
+}
+
+/// A free loopback port (bound right after by the process it is for; a bench, not a test).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A command that runs on CPU 1 under `--pin`, like the gateway: every proxy measured gets
+/// the same CPU to itself.
+fn pinned(program: &std::path::Path) -> Command {
+    if PIN.load(Ordering::Relaxed) {
+        let mut c = Command::new("taskset");
+        c.args(["-c", "1"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+/// Waits until something accepts connections on `addr`.
+fn wait_listening(addr: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not listen on {addr} within 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The nginx binary, when one is installed (`benches/load.sh` installs it).
+fn nginx_binary() -> Option<std::path::PathBuf> {
+    ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx"].iter().map(std::path::PathBuf::from).find(|p| p.is_file())
+}
+
+/// nginx as the reference reverse proxy: one worker (the gateway gets the same CPU under
+/// `--pin`), keep-alive connections to the backend, no access log (the gateway's decision log
+/// is off too), bodies kept in memory and answers streamed (`proxy_buffering off`), as the
+/// gateway does.
+fn start_nginx(env: &Env) -> (Option<Proc>, String) {
+    let bin = nginx_binary().expect("nginx (benches/load.sh installs it; --no-references skips the references)");
+    let dir = env.dir.path().join("nginx");
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let d = dir.display();
+    let conf = format!(
+        "worker_processes 1;\ndaemon off;\nmaster_process on;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+         events {{ worker_connections 4096; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+         upstream backend {{ server {}; keepalive 256; }}\n\
+         server {{\n    listen 127.0.0.1:{port};\n    client_max_body_size 1m;\n    client_body_buffer_size 1m;\n\
+         location / {{ proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }}\n  }}\n}}\n",
+        env.backend
+    );
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, conf).unwrap();
+    let child = pinned(&bin)
+        .args(["-p"])
+        .arg(&dir)
+        .args(["-e"])
+        .arg(dir.join("error.log"))
+        .args(["-c"])
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nginx");
+    let addr = format!("127.0.0.1:{port}");
+    wait_listening(&addr, "nginx");
+    (Some(Proc(child)), addr)
+}
+
+/// The smallest hyper reverse proxy, run as its own process (this binary with
+/// `--minimal-proxy`): what any Rust proxy pays before it checks anything.
+fn start_minimal(env: &Env) -> (Option<Proc>, String) {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let exe = std::env::current_exe().unwrap();
+    let child = pinned(&exe).args(["--minimal-proxy", &addr, &env.backend]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("minimal proxy");
+    wait_listening(&addr, "the minimal hyper proxy");
+    (Some(Proc(child)), addr)
+}
+
+/// `--minimal-proxy LISTEN UPSTREAM`: accepts HTTP/1.1 on LISTEN and forwards every request to
+/// UPSTREAM over pooled keep-alive connections, streaming both bodies. No checks, no logging.
+fn minimal_proxy(listen: &str, upstream: &str) {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(listen).await.unwrap();
+        let client: Client<_, hyper::body::Incoming> = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(1024).build_http();
+        let upstream: Arc<str> = upstream.into();
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let _ = stream.set_nodelay(true);
+            let (client, upstream) = (client.clone(), upstream.clone());
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+                    let client = client.clone();
+                    let path = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "/".into());
+                    *req.uri_mut() = format!("http://{upstream}{path}").parse().unwrap();
+                    async move { client.request(req).await }
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    });
 }
 
 /// One measured run.
@@ -653,14 +787,36 @@ fn stop_perf(perf: Option<Proc>) {
     }
 }
 
-const SCENARIOS: [Scenario; 3] = [Scenario::Bare, Scenario::Full, Scenario::TokenPolicy];
+/// The scenarios of one closed-loop round, in order: the references first (unless
+/// `--no-references`), then the gateway's three.
+fn scenarios(opts: &Options) -> Vec<Scenario> {
+    let mut v = Vec::new();
+    if opts.references {
+        v.extend([Scenario::Nginx, Scenario::Minimal]);
+    }
+    v.extend([Scenario::Bare, Scenario::Full, Scenario::TokenPolicy]);
+    v
+}
+
+/// Short file-name tag of a scenario (perf recordings).
+fn tag(scenario: Scenario) -> &'static str {
+    match scenario {
+        Scenario::Direct => "direct",
+        Scenario::Nginx => "nginx",
+        Scenario::Minimal => "minimal",
+        Scenario::Bare => "a",
+        Scenario::Full => "b",
+        Scenario::TokenPolicy => "c",
+    }
+}
 
 /// Closed-loop rounds for one body size and connection count; returns the median req/s of (b).
 async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns: usize) -> f64 {
     let body = body_of(size);
-    let mut results: Vec<Vec<Sample>> = SCENARIOS.iter().map(|_| Vec::new()).collect();
+    let scenarios = scenarios(opts);
+    let mut results: Vec<Vec<Sample>> = scenarios.iter().map(|_| Vec::new()).collect();
     for round in 0..opts.rounds {
-        for (si, &scenario) in SCENARIOS.iter().enumerate() {
+        for (si, &scenario) in scenarios.iter().enumerate() {
             let (gw, addr) = start(env, scenario);
             let pid = gw.as_ref().unwrap().0.id();
             // Warm-up: connections, JWKS fetch, token cache, policy VMs.
@@ -670,7 +826,7 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
             let cycle = scenario != Scenario::Full;
             let n = if cycle { 10_000 } else { (opts.seconds.ceil() * 25_000.0) as usize };
             let requests = Requests::Pool { heads: Arc::new(pool(env, scenario, &addr, &body, token, n)), cycle };
-            let perf = start_perf(opts, pid, format!("{}-{size}-{conns}-{round}.data", ["a", "b", "c"][si]));
+            let perf = start_perf(opts, pid, format!("{}-{size}-{conns}-{round}.data", tag(scenario)));
             let s = match opts.driver {
                 Driver::Wrk => measure_wrk(env.dir.path(), &addr, pid, &requests, &body, conns, opts.seconds),
                 Driver::Builtin => measure_builtin(&addr, Some(pid), requests, body.clone(), conns, opts.seconds).await,
@@ -693,25 +849,36 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
     }
     println!("\n{size} B bodies, {conns} connections, {:?} driver (median of {} rounds):", opts.driver, opts.rounds);
     println!("  {:<18} {:>10} {:>9} {:>9} {:>13} {:>7}", "scenario", "req/s", "p50 µs", "p99 µs", "CPU µs/req", "errors");
-    for (si, &scenario) in SCENARIOS.iter().enumerate() {
+    for (si, &scenario) in scenarios.iter().enumerate() {
         let col = |f: fn(&Sample) -> f64| min_median_max(&mut results[si].iter().map(f).collect::<Vec<_>>()).1;
         let errors: usize = results[si].iter().map(|s| s.errors).sum();
         println!(
-            "  {:<18} {:>10.0} {:>9.0} {:>9.0} {:>13.1} {:>7}",
+            "  {:<18} {:>10} {:>9.0} {:>9.0} {:>13.1} {:>7}",
             scenario.name(),
-            col(|s| s.rps),
+            format!("{:.0}", col(|s| s.rps)),
             col(|s| s.p50_us as f64),
             col(|s| s.p99_us as f64),
             col(|s| s.cpu_us_per_req),
             errors
         );
     }
-    for (si, label) in [(1usize, "(b)/(a)"), (2, "(c)/(a)")] {
-        let (lo, mid, hi) = min_median_max(&mut results[si].iter().zip(&results[0]).map(|(x, a)| x.rps / a.rps).collect::<Vec<_>>());
-        let (clo, cmid, chi) = min_median_max(&mut results[si].iter().zip(&results[0]).map(|(x, a)| x.cpu_us_per_req / a.cpu_us_per_req).collect::<Vec<_>>());
+    let index = |s: Scenario| scenarios.iter().position(|&x| x == s);
+    // Ratios per round (each round's scenarios ran back to back), then min/median/max.
+    let ratio = |x: usize, reference: usize, label: String| {
+        let (lo, mid, hi) = min_median_max(&mut results[x].iter().zip(&results[reference]).map(|(x, r)| x.rps / r.rps).collect::<Vec<_>>());
+        let (clo, cmid, chi) =
+            min_median_max(&mut results[x].iter().zip(&results[reference]).map(|(x, r)| x.cpu_us_per_req / r.cpu_us_per_req).collect::<Vec<_>>());
         println!("  throughput {label}: min {lo:.2} median {mid:.2} max {hi:.2}; CPU/req {label}: min {clo:.2} median {cmid:.2} max {chi:.2}");
+    };
+    if let Some(nginx) = index(Scenario::Nginx) {
+        for s in [Scenario::Minimal, Scenario::Bare, Scenario::Full, Scenario::TokenPolicy] {
+            ratio(index(s).unwrap(), nginx, format!("{}/nginx", &s.name()[..s.name().find(' ').unwrap_or(s.name().len())]));
+        }
     }
-    min_median_max(&mut results[1].iter().map(|s| s.rps).collect::<Vec<_>>()).1
+    let bare = index(Scenario::Bare).unwrap();
+    ratio(index(Scenario::Full).unwrap(), bare, "(b)/(a)".into());
+    ratio(index(Scenario::TokenPolicy).unwrap(), bare, "(c)/(a)".into());
+    min_median_max(&mut results[index(Scenario::Full).unwrap()].iter().map(|s| s.rps).collect::<Vec<_>>()).1
 }
 
 /// Open-loop latency at `rate` for the backend alone and each scenario; returns the p99 that
@@ -729,7 +896,9 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
     // pass-through pays more per request (fewer requests share each wake-up and syscall).
     let mut cpu = Vec::new();
     let mut added = Vec::new();
-    for scenario in [Scenario::Direct, Scenario::Bare, Scenario::Full, Scenario::TokenPolicy] {
+    let references: &[Scenario] = if opts.references { &[Scenario::Nginx] } else { &[] };
+    let order = [Scenario::Direct].iter().chain(references).chain(&[Scenario::Bare, Scenario::Full, Scenario::TokenPolicy]);
+    for &scenario in order {
         let (gw, addr) = start(env, scenario);
         let warm = pool(env, scenario, &addr, &body, token, 200);
         let pid = gw.as_ref().map(|g| g.0.id());
@@ -741,12 +910,16 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
         if scenario == Scenario::Direct {
             direct_p99 = s.p99_us;
         }
-        // The gateway's own columns; the backend alone has none.
+        // The proxy's own columns; the backend alone has none, nginx has no stage metrics.
         let (cpu_col, wait, inside) = if pid.is_some() {
-            cpu.push(s.cpu_us_per_req);
-            added.push(s.p99_us as f64 - direct_p99 as f64);
+            let is_gateway = !matches!(scenario, Scenario::Nginx | Scenario::Minimal);
+            if is_gateway {
+                cpu.push(s.cpu_us_per_req);
+                added.push(s.p99_us as f64 - direct_p99 as f64);
+            }
             let wait = format!("{:.0} µs/req", wait * 1e6 / (s.rps * opts.seconds).max(1.0));
-            (format!("{:.1}", s.cpu_us_per_req), wait, gateway_p99s().await.unwrap_or_else(|| "?".into()))
+            let inside = if is_gateway { gateway_p99s().await.unwrap_or_else(|| "?".into()) } else { "-".to_owned() };
+            (format!("{:.1}", s.cpu_us_per_req), wait, inside)
         } else {
             ("-".to_owned(), "-".to_owned(), "-".to_owned())
         };
@@ -799,6 +972,13 @@ async fn soak(env: &Env, token: &str, size: usize, conns: usize, seconds: f64) {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let [_, flag, listen, upstream] = &args[..] {
+        if flag == "--minimal-proxy" {
+            minimal_proxy(listen, upstream);
+            return;
+        }
+    }
     let opts = options();
     if PIN.load(Ordering::Relaxed) {
         // Before any thread or child exists: all of them inherit CPU 0.
