@@ -13,9 +13,10 @@ use http::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_TYPE, RETRY_A
 use http::{Response, StatusCode};
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 
-use crate::config::Mode;
+use crate::config::{Group, Mode, Modes};
 pub use crate::denial::{retry_after_secs, Denial};
 use crate::evidence::Evidence;
+use crate::finding::Finding;
 use crate::pipeline::{Decision, Permit, Refusal};
 
 /// The body type of every response the gateway sends (refusals and streamed upstream bodies).
@@ -47,7 +48,7 @@ impl Forward {
         }
     }
 
-    /// The refusal monitor mode let through, if any.
+    /// The refusal monitor mode let through, if any (the first finding).
     pub fn monitored(&self) -> Option<&Denial> {
         match &self.kind {
             ForwardKind::Permitted(_) => None,
@@ -55,11 +56,19 @@ impl Forward {
         }
     }
 
+    /// Every refusal monitor mode let through, in pipeline order.
+    pub fn findings(&self) -> &[Finding] {
+        match &self.kind {
+            ForwardKind::Permitted(_) => &[],
+            ForwardKind::Monitored(r) => r.findings(),
+        }
+    }
+
     /// The evidence, once forwarding is done (for the decision log).
     pub fn into_evidence(self) -> Evidence {
         match self.kind {
             ForwardKind::Permitted(p) => p.into_evidence(),
-            ForwardKind::Monitored(r) => r.into_parts().1,
+            ForwardKind::Monitored(r) => r.into_parts().2,
         }
     }
 }
@@ -71,35 +80,43 @@ pub enum Verdict {
     Forward(Forward),
     /// Answer with this refusal.
     Refuse(Refusal),
-    /// Enforce mode: answer from the idempotency journal; the backend is not called.
-    Replay(Permit),
+    /// The journal holds this call's answer and the policy group enforces: answer from it;
+    /// the backend is not called. (With findings only from groups in monitor mode, this is
+    /// a monitored forward answered from the journal: never a second execution.)
+    Replay(Forward),
 }
 
-/// The only place the mode is consulted for a request.
-pub fn apply_mode(mode: Mode, decision: Decision) -> Verdict {
-    match (decision, mode) {
-        // Monitor mode forwards a call it would have answered from the journal (`would_replay`).
-        (Ok(permit), Mode::Enforce) if permit.evidence().idempotency.as_ref().is_some_and(crate::idempotency::Claim::is_replay) => Verdict::Replay(permit),
-        (Ok(permit), _) => Verdict::Forward(Forward { kind: ForwardKind::Permitted(permit) }),
-        (Err(refusal), Mode::Enforce) => Verdict::Refuse(refusal),
-        (Err(refusal), Mode::Monitor) => Verdict::Forward(Forward { kind: ForwardKind::Monitored(refusal) }),
+/// The only place the mode decides a request's fate: refused when a finding comes from a
+/// stage group in enforce mode (the refusal is the first such finding, `pipeline` stopped
+/// there); forwarded as `would_deny` when every finding comes from a group in monitor mode.
+pub fn apply_mode(modes: &Modes, decision: Decision) -> Verdict {
+    let forward = match decision {
+        Err(refusal) if refusal.is_enforced(modes) => return Verdict::Refuse(refusal),
+        Err(refusal) => Forward { kind: ForwardKind::Monitored(refusal) },
+        Ok(permit) => Forward { kind: ForwardKind::Permitted(permit) },
+    };
+    // Monitor mode forwards a call it would have answered from the journal (`would_replay`).
+    if modes.is_enforcing(Group::Policy) && forward.evidence().idempotency.as_ref().is_some_and(crate::idempotency::Claim::is_replay) {
+        return Verdict::Replay(forward);
     }
+    Verdict::Forward(forward)
 }
 
 /// The decision log's `idempotency` for this verdict (`None` for calls without the journal).
 pub fn idempotency_log(verdict: &Verdict) -> Option<&'static str> {
     use crate::idempotency::log_value;
     match verdict {
-        Verdict::Replay(p) => log_value(p.evidence().idempotency.as_ref(), true, None),
+        Verdict::Replay(f) => log_value(f.evidence().idempotency.as_ref(), true, None),
         Verdict::Forward(f) => log_value(f.evidence().idempotency.as_ref(), false, f.monitored().map(Denial::code)),
         Verdict::Refuse(r) => log_value(None, false, Some(r.denial().code())),
     }
 }
 
 /// What a refusal found on the response side (a session binding that cannot be made) does
-/// to an answer already on its way: withheld in enforce mode, passed on in monitor mode.
-pub fn apply_mode_to_answer(mode: Mode, denial: Denial) -> Answer {
-    match mode {
+/// to an answer already on its way: withheld in enforce mode, passed on in monitor mode (the
+/// mode of the finding's stage group).
+pub fn apply_mode_to_answer(modes: &Modes, finding: &Finding, denial: Denial) -> Answer {
+    match modes.of(finding.stage.group()) {
         Mode::Enforce => Answer::Withhold(denial),
         Mode::Monitor => Answer::PassOn(denial),
     }

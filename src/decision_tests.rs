@@ -26,18 +26,31 @@ async fn body_json(resp: Response<ResponseBody>) -> serde_json::Value {
 
 #[test]
 fn monitor_mode_forwards_denials_and_enforce_refuses_them() {
-    let v = apply_mode(Mode::Monitor, Err(Refusal::for_test(Denial::ReplayedSignature)));
-    assert!(matches!(&v, Verdict::Forward(f) if matches!(f.monitored(), Some(Denial::ReplayedSignature))));
-    let v = apply_mode(Mode::Enforce, Err(Refusal::for_test(Denial::ReplayedSignature)));
+    let (monitor, enforce) = (Modes::uniform(Mode::Monitor), Modes::uniform(Mode::Enforce));
+    let v = apply_mode(&monitor, Err(Refusal::for_test(Denial::ReplayedSignature)));
+    assert!(matches!(&v, Verdict::Forward(f) if matches!(f.monitored(), Some(Denial::ReplayedSignature)) && f.findings().len() == 1));
+    let v = apply_mode(&enforce, Err(Refusal::for_test(Denial::ReplayedSignature)));
     assert!(matches!(&v, Verdict::Refuse(r) if matches!(r.denial(), Denial::ReplayedSignature)));
-    let v = apply_mode(Mode::Enforce, Ok(Permit::for_test(Evidence::default())));
-    assert!(matches!(&v, Verdict::Forward(f) if f.monitored().is_none()));
+    let v = apply_mode(&enforce, Ok(Permit::for_test(Evidence::default())));
+    assert!(matches!(&v, Verdict::Forward(f) if f.monitored().is_none() && f.findings().is_empty()));
+}
+
+#[test]
+fn a_finding_is_refused_only_when_its_stage_group_enforces() {
+    let identity_enforced = Modes::uniform(Mode::Monitor).with(Group::Identity, Mode::Enforce);
+    let v = apply_mode(&identity_enforced, Err(Refusal::for_test(Denial::ReplayedSignature)));
+    assert!(matches!(&v, Verdict::Refuse(_)), "replay is an identity finding");
+    let v = apply_mode(&identity_enforced, Err(Refusal::for_test(Denial::AccessDenied { reason: "tool_not_allowed".into() })));
+    assert!(matches!(&v, Verdict::Forward(f) if f.monitored().is_some()), "a policy finding is only logged");
 }
 
 #[test]
 fn an_answer_refused_after_the_fact_is_withheld_only_in_enforce_mode() {
-    assert!(matches!(apply_mode_to_answer(Mode::Enforce, Denial::ReplayedSignature), Answer::Withhold(Denial::ReplayedSignature)));
-    assert!(matches!(apply_mode_to_answer(Mode::Monitor, Denial::ReplayedSignature), Answer::PassOn(Denial::ReplayedSignature)));
+    let finding = Finding::new(crate::finding::FindingStage::Mcp, &Denial::ReplayedSignature);
+    let answer = apply_mode_to_answer(&Modes::uniform(Mode::Enforce), &finding, Denial::ReplayedSignature);
+    assert!(matches!(answer, Answer::Withhold(Denial::ReplayedSignature)));
+    let answer = apply_mode_to_answer(&Modes::uniform(Mode::Monitor), &finding, Denial::ReplayedSignature);
+    assert!(matches!(answer, Answer::PassOn(Denial::ReplayedSignature)));
 }
 
 #[tokio::test]

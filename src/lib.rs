@@ -19,6 +19,7 @@ pub mod demo;
 pub mod denial;
 pub mod directory;
 pub mod evidence;
+pub mod finding;
 pub mod idempotency;
 pub mod inbound;
 pub mod oauth;

@@ -239,7 +239,7 @@ fn main() -> ExitCode {
         Command::Check => match load(cli.config.as_ref()).map_err(portcullis::server::StartError::from).and_then(|c| portcullis::server::check(&c).map(|()| c))
         {
             Ok(c) => {
-                println!("{}: configuration is valid (mode = {})", c.origin, c.mode.as_str());
+                println!("{}: configuration is valid (mode = {})", c.origin, c.mode.describe());
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -1,9 +1,13 @@
-//! The pipeline: runs the stages of docs/design.md "The pipeline" in order; the first failure decides.
+//! The pipeline: runs the stages of docs/design.md "The pipeline" in order, and judges each.
 //!
 //! This is the only place a [`Permit`] or a [`Refusal`] is made: both carry the [`Evidence`]
 //! the stages verified, privately, and `decision::apply_mode` turns them into the only thing
 //! the proxy forwards. Stages never see the mode: they return their own error, which converts
-//! into a [`Denial`].
+//! into a [`Denial`], and a [`Judge`] notes it as a finding. In enforce mode the first finding
+//! decides and nothing after it runs (no JSON is parsed before the identity stages pass); for a
+//! stage group in monitor mode judging goes on, each later stage on what was verified (policy
+//! sees `agent.verified = false` for a failed signature), so the decision log lists every
+//! stage that would refuse the request.
 //! Stage 1 (bounded body read) happens in `server`, before an [`Inbound`] exists; stage 11
 //! (forwarding) happens in `proxy`, after the mode is applied.
 
@@ -15,6 +19,8 @@ use crate::config::{Config, ConfigError, FieldError};
 use crate::denial::Denial;
 use crate::directory::KeyResolver;
 use crate::evidence::{Evidence, PolicyTrace};
+use crate::finding::{Finding, FindingStage, Judge, Judged};
+use crate::config::{Group, Modes};
 use crate::inbound::Inbound;
 use crate::oauth::TokenVerifier;
 use crate::policy::{AgentView, Policy, PolicyError, PolicyInput, RequestView, TokenView};
@@ -50,18 +56,30 @@ impl Permit {
     }
 }
 
-/// A stage's refusal with what the stages before it verified (in monitor mode the request is
+/// The stages' refusals with what the stages verified (in monitor mode the request is
 /// forwarded with exactly that identity). Only [`check`] makes one.
 #[derive(Debug)]
 pub struct Refusal {
     denial: Denial,
+    findings: Vec<Finding>,
     evidence: Evidence,
 }
 
 impl Refusal {
-    /// Why the request is refused.
+    /// The refusal that decides: the first from a stage group in enforce mode, else the first
+    /// finding. Its code and reason are the decision log's `error` and `reason`.
     pub fn denial(&self) -> &Denial {
         &self.denial
+    }
+
+    /// Every refusal found, in pipeline order.
+    pub fn findings(&self) -> &[Finding] {
+        &self.findings
+    }
+
+    /// Whether a finding comes from a stage group `modes` enforces: then the request is refused.
+    pub fn is_enforced(&self, modes: &Modes) -> bool {
+        self.findings.iter().any(|f| modes.is_enforcing(f.stage.group()))
     }
 
     /// What was verified before the refusal.
@@ -69,9 +87,9 @@ impl Refusal {
         &self.evidence
     }
 
-    /// Both, once the request is done.
-    pub fn into_parts(self) -> (Denial, Evidence) {
-        (self.denial, self.evidence)
+    /// The parts, once the request is done.
+    pub fn into_parts(self) -> (Denial, Vec<Finding>, Evidence) {
+        (self.denial, self.findings, self.evidence)
     }
 }
 
@@ -87,7 +105,7 @@ impl Permit {
 impl Refusal {
     /// A refusal for tests of what happens after the pipeline.
     pub(crate) fn for_test(denial: Denial) -> Refusal {
-        Refusal { denial, evidence: Evidence::default() }
+        Refusal { findings: vec![Finding::of(&denial)], denial, evidence: Evidence::default() }
     }
 }
 
@@ -114,6 +132,8 @@ pub struct Stages {
     quotas: Quotas,
     /// The idempotency journal.
     idempotency: crate::idempotency::Idempotency,
+    /// `mode`: where judging stops (at the first refusal of a group in enforce mode).
+    modes: Modes,
 }
 
 impl Stages {
@@ -144,6 +164,7 @@ impl Stages {
             quotas: Quotas::new(stores.quota.clone()),
             idempotency: crate::idempotency::Idempotency::new(&config.idempotency, &stores),
             stores,
+            modes: config.mode,
         })
     }
 
@@ -186,52 +207,70 @@ impl Stages {
     }
 }
 
-/// Runs stages 2–10 of docs/design.md in order; the first failure decides. The decision carries
-/// what was verified; `timings` gets each stage's latency.
+/// Runs stages 2–10 of docs/design.md in order and judges each (see the module docs). The
+/// decision carries what was verified and, when a stage refused, every finding; `timings` gets
+/// each stage's latency.
 pub async fn check(req: &Inbound, stages: &Stages, timings: &mut StageTimings) -> Decision {
     let mut seen = Evidence::default();
-    match run(req, stages, &mut seen, timings).await {
-        Ok(()) => Ok(Permit { evidence: seen }),
-        Err(denial) => Err(Refusal { denial, evidence: seen }),
+    let mut judge = Judge::new(stages.modes);
+    let outcome = run(req, stages, &mut seen, timings, &mut judge).await;
+    match judge.finish(outcome) {
+        None => Ok(Permit { evidence: seen }),
+        Some(Judged { decisive, findings }) => Err(Refusal { denial: decisive, findings, evidence: seen }),
     }
 }
 
-async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut StageTimings) -> Result<(), Denial> {
-    timings.timed(Stage::Digest, || stages.digest.verify(&req.head.headers, &req.body))?;
-    if let Some(agent) = timings.timed_async(Stage::Signature, verify_signature(req, stages)).await? {
-        timings.timed_async(Stage::Replay, stages.replay.check_once(&agent, req.now)).await?;
-        // Only a first-use signature names the agent: a replayed copy (forwarded in monitor
-        // mode) must not carry the identity upstream.
-        seen.agent = Some(agent);
+/// The stages in order. A refusal is noted by `judge`, which stops the run (`?`) when the
+/// stage's group is in enforce mode; otherwise the next stages run without what failed.
+async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut StageTimings, judge: &mut Judge) -> Result<(), Denial> {
+    judge.judge(FindingStage::Digest, timings.timed(Stage::Digest, || stages.digest.verify(&req.head.headers, &req.body)))?;
+    // Stages 3–5 (signature, key, signature): the finding names the one that refused.
+    if let Some(agent) = judge.judge_any(timings.timed_async(Stage::Signature, verify_signature(req, stages)).await)?.flatten() {
+        // Stage 6. In monitor mode a replayed copy is noted, not recorded again (the store keeps
+        // the first use), and it must not carry the identity upstream.
+        let fresh = judge.judge(FindingStage::Replay, timings.timed_async(Stage::Replay, stages.replay.check_once(&agent, req.now)).await)?;
+        // Only a complete identity names the agent: a signature over a body that does not match
+        // its digest, or a replayed one, is not this agent's request.
+        if fresh.is_some() && !judge.has_found(Group::Identity) {
+            seen.agent = Some(agent);
+        }
     }
     if let Some(verifier) = &stages.token {
-        seen.token = timings
+        let token = timings
             .timed_async(Stage::Token, async {
                 verifier.check_query(&req.head.uri)?;
                 verifier.authenticate(&req.head.headers, req.now).await
             })
-            .await?;
+            .await;
+        seen.token = judge.judge(FindingStage::Token, token)?.flatten();
     }
-    // Decision 9: once the identity is verified, a session is only its owner's.
-    if req.head.headers.contains_key(portcullis_wire::mcp::SESSION_ID) {
+    // Decision 9: once the identity is verified, a session is only its owner's. Without a
+    // verified identity (monitor mode) the owner is unknown: that is already a finding.
+    if req.head.headers.contains_key(portcullis_wire::mcp::SESSION_ID) && !judge.has_found(Group::Identity) && !judge.has_found(Group::Token) {
         let owner = session::owner(seen);
-        timings.timed_async(Stage::Session, stages.sessions.check(&req.head.headers, &owner)).await?;
+        judge.judge(FindingStage::Mcp, timings.timed_async(Stage::Session, stages.sessions.check(&req.head.headers, &owner)).await)?;
     }
     if !stages.is_policy_enabled {
         return Ok(());
     }
-    // Stage 8: JSON only now, after the identity stages passed on the raw bytes.
-    seen.mcp = Some(timings.timed(Stage::Mcp, || mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch))?);
-    let (quotas, key_use) = {
+    // Stage 8: JSON only now, after the identity stages passed on the raw bytes (or, for a
+    // group in monitor mode, were judged: the body is forwarded anyway).
+    let parsed = timings.timed(Stage::Mcp, || mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch));
+    let Some(parsed) = judge.judge(FindingStage::Mcp, parsed)? else { return Ok(()) };
+    seen.mcp = Some(parsed);
+    let authorized = {
         // A batch or a large body is decided off the async workers, one per core at a time;
         // it waits for its turn here (policy::Policy::turn).
         let _turn = timings.timed_async(Stage::Policy, stages.policy.turn(seen.mcp.as_ref())).await;
-        authorize(req, stages, seen, timings)?
+        authorize(req, stages, seen, timings)
     };
+    // A denial wins: the quotas and journal a denied call names are not used.
+    let Some((quotas, key_use)) = judge.judge(FindingStage::Policy, authorized)? else { return Ok(()) };
     if let Some(key_use) = key_use {
         let caller = crate::idempotency::Caller { sub: seen.token.as_ref().and_then(|t| t.sub()), agent: seen.agent.as_ref().map(|a| a.agent()) };
         let claimed = stages.idempotency.claim(req, caller, seen.mcp.as_ref(), key_use);
-        seen.idempotency = timings.timed_async(Stage::Idempotency, claimed).await?;
+        let Some(claim) = judge.judge(FindingStage::Idempotency, timings.timed_async(Stage::Idempotency, claimed).await)? else { return Ok(()) };
+        seen.idempotency = claim;
         // A replayed answer spends no quota: the call is not executed again.
         if seen.idempotency.as_ref().is_some_and(crate::idempotency::Claim::is_replay) {
             return Ok(());
@@ -241,7 +280,7 @@ async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
     if let Err(QuotaError::Exhausted { key, .. }) = &spent {
         seen.quota_exhausted = Some(key.clone());
     }
-    spent?;
+    judge.judge(FindingStage::Quota, spent)?;
     Ok(())
 }
 

@@ -32,6 +32,7 @@ pub(crate) mod connection;
 use crate::config::{Config, ConfigError};
 use crate::decision::{self, Answer, Challenge, Denial, Outcome, ResponseBody, Verdict};
 use crate::evidence::Evidence;
+use crate::finding::{Finding, FindingStage};
 use crate::inbound::Inbound;
 use crate::pipeline::{self, Stages};
 use crate::policy::ReloadTrigger;
@@ -186,7 +187,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     info!(
         addr = %addr,
         tls = tls.is_some(),
-        mode = shared.config.mode.as_str(),
+        mode = %shared.config.mode.describe(),
         upstream = %shared.config.upstream.url,
         max_in_flight = shared.config.limits.max_in_flight,
         "Portcullis listening"
@@ -301,6 +302,7 @@ impl Shared {
             let (head, body) = req.into_parts();
             // Only the decision log reads it: no second parse of Signature-Agent without one.
             let claimed_agent = if self.log.is_on() { crate::telemetry::claimed_agent(&head.headers) } else { None };
+            let signed = crate::telemetry::is_signed(&head.headers);
             let mut timings = StageTimings::default();
             // What the stages verified, for the decision log (empty until the pipeline ran).
             let mut seen = Evidence::default();
@@ -336,34 +338,40 @@ impl Shared {
                 Ok(slot) => Ok((read, (slot, self.metrics.admitted()))),
                 Err(_) => Err(Denial::Shed),
             });
+            // Every refusal found, for the decision log (the pipeline's, or the one before it).
+            let mut findings: Vec<Finding> = Vec::new();
             let (outcome, summary, resp) = match admitted {
                 // Stage 1 is a resource bound, not a decision: a body the gateway refused to
                 // hold (or never fully received) cannot be forwarded, so it is refused in both
                 // modes and never reaches `apply_mode`. Likewise a path or authority the
                 // backend could read otherwise than the gateway.
-                Err(denial) => self.refuse(&denial, &request_id),
+                Err(denial) => {
+                    findings.push(Finding::of(&denial));
+                    self.refuse(&denial, &request_id)
+                }
                 Ok(((authority, body), _slot)) => {
                     let inbound = Inbound { head, body, now, peer, is_tls, request_id: request_id.clone(), authority };
                     let decision = pipeline::check(&inbound, &self.stages, &mut timings).await;
-                    let verdict = decision::apply_mode(self.config.mode, decision);
+                    let verdict = decision::apply_mode(&self.config.mode, decision);
                     idempotency = decision::idempotency_log(&verdict);
                     match verdict {
-                        Verdict::Replay(permit) => {
-                            seen = permit.into_evidence();
+                        Verdict::Replay(fwd) => {
+                            findings = fwd.findings().to_vec();
+                            let (outcome, summary) = forward_summary(&fwd);
+                            seen = fwd.into_evidence();
                             let resp = crate::idempotency::replay_response(seen.idempotency.as_ref())
                                 .unwrap_or_else(|| decision::respond_upstream(&decision::UpstreamError::Failed("no recorded answer".into()), &request_id));
-                            (Outcome::Allow, None, resp)
+                            (outcome, summary, resp)
                         }
                         Verdict::Refuse(refusal) => {
-                            let (denial, evidence) = refusal.into_parts();
+                            let (denial, found, evidence) = refusal.into_parts();
                             seen = evidence;
+                            findings = found;
                             self.refuse(&denial, &request_id)
                         }
                         Verdict::Forward(fwd) => {
-                            let (outcome, summary) = match fwd.monitored() {
-                                None => (Outcome::Allow, None),
-                                Some(d) => (Outcome::WouldDeny, Some((d.code(), d.reason()))),
-                            };
+                            findings = fwd.findings().to_vec();
+                            let (outcome, summary) = forward_summary(&fwd);
                             let exchange = crate::session::Exchange::of(&inbound.head);
                             let started = Instant::now();
                             let result = self.upstream.forward(inbound, &fwd).instrument(stage_span(Stage::Upstream)).await;
@@ -376,7 +384,7 @@ impl Shared {
                                     crate::idempotency::release(&mut seen.idempotency).await;
                                     static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
                                     if let Some(held) = THROTTLE.admit() {
-                                        warn!(error.code = e.code(), error = %e, similar_held_back = held, "Upstream request failed (each one is counted in portcullis_upstream_errors_total)");
+                                        warn!(error.code = e.code(), error = %e, upstream = %self.config.upstream.url, similar_held_back = held, "Upstream request failed (each one is counted in portcullis_upstream_errors_total)");
                                     }
                                     self.metrics.upstream_error(e.code());
                                     let r = decision::respond_upstream(&e, &request_id);
@@ -384,7 +392,7 @@ impl Shared {
                                     r
                                 }
                             };
-                            self.settle_session(&exchange, &seen, &mut timings, (outcome, summary, resp), &request_id).await
+                            self.settle_session(&exchange, &seen, &mut timings, (outcome, summary, resp), &request_id, &mut findings).await
                         }
                     }
                 }
@@ -394,15 +402,18 @@ impl Shared {
                 time: rfc3339(wall),
                 request_id: &request_id,
                 mode: self.config.mode.as_str(),
+                enforcing: self.config.mode.enforcing(),
                 outcome: outcome.as_str(),
                 status,
                 error: summary.as_ref().map(|(c, _)| *c).or(upstream_error.as_ref().map(|e| e.code())),
                 reason: summary.map(|(_, r)| r).or(upstream_error.as_ref().map(|e| e.to_string())),
+                findings: findings.iter().map(Finding::line).collect(),
                 upstream_error: upstream_error.as_ref().map(|e| e.code()),
                 method: method.as_str(),
                 path: &path,
                 agent: seen.agent.as_ref().map(|a| a.agent()),
                 claimed_agent,
+                signed,
                 keyid: seen.agent.as_ref().map(|a| a.keyid()),
                 sub: seen.token.as_ref().and_then(|t| t.sub()),
                 mcp_method: seen.mcp.as_ref().and_then(|m| m.first_method()),
@@ -440,11 +451,15 @@ impl Shared {
         timings: &mut StageTimings,
         sent: (Outcome, Option<(&'static str, String)>, Response<ResponseBody>),
         request_id: &str,
+        findings: &mut Vec<Finding>,
     ) -> (Outcome, Option<(&'static str, String)>, Response<ResponseBody>) {
         let (outcome, summary, resp) = sent;
         let settled = pipeline::settle_session(&self.stages, exchange, resp.status(), resp.headers(), seen, timings).await;
         let Err(denial) = settled else { return (outcome, summary, resp) };
-        match decision::apply_mode_to_answer(self.config.mode, denial) {
+        let finding = Finding::new(FindingStage::Mcp, &denial);
+        let answer = decision::apply_mode_to_answer(&self.config.mode, &finding, denial);
+        findings.push(finding);
+        match answer {
             Answer::Withhold(d) => self.refuse(&d, request_id),
             Answer::PassOn(d) => (Outcome::WouldDeny, summary.or(Some((d.code(), d.reason()))), resp),
         }
@@ -468,6 +483,14 @@ impl Shared {
         };
         resp.headers_mut().insert(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
         Some(resp)
+    }
+}
+
+/// The outcome and the decision log's `error`/`reason` of a forwarded request.
+fn forward_summary(fwd: &decision::Forward) -> (Outcome, Option<(&'static str, String)>) {
+    match fwd.monitored() {
+        None => (Outcome::Allow, None),
+        Some(d) => (Outcome::WouldDeny, Some((d.code(), d.reason()))),
     }
 }
 

@@ -51,6 +51,12 @@ struct StageLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FindingLabels {
+    stage: &'static str,
+    error: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
     error: &'static str,
 }
@@ -85,6 +91,7 @@ pub struct DirectoryMetrics {
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
+    findings: Family<FindingLabels, Counter>,
     stage_seconds: Family<StageLabels, Histogram>,
     request_seconds: Histogram,
     upstream_errors: Family<ErrorLabels, Counter>,
@@ -104,6 +111,8 @@ impl Metrics {
         let mut registry = Registry::with_prefix("portcullis");
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register("requests", "Requests by outcome (allow, deny, would_deny), status and error code", requests.clone());
+        let findings = Family::<FindingLabels, Counter>::default();
+        registry.register("findings", "Refusals found per stage and error code (monitor mode counts every stage that would refuse a request)", findings.clone());
         let stage_seconds = Family::<StageLabels, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.000_005, 2.0, 22)));
         registry.register("stage_duration_seconds", "Time spent in each pipeline stage", stage_seconds.clone());
         let request_seconds = Histogram::new(exponential_buckets(0.000_01, 2.0, 22));
@@ -114,12 +123,15 @@ impl Metrics {
         registry.register("in_flight_requests", "Requests being handled now (body read included)", in_flight.clone());
         let admitted = Gauge::default();
         registry.register("admitted_requests", "Requests holding a limits.max_in_flight slot (after the body read, until the response head)", admitted.clone());
-        Metrics { registry, requests, stage_seconds, request_seconds, upstream_errors, in_flight, admitted }
+        Metrics { registry, requests, findings, stage_seconds, request_seconds, upstream_errors, in_flight, admitted }
     }
 
     /// Counts one finished request and its per-stage latencies.
     pub fn observe(&self, r: &DecisionRecord<'_>, timings: &StageTimings, total: Duration) {
         self.requests.get_or_create(&RequestLabels { outcome: r.outcome, status: r.status, error: r.error.unwrap_or("") }).inc();
+        for f in &r.findings {
+            self.findings.get_or_create(&FindingLabels { stage: f.stage, error: f.error }).inc();
+        }
         for (stage, d) in timings.iter() {
             self.stage_seconds.get_or_create(&StageLabels { stage: stage.as_str() }).observe(d.as_secs_f64());
         }
@@ -257,6 +269,19 @@ impl Drop for InFlight {
     }
 }
 
+/// One entry of the decision log's `findings`: a stage that refused (or would refuse) the
+/// request, with the `error` code and `reason` it gave.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FindingLine {
+    /// `body`, `digest`, `signature`, `key`, `replay`, `token`, `mcp`, `policy`, `quota`,
+    /// `catalog`, `approval` or `idempotency`.
+    pub stage: &'static str,
+    /// The refusal code.
+    pub error: &'static str,
+    /// The refusal reason.
+    pub reason: String,
+}
+
 /// One decision-log line. Every field is metadata; there is deliberately no field for a
 /// credential, a body or tool arguments.
 #[derive(Debug, Serialize)]
@@ -265,8 +290,10 @@ pub struct DecisionRecord<'a> {
     pub time: String,
     /// The request id (also in the refusal body and `x-request-id`).
     pub request_id: &'a str,
-    /// `enforce` or `monitor`.
+    /// `enforce` or `monitor`, or `staged` when stage groups differ (see `enforcing`).
     pub mode: &'static str,
+    /// The stage groups in enforce mode (`identity`, `token`, `policy`, `default`).
+    pub enforcing: Vec<&'static str>,
     /// `allow`, `deny` or `would_deny`.
     pub outcome: &'static str,
     /// Status sent to the client.
@@ -275,6 +302,9 @@ pub struct DecisionRecord<'a> {
     pub error: Option<&'static str>,
     /// The refusal reason text.
     pub reason: Option<String>,
+    /// Every refusal found, in pipeline order; the first decides `error`/`reason` (in staged
+    /// mode, the first from an enforcing group when the request was refused).
+    pub findings: Vec<FindingLine>,
     /// The upstream failure code when forwarding failed (also when a monitored denial was
     /// forwarded and then failed upstream).
     pub upstream_error: Option<&'static str>,
@@ -288,6 +318,9 @@ pub struct DecisionRecord<'a> {
     /// usable member: a directory's origin, else the URL). Not a secret: it is what an
     /// unverified agent claimed to be, and the rollout report lists those that never verify.
     pub claimed_agent: Option<String>,
+    /// Whether the request carried a signature (`Signature-Input` or `Signature`), verified or
+    /// not: the report tells unsigned requests from signed ones that failed.
+    pub signed: bool,
     /// The verified signature's keyid.
     pub keyid: Option<&'a str>,
     /// The verified token's `sub`.
@@ -332,6 +365,12 @@ pub fn claimed_agent(headers: &http::HeaderMap) -> Option<String> {
         let a = m.agent.ok()?;
         Some(if a.kind() == AgentKind::Directory { a.origin() } else { a.url().as_str().to_owned() })
     })
+}
+
+/// Whether the request carries a signature for anyone (`Signature-Input` or `Signature`),
+/// whether or not it verifies: the decision log's `signed`.
+pub fn is_signed(headers: &http::HeaderMap) -> bool {
+    headers.contains_key("signature-input") || headers.contains_key("signature")
 }
 
 fn stage_key(stage: Stage) -> String {

@@ -14,10 +14,12 @@ use std::time::Duration;
 use serde::Deserialize;
 use url::Url;
 
+mod modes;
 mod raw;
 mod sections;
 mod units;
 
+pub use modes::{Group, Modes, RawMode};
 pub use portcullis_wire::time::parse_duration;
 pub use raw::*;
 pub use sections::{normalize_origin, Context, Directory, Introspection, OAuth, PolicySettings, Signatures, StateSettings, StaticKey, Store};
@@ -109,8 +111,8 @@ impl fmt::Display for FieldError {
 /// The validated configuration every stage is built from.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Enforce or monitor.
-    pub mode: Mode,
+    /// Enforce or monitor, per stage group.
+    pub mode: Modes,
     /// Client-facing listener.
     pub listen: Listen,
     /// The MCP backend.
@@ -382,10 +384,11 @@ impl Config {
         let oauth = OAuth::from_raw(raw.oauth, ctx).map_err(|e| errs.extend(e));
         let policy = PolicySettings::from_raw(raw.policy, ctx).map_err(|e| errs.extend(e));
         let state = StateSettings::from_raw(raw.state, ctx).map_err(|e| errs.extend(e));
+        let mode = Modes::try_from(raw.mode).map_err(|e| errs.extend(e));
 
-        match (listen_addr, public_url, tls, upstream_url, admin, signatures, oauth, policy, state) {
-            (Ok(addr), Ok(public_url), Ok(tls), Ok(url), Ok(admin), Ok(signatures), Ok(oauth), Ok(policy), Ok(state)) if errs.is_empty() => Ok(Config {
-                mode: raw.mode,
+        match (listen_addr, public_url, tls, upstream_url, admin, signatures, oauth, policy, state, mode) {
+            (Ok(addr), Ok(public_url), Ok(tls), Ok(url), Ok(admin), Ok(signatures), Ok(oauth), Ok(policy), Ok(state), Ok(mode)) if errs.is_empty() => Ok(Config {
+                mode,
                 listen: Listen { addr, public_url, tls },
                 upstream: Upstream {
                     url,

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::units::{ByteSize, HumanDuration};
-use super::Mode;
+use super::RawMode;
 
 // ---------------------------------------------------------------------------------------------
 // Raw configuration: mirrors the TOML file. Defaults live here so the file can stay short.
@@ -18,9 +18,9 @@ use super::Mode;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
-    /// `enforce` (default) or `monitor`.
+    /// `enforce` (default) or `monitor`, or a `[mode]` table with one per stage group.
     #[serde(default)]
-    pub mode: Mode,
+    pub mode: RawMode,
     /// `[listen]`
     pub listen: RawListen,
     /// `[upstream]`

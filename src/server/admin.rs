@@ -66,8 +66,12 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<ResponseBod
                 None => serde_json::json!({"status": "ok", "version": shared.stages.policy.version()}),
                 Some(e) => serde_json::json!({"status": "reload_failed", "version": shared.stages.policy.version(), "error": e}),
             };
+            let modes = &shared.config.mode;
+            let mode: serde_json::Map<String, serde_json::Value> =
+                crate::config::Group::ALL.iter().map(|g| (g.as_str().to_owned(), modes.of(*g).as_str().into())).collect();
             let body = serde_json::json!({
                 "ready": !shutting_down,
+                "mode": mode,
                 "checks": {"listener": if shutting_down { "shutting_down" } else { "ok" }, "state": state, "policy": policy},
             });
             json_response(status, &body, Vec::new())

@@ -50,7 +50,7 @@ async fn chunked_body_over_limit_is_413() {
 async fn monitor_mode_still_refuses_bodies_it_cannot_hold() {
     let upstream = Upstream::start().await;
     let mut cfg = config_without_policy(&upstream.url(), SMALL_LIMITS);
-    cfg.mode = portcullis::config::Mode::Monitor;
+    cfg.mode = portcullis::config::Mode::Monitor.into();
     let gw = Gateway::start(cfg).await;
     let resp = client().post(gw.url("/mcp")).body(vec![b'a'; 4096]).send().await.unwrap();
     assert_eq!(resp.status(), 413);

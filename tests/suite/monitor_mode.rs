@@ -38,7 +38,7 @@ async fn digest_mismatch_is_forwarded_and_logged_would_deny_in_monitor_mode() {
     let upstream = Upstream::start().await;
     let (_dir, log) = temp_path("decisions.log");
     let mut cfg = config_without_policy(&upstream.url(), "");
-    cfg.mode = portcullis::config::Mode::Monitor;
+    cfg.mode = portcullis::config::Mode::Monitor.into();
     cfg.log.decisions = portcullis::config::DecisionSink::File(log.clone());
     let gw = Gateway::start(cfg).await;
     let resp = send_tampered(&gw).await;
