@@ -49,6 +49,27 @@ pub enum FindingStage {
 }
 
 impl FindingStage {
+    /// Every stage, in pipeline order.
+    pub const ALL: [FindingStage; 12] = [
+        FindingStage::Body,
+        FindingStage::Digest,
+        FindingStage::Signature,
+        FindingStage::Key,
+        FindingStage::Replay,
+        FindingStage::Token,
+        FindingStage::Mcp,
+        FindingStage::Policy,
+        FindingStage::Quota,
+        FindingStage::Catalog,
+        FindingStage::Approval,
+        FindingStage::Idempotency,
+    ];
+
+    /// The stage a decision log names (`findings[].stage`), if it is one.
+    pub fn from_name(name: &str) -> Option<FindingStage> {
+        FindingStage::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
     /// The name in the decision log, the metrics and the report.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -16,11 +16,11 @@ use std::time::Instant;
 use prometheus_client::metrics::counter::Counter;
 
 use crate::config::{Config, ConfigError, FieldError};
+use crate::config::{Group, Modes};
 use crate::denial::Denial;
 use crate::directory::KeyResolver;
 use crate::evidence::{Evidence, PolicyTrace};
 use crate::finding::{Finding, FindingStage, Judge, Judged};
-use crate::config::{Group, Modes};
 use crate::inbound::Inbound;
 use crate::oauth::TokenVerifier;
 use crate::policy::{AgentView, Policy, PolicyError, PolicyInput, RequestView, TokenView};

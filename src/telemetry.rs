@@ -112,7 +112,11 @@ impl Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register("requests", "Requests by outcome (allow, deny, would_deny), status and error code", requests.clone());
         let findings = Family::<FindingLabels, Counter>::default();
-        registry.register("findings", "Refusals found per stage and error code (monitor mode counts every stage that would refuse a request)", findings.clone());
+        registry.register(
+            "findings",
+            "Refusals found per stage and error code (monitor mode counts every stage that would refuse a request)",
+            findings.clone(),
+        );
         let stage_seconds = Family::<StageLabels, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.000_005, 2.0, 22)));
         registry.register("stage_duration_seconds", "Time spent in each pipeline stage", stage_seconds.clone());
         let request_seconds = Histogram::new(exponential_buckets(0.000_01, 2.0, 22));

@@ -6,6 +6,7 @@
 use std::fmt::Write;
 
 use super::{Counts, Report};
+use crate::config::Group;
 
 const ALLOW: &str = "#2e7d32";
 const WOULD_DENY: &str = "#f9a825";
@@ -29,24 +30,23 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-fn shorten(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_owned()
-    } else {
-        format!("{}…", s.chars().take(n - 1).collect::<String>())
-    }
-}
-
-/// One bar made of coloured segments.
+/// One bar made of coloured segments, each named for its tooltip.
 struct Row {
     label: String,
-    segments: Vec<(u64, &'static str)>,
+    segments: Vec<(u64, &'static str, &'static str)>,
     note: String,
+}
+
+/// Width in pixels the labels of a chart need at 12px (generous for wide glyphs): labels are
+/// never clipped, the chart grows instead (the page scrolls sideways on a narrow screen).
+fn label_width(rows: &[Row]) -> f64 {
+    let chars = rows.iter().map(|r| r.label.chars().count()).max().unwrap_or(0);
+    (chars as f64 * 7.2 + 16.0).max(120.0)
 }
 
 /// A horizontal bar chart as an inline SVG element.
 fn bar_chart(id: &str, title: &str, rows: &[Row]) -> String {
-    let label_w = 260.0;
+    let label_w = label_width(rows);
     let bar_w = 420.0;
     let row_h = 22.0;
     let height = 30.0 + row_h * rows.len().max(1) as f64;
@@ -54,35 +54,40 @@ fn bar_chart(id: &str, title: &str, rows: &[Row]) -> String {
     let mut svg = String::new();
     let _ = write!(
         svg,
-        r#"<svg id="{id}" class="chart" role="img" aria-label="{t}" width="{w}" height="{height}" viewBox="0 0 {w} {height}" xmlns="http://www.w3.org/2000/svg"><text x="0" y="16" class="title">{t}</text>"#,
+        r#"<div class="scroll"><svg id="{id}" class="chart" role="img" aria-label="{t}" width="{w}" height="{height}" viewBox="0 0 {w} {height}" xmlns="http://www.w3.org/2000/svg"><text x="0" y="16" class="title">{t}</text>"#,
         t = escape(title),
-        w = label_w + bar_w + 120.0
+        w = label_w + bar_w + 200.0
     );
     if rows.is_empty() {
         let _ = write!(svg, r#"<text x="0" y="44">no data</text>"#);
     }
     for (i, row) in rows.iter().enumerate() {
         let y = 28.0 + row_h * i as f64;
-        let _ = write!(svg, r#"<text x="{x}" y="{ty}" text-anchor="end">{l}</text>"#, x = label_w - 8.0, ty = y + 14.0, l = escape(&shorten(&row.label, 40)));
+        let label = escape(&row.label);
+        let _ = write!(svg, r#"<text x="{x}" y="{ty}" text-anchor="end"><title>{label}</title>{label}</text>"#, x = label_w - 8.0, ty = y + 14.0);
+        let total: u64 = row.segments.iter().map(|s| s.0).sum();
         let mut x = label_w;
-        for (v, color) in &row.segments {
+        for (v, name, color) in &row.segments {
             let w = bar_w * (*v as f64) / max;
             if w > 0.0 {
-                let _ = write!(svg, r#"<rect x="{x:.1}" y="{y:.1}" width="{w:.1}" height="16" fill="{color}"><title>{v}</title></rect>"#);
+                let _ = write!(
+                    svg,
+                    r#"<rect x="{x:.1}" y="{y:.1}" width="{w:.1}" height="16" fill="{color}"><title>{label} — {name}: {v} of {total}</title></rect>"#
+                );
             }
             x += w;
         }
         let _ = write!(svg, r#"<text x="{tx:.1}" y="{ty}">{n}</text>"#, tx = x + 6.0, ty = y + 14.0, n = escape(&row.note));
     }
-    svg.push_str("</svg>");
+    svg.push_str("</svg></div>");
     svg
 }
 
 fn outcome_row(label: &str, c: &Counts) -> Row {
     Row {
         label: label.to_owned(),
-        segments: vec![(c.allow, ALLOW), (c.would_deny, WOULD_DENY), (c.deny, DENY)],
-        note: format!("{} ({} refused)", c.total(), c.refused()),
+        segments: vec![(c.allow, "allow", ALLOW), (c.would_deny, "would_deny", WOULD_DENY), (c.deny, "deny", DENY)],
+        note: format!("{} ({} refused or would be)", c.total(), c.refused()),
     }
 }
 
@@ -94,7 +99,7 @@ pub fn render_html(r: &Report) -> String {
     let _ = write!(
         body,
         r#"<h1>Portcullis rollout report</h1><p class="meta">{} requests{}{}</p>
-<div class="cards"><div class="card"><b>{:.1}%</b>allowed</div><div class="card warn"><b>{:.1}%</b>would be denied</div><div class="card bad"><b>{:.1}%</b>denied</div><div class="card"><b>{:.1}%</b>unsigned</div></div>
+<div class="cards"><div class="card"><b>{:.1}%</b>allowed</div><div class="card warn"><b>{:.1}%</b>would be denied</div><div class="card bad"><b>{:.1}%</b>denied</div><div class="card"><b>{:.1}%</b>unsigned</div><div class="card"><b>{:.1}%</b>signed, unverified</div></div>
 <p class="legend"><span style="background:{ALLOW}"></span>allow <span style="background:{WOULD_DENY}"></span>would_deny <span style="background:{DENY}"></span>deny</p>"#,
         r.requests,
         match (&r.first_time, &r.last_time) {
@@ -106,31 +111,57 @@ pub fn render_html(r: &Report) -> String {
         pct(o.would_deny),
         pct(o.deny),
         100.0 * r.unsigned_share(),
+        if r.requests == 0 { 0.0 } else { 100.0 * r.identity.unverified_total() as f64 / r.requests as f64 },
     );
+    let _ = write!(body, r#"<p class="next">{}</p>"#, escape(&r.next_step()));
     body.push_str(&bar_chart("outcomes", "Outcomes", &[outcome_row("all requests", o)]));
+    let id = &r.identity;
+    let mut identity = vec![outcome_row("unsigned", &id.unsigned)];
+    identity.extend(id.unverified.iter().map(|(error, c)| outcome_row(&format!("signed, unverified: {error}"), c)));
+    identity.push(outcome_row("verified", &id.verified));
+    body.push_str(&bar_chart("identity", "Who sent the requests", &identity));
+    let groups: Vec<Row> = Group::ALL
+        .iter()
+        .map(|g| {
+            let i = r.groups.get(g).cloned().unwrap_or_default();
+            let mode = if r.enforcing.contains(g) { "enforced" } else { "monitored" };
+            Row {
+                label: format!("{g} ({mode})"),
+                segments: vec![(i.would_refuse, "would_deny", WOULD_DENY), (i.found - i.would_refuse, "deny", DENY)],
+                note: format!("{} would be refused", i.would_refuse),
+            }
+        })
+        .collect();
+    body.push_str(&bar_chart("groups", "Requests each stage group refuses or would refuse", &groups));
     let reasons: Vec<Row> = r
         .top_reasons(12)
         .into_iter()
-        .map(|(code, reason, n)| Row { label: format!("{code}: {reason}"), segments: vec![(n, DENY)], note: n.to_string() })
+        .map(|(code, reason, c)| Row {
+            label: format!("{code}: {reason}"),
+            segments: vec![(c.would_deny, "would_deny", WOULD_DENY), (c.deny, "deny", DENY)],
+            note: c.total().to_string(),
+        })
         .collect();
     body.push_str(&bar_chart("reasons", "Top refusal reasons (sent or would-be)", &reasons));
     let agents: Vec<Row> = Report::ranked(&r.by_agent, 15).into_iter().map(|(k, c)| outcome_row(k, c)).collect();
     body.push_str(&bar_chart("agents", "Requests by agent", &agents));
     let tools: Vec<Row> = Report::ranked(&r.by_tool, 15).into_iter().map(|(k, c)| outcome_row(k, c)).collect();
     body.push_str(&bar_chart("tools", "Requests by tool", &tools));
+    let rules: Vec<Row> = Report::ranked(&r.by_rule, 15).into_iter().map(|(k, c)| outcome_row(k, c)).collect();
+    body.push_str(&bar_chart("rules", "Requests by policy rule", &rules));
     let mut lat: Vec<Row> = r
         .stages
         .iter()
         .map(|(stage, h)| Row {
             label: stage.clone(),
-            segments: vec![(h.quantile(0.5), BAR), (h.quantile(0.99).saturating_sub(h.quantile(0.5)), P99)],
+            segments: vec![(h.quantile(0.5), "p50 µs", BAR), (h.quantile(0.99).saturating_sub(h.quantile(0.5)), "p99 − p50 µs", P99)],
             note: format!("p50 {} µs, p99 {} µs", h.quantile(0.5), h.quantile(0.99)),
         })
         .collect();
     let t = &r.total_latency;
     lat.push(Row {
         label: "total".into(),
-        segments: vec![(t.quantile(0.5), BAR), (t.quantile(0.99).saturating_sub(t.quantile(0.5)), P99)],
+        segments: vec![(t.quantile(0.5), "p50 µs", BAR), (t.quantile(0.99).saturating_sub(t.quantile(0.5)), "p99 − p50 µs", P99)],
         note: format!("p50 {} µs, p99 {} µs", t.quantile(0.5), t.quantile(0.99)),
     });
     body.push_str(&bar_chart("latency", "Latency per stage (p50, p99)", &lat));
@@ -143,9 +174,9 @@ pub fn render_html(r: &Report) -> String {
     }
     format!(
         r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Portcullis rollout report</title><style>
-body{{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:900px}}
+body{{font:14px/1.4 system-ui,sans-serif;margin:1em;color:#222;max-width:1100px}} .scroll{{overflow-x:auto}} .next{{font-weight:600}}
 h1{{font-size:22px}} .meta{{color:#666}} .chart{{display:block;margin:1.5em 0}} .chart text{{font-size:12px;fill:#222}} .chart .title{{font-size:14px;font-weight:600}}
-.cards{{display:flex;gap:1em}} .card{{border:1px solid #ddd;border-radius:6px;padding:.6em 1em;min-width:8em}} .card b{{display:block;font-size:20px}} .warn b{{color:{WOULD_DENY}}} .bad b{{color:{DENY}}}
+.cards{{display:flex;flex-wrap:wrap;gap:1em}} .card{{border:1px solid #ddd;border-radius:6px;padding:.6em 1em;min-width:8em}} .card b{{display:block;font-size:20px}} .warn b{{color:{WOULD_DENY}}} .bad b{{color:{DENY}}}
 .legend span{{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}} table{{border-collapse:collapse}} td,th{{border:1px solid #ddd;padding:4px 8px;text-align:left}}
 </style></head><body>{body}</body></html>
 "#

@@ -1,31 +1,38 @@
-//! The monitor-mode rollout report: reads a decision log and summarises what enforcement
-//! would do — requests by outcome, agent and tool, the top would-deny reasons, the unsigned
-//! share, agents that never verified, and per-stage latency percentiles.
+//! The rollout report: reads a decision log and answers the questions a team brings to a
+//! monitor-mode rollout (docs/rollout.md): how many requests are signed, and of those how many
+//! verify (and why the others fail); which agents call; which tools are called; which rules
+//! would block; and what enforcing the next stage group would refuse.
 //!
 //! Input is untrusted text (a log file may be truncated or mixed with other output): lines that
 //! are not decision records are counted and skipped. Memory is bounded whatever the log size:
-//! latencies go into fixed log-linear histograms, and distinct agents/tools/reasons beyond
-//! [`MAX_KEYS`] are folded into "(other)".
+//! latencies go into fixed log-linear histograms, and distinct agents/tools/rules/reasons
+//! beyond [`MAX_KEYS`] are folded into "(other)".
 
 mod histogram;
 mod html;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 use std::io::BufRead;
 
 pub use histogram::Histogram;
 pub use html::render_html;
 
+use crate::config::Group;
+use crate::finding::FindingStage;
+
 /// Most distinct values kept per dimension (agents, tools, reasons); the rest count as "(other)".
 pub const MAX_KEYS: usize = 10_000;
 
-/// Label used for requests that carried no verified agent.
+/// Agent label for requests that carried no signature at all.
 pub const UNSIGNED: &str = "(unsigned)";
-/// Label for requests without a tool (not a `tools/call`).
+/// Agent label prefix for signed requests whose signature did not verify (followed by the
+/// agent they claimed, when they named one).
+pub const UNVERIFIED: &str = "(unverified)";
+/// Label for requests without a tool (not a `tools/call`, or a body that did not parse).
 pub const NO_TOOL: &str = "(no tool)";
 const OTHER: &str = "(other)";
 
-/// Counts per outcome for one agent or tool.
+/// Counts per outcome for one agent, tool, rule or reason.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Counts {
     /// Forwarded, every stage passed.
@@ -57,6 +64,38 @@ impl Counts {
     }
 }
 
+/// Who sent the requests: the first rollout question.
+#[derive(Debug, Clone, Default)]
+pub struct Identity {
+    /// No signature at all.
+    pub unsigned: Counts,
+    /// Signed, but the signature did not verify, by the identity stage's error code
+    /// (`invalid_agent_credentials`, `replayed_signature`, `invalid_content_digest`, …).
+    pub unverified: BTreeMap<String, Counts>,
+    /// A verified agent.
+    pub verified: Counts,
+}
+
+impl Identity {
+    /// Signed requests that did not verify, all errors.
+    pub fn unverified_total(&self) -> u64 {
+        self.unverified.values().map(Counts::total).sum()
+    }
+}
+
+/// What enforcing one stage group would do: the requests with a finding from that group.
+#[derive(Debug, Clone, Default)]
+pub struct GroupImpact {
+    /// Requests with at least one finding from the group.
+    pub found: u64,
+    /// Of those, requests that were forwarded (`would_deny`): enforcing the group refuses them.
+    pub would_refuse: u64,
+    /// `would_refuse` per agent label.
+    pub by_agent: BTreeMap<String, u64>,
+    /// `would_refuse` per tool.
+    pub by_tool: BTreeMap<String, u64>,
+}
+
 /// The summary of one decision log.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
@@ -70,19 +109,35 @@ pub struct Report {
     pub last_time: Option<String>,
     /// Requests per outcome, all agents.
     pub outcomes: Counts,
-    /// Requests per verified agent id ([`UNSIGNED`] for none).
+    /// Unsigned, signed-but-unverified, verified.
+    pub identity: Identity,
+    /// Requests per agent: the verified agent id, [`UNSIGNED`], or [`UNVERIFIED`] with the
+    /// agent the request claimed.
     pub by_agent: BTreeMap<String, Counts>,
     /// Requests per MCP tool ([`NO_TOOL`] for none).
     pub by_tool: BTreeMap<String, Counts>,
-    /// Refusal reasons (sent or would-be) with their `error` code, and how often.
-    pub reasons: BTreeMap<(String, String), u64>,
+    /// Requests per policy rule that decided (records naming a `rule`).
+    pub by_rule: BTreeMap<String, Counts>,
+    /// Findings per stage (`signature`, `policy`, …): every stage that refused or would refuse.
+    pub by_stage: BTreeMap<String, u64>,
+    /// What enforcing each stage group would do.
+    pub groups: BTreeMap<Group, GroupImpact>,
+    /// The groups in enforce mode, as the latest record says.
+    pub enforcing: Vec<Group>,
+    /// Refusal reasons (sent or would-be) by `error` code and reason.
+    pub reasons: BTreeMap<(String, String), Counts>,
     /// Agents that claimed an identity (`claimed_agent`) but never verified.
     pub unverified_agents: BTreeMap<String, u64>,
     /// Latency per stage, microseconds.
     pub stages: BTreeMap<String, Histogram>,
     /// Latency from arrival to response headers, microseconds.
     pub total_latency: Histogram,
-    verified_agents: HashMap<String, ()>,
+    verified_agents: HashSet<String>,
+    latest_time: Option<String>,
+}
+
+fn text<'a>(rec: &'a serde_json::Map<String, serde_json::Value>, key: &str) -> Option<&'a str> {
+    rec.get(key).and_then(|v| v.as_str())
 }
 
 impl Report {
@@ -92,7 +147,7 @@ impl Report {
         for line in reader.lines() {
             r.add_line(&line?);
         }
-        r.unverified_agents.retain(|agent, _| !r.verified_agents.contains_key(agent));
+        r.unverified_agents.retain(|agent, _| !r.verified_agents.contains(agent));
         Ok(r)
     }
 
@@ -106,40 +161,81 @@ impl Report {
             self.skipped_lines += 1;
             return;
         };
-        let (Some(outcome), Some(_)) = (rec.get("outcome").and_then(|v| v.as_str()), rec.get("request_id")) else {
+        let (Some(outcome), Some(_)) = (text(&rec, "outcome"), rec.get("request_id")) else {
             self.skipped_lines += 1;
             return;
         };
         self.requests += 1;
         self.outcomes.add(outcome);
-        if let Some(t) = rec.get("time").and_then(|v| v.as_str()) {
-            if self.first_time.as_deref().is_none_or(|f| t < f) {
-                self.first_time = Some(t.to_owned());
+        self.note_time_and_modes(&rec);
+
+        // The findings, in pipeline order: (stage name, error code).
+        let findings: Vec<(&str, &str)> = rec
+            .get("findings")
+            .and_then(|v| v.as_array())
+            .map(|a| a.iter().filter_map(|f| Some((f.get("stage")?.as_str()?, f.get("error")?.as_str()?))).collect())
+            .unwrap_or_default();
+        let group_of = |stage: &str| FindingStage::from_name(stage).map(FindingStage::group);
+
+        let agent = text(&rec, "agent");
+        let claimed = text(&rec, "claimed_agent");
+        let signed = rec.get("signed").and_then(|v| v.as_bool()).unwrap_or(claimed.is_some());
+        let agent_label = match agent {
+            Some(a) => {
+                if self.verified_agents.len() < MAX_KEYS {
+                    self.verified_agents.insert(a.to_owned());
+                }
+                self.identity.verified.add(outcome);
+                a.to_owned()
             }
-            if self.last_time.as_deref().is_none_or(|l| t > l) {
-                self.last_time = Some(t.to_owned());
+            None if signed => {
+                let error = findings.iter().find(|(s, _)| group_of(s) == Some(Group::Identity)).map(|(_, e)| *e).or(text(&rec, "error")).unwrap_or("unknown");
+                bump(&mut self.identity.unverified, error).add(outcome);
+                if let Some(c) = claimed {
+                    *bump_count(&mut self.unverified_agents, c) += 1;
+                }
+                claimed.map_or_else(|| UNVERIFIED.to_owned(), |c| format!("{UNVERIFIED} {c}"))
             }
+            None => {
+                self.identity.unsigned.add(outcome);
+                UNSIGNED.to_owned()
+            }
+        };
+        let tool = text(&rec, "tool").unwrap_or(NO_TOOL);
+        bump(&mut self.by_agent, &agent_label).add(outcome);
+        bump(&mut self.by_tool, tool).add(outcome);
+        if let Some(rule) = text(&rec, "rule") {
+            bump(&mut self.by_rule, rule).add(outcome);
         }
-        let agent = rec.get("agent").and_then(|v| v.as_str());
-        if let Some(a) = agent {
-            if self.verified_agents.len() < MAX_KEYS {
-                self.verified_agents.insert(a.to_owned(), ());
-            }
-        }
-        bump(&mut self.by_agent, agent.unwrap_or(UNSIGNED)).add(outcome);
-        bump(&mut self.by_tool, rec.get("tool").and_then(|v| v.as_str()).unwrap_or(NO_TOOL)).add(outcome);
         if outcome != "allow" {
-            let code = rec.get("error").and_then(|v| v.as_str()).unwrap_or("unknown");
-            let reason = rec.get("reason").and_then(|v| v.as_str()).unwrap_or("");
+            let code = text(&rec, "error").unwrap_or("unknown");
+            let reason = text(&rec, "reason").unwrap_or("");
             let key = if self.reasons.len() < MAX_KEYS || self.reasons.contains_key(&(code.to_owned(), reason.to_owned())) {
                 (code.to_owned(), reason.to_owned())
             } else {
                 (code.to_owned(), OTHER.to_owned())
             };
-            *self.reasons.entry(key).or_default() += 1;
+            self.reasons.entry(key).or_default().add(outcome);
         }
-        if let (None, Some(claimed)) = (agent, rec.get("claimed_agent").and_then(|v| v.as_str())) {
-            *bump_count(&mut self.unverified_agents, claimed) += 1;
+        let mut groups_found: Vec<Group> = Vec::new();
+        for (stage, _) in &findings {
+            if self.by_stage.len() < 64 || self.by_stage.contains_key(*stage) {
+                *self.by_stage.entry((*stage).to_owned()).or_default() += 1;
+            }
+            if let Some(g) = group_of(stage) {
+                if !groups_found.contains(&g) {
+                    groups_found.push(g);
+                }
+            }
+        }
+        for g in groups_found {
+            let impact = self.groups.entry(g).or_default();
+            impact.found += 1;
+            if outcome == "would_deny" {
+                impact.would_refuse += 1;
+                *bump_count(&mut impact.by_agent, &agent_label) += 1;
+                *bump_count(&mut impact.by_tool, tool) += 1;
+            }
         }
         if let Some(serde_json::Value::Object(lat)) = rec.get("latency_us") {
             for (stage, v) in lat {
@@ -155,20 +251,50 @@ impl Report {
         }
     }
 
-    /// Share of requests without a verified agent, 0.0–1.0.
+    /// Keeps the time range, and the enforcing groups of the latest record (`enforcing`, or
+    /// `mode` for a log written before stage groups existed).
+    fn note_time_and_modes(&mut self, rec: &serde_json::Map<String, serde_json::Value>) {
+        let Some(t) = text(rec, "time") else { return };
+        if self.first_time.as_deref().is_none_or(|f| t < f) {
+            self.first_time = Some(t.to_owned());
+        }
+        if self.last_time.as_deref().is_none_or(|l| t > l) {
+            self.last_time = Some(t.to_owned());
+        }
+        if self.latest_time.as_deref().is_some_and(|l| t < l) {
+            return;
+        }
+        self.latest_time = Some(t.to_owned());
+        self.enforcing = match (rec.get("enforcing").and_then(|v| v.as_array()), text(rec, "mode")) {
+            (Some(names), _) => Group::ALL.into_iter().filter(|g| names.iter().any(|n| n.as_str() == Some(g.as_str()))).collect(),
+            (None, Some("enforce")) => Group::ALL.to_vec(),
+            _ => Vec::new(),
+        };
+    }
+
+    /// Share of requests without any signature, 0.0–1.0.
     pub fn unsigned_share(&self) -> f64 {
-        let unsigned = self.by_agent.get(UNSIGNED).map(Counts::total).unwrap_or(0);
+        self.share(self.identity.unsigned.total())
+    }
+
+    fn share(&self, n: u64) -> f64 {
         if self.requests == 0 {
             0.0
         } else {
-            unsigned as f64 / self.requests as f64
+            n as f64 / self.requests as f64
         }
     }
 
-    /// Refusal reasons, most frequent first: (error code, reason, count).
-    pub fn top_reasons(&self, n: usize) -> Vec<(&str, &str, u64)> {
-        let mut v: Vec<_> = self.reasons.iter().map(|((c, r), n)| (c.as_str(), r.as_str(), *n)).collect();
-        v.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(b.0)).then(a.1.cmp(b.1)));
+    /// The first group, in rollout order (identity, token, policy, default), that is not
+    /// enforced yet: the next step of the rollout.
+    pub fn next_group(&self) -> Option<Group> {
+        Group::ALL.into_iter().find(|g| !self.enforcing.contains(g))
+    }
+
+    /// Refusal reasons, most frequent first: (error code, reason, counts).
+    pub fn top_reasons(&self, n: usize) -> Vec<(&str, &str, &Counts)> {
+        let mut v: Vec<_> = self.reasons.iter().map(|((c, r), n)| (c.as_str(), r.as_str(), n)).collect();
+        v.sort_by(|a, b| b.2.total().cmp(&a.2.total()).then(a.0.cmp(b.0)).then(a.1.cmp(b.1)));
         v.truncate(n);
         v
     }
@@ -181,11 +307,30 @@ impl Report {
         v
     }
 
+    /// Largest counts first.
+    pub fn ranked_counts(map: &BTreeMap<String, u64>, n: usize) -> Vec<(&str, u64)> {
+        let mut v: Vec<_> = map.iter().map(|(k, c)| (k.as_str(), *c)).collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        v.truncate(n);
+        v
+    }
+
+    /// The sentence the report leads its rollout advice with.
+    pub fn next_step(&self) -> String {
+        match self.next_group() {
+            None => "Every stage group is enforced.".to_owned(),
+            Some(g) => {
+                let n = self.groups.get(&g).map_or(0, |i| i.would_refuse);
+                format!("Enforcing the next group ({g}) would refuse {n} of {} requests ({:.1}%).", self.requests, 100.0 * self.share(n))
+            }
+        }
+    }
+
     /// The plain-text summary printed by `portcullis report`.
     pub fn render_text(&self) -> String {
         use std::fmt::Write;
         let mut s = String::new();
-        let pct = |n: u64| if self.requests == 0 { 0.0 } else { 100.0 * n as f64 / self.requests as f64 };
+        let pct = |n: u64| 100.0 * self.share(n);
         let _ = writeln!(s, "Portcullis decision report: {} requests ({} other lines skipped)", self.requests, self.skipped_lines);
         if let (Some(a), Some(b)) = (&self.first_time, &self.last_time) {
             let _ = writeln!(s, "from {a} to {b}");
@@ -201,16 +346,51 @@ impl Report {
             o.deny,
             pct(o.deny)
         );
-        let _ = writeln!(s, "Unsigned share: {:.1}%", 100.0 * self.unsigned_share());
-        let _ = writeln!(s, "\nTop refusal reasons (sent or would-be):");
-        for (code, reason, n) in self.top_reasons(10) {
-            let _ = writeln!(s, "  {n:>8}  {code}: {reason}");
+        let enforcing: Vec<&str> = self.enforcing.iter().map(|g| g.as_str()).collect();
+        let _ = writeln!(s, "Enforcing: {}", if enforcing.is_empty() { "nothing (monitor mode)".to_owned() } else { enforcing.join(", ") });
+
+        let id = &self.identity;
+        let _ = writeln!(s, "\nIdentity:");
+        let _ = writeln!(s, "  Unsigned share: {:.1}% ({} requests)", pct(id.unsigned.total()), id.unsigned.total());
+        let _ = writeln!(s, "  Signed but unverified: {:.1}% ({} requests)", pct(id.unverified_total()), id.unverified_total());
+        for (error, c) in &id.unverified {
+            let _ = writeln!(s, "    {:>8}  {error}", c.total());
         }
-        for (title, map) in [("By agent", &self.by_agent), ("By tool", &self.by_tool)] {
-            let _ = writeln!(s, "\n{title}:                         total    allow  would_deny   deny");
-            for (k, c) in Self::ranked(map, 20) {
-                let _ = writeln!(s, "  {k:<36} {:>6} {:>8} {:>11} {:>6}", c.total(), c.allow, c.would_deny, c.deny);
+        let _ = writeln!(s, "  Verified: {:.1}% ({} requests)", pct(id.verified.total()), id.verified.total());
+
+        let _ = writeln!(s, "\nRollout, stage group by stage group (requests with a finding; would be refused when enforced):");
+        let _ = writeln!(s, "  {:<10} {:>8} {:>14}  {}", "group", "found", "would refuse", "mode");
+        for g in Group::ALL {
+            let i = self.groups.get(&g).cloned().unwrap_or_default();
+            let mode = if self.enforcing.contains(&g) { "enforce" } else { "monitor" };
+            let _ = writeln!(s, "  {:<10} {:>8} {:>14}  {mode}", g.as_str(), i.found, i.would_refuse);
+        }
+        let _ = writeln!(s, "{}", self.next_step());
+        if let Some(i) = self.next_group().and_then(|g| self.groups.get(&g)).filter(|i| i.would_refuse > 0) {
+            for (title, map) in [("by agent", &i.by_agent), ("by tool", &i.by_tool)] {
+                let _ = writeln!(s, "  {title}:");
+                for (k, n) in Self::ranked_counts(map, 10) {
+                    let _ = writeln!(s, "    {n:>8}  {k}");
+                }
             }
+        }
+        if !self.by_stage.is_empty() {
+            let _ = writeln!(s, "\nFindings by stage:");
+            for stage in
+                FindingStage::ALL.iter().map(|s| s.as_str()).chain(self.by_stage.keys().map(String::as_str).filter(|k| FindingStage::from_name(k).is_none()))
+            {
+                if let Some(n) = self.by_stage.get(stage) {
+                    let _ = writeln!(s, "  {n:>8}  {stage}");
+                }
+            }
+        }
+        let _ = writeln!(s, "\nTop refusal reasons (sent or would-be):");
+        for (code, reason, c) in self.top_reasons(10) {
+            let _ = writeln!(s, "  {:>8}  {code}: {reason}", c.total());
+        }
+        for (title, map) in [("By agent", &self.by_agent), ("By tool", &self.by_tool), ("By rule", &self.by_rule)] {
+            s.push('\n');
+            s.push_str(&counts_table(title, &Self::ranked(map, 20)));
         }
         if !self.unverified_agents.is_empty() {
             let _ = writeln!(s, "\nAgents that never verified:");
@@ -224,6 +404,20 @@ impl Report {
         }
         s
     }
+}
+
+/// A table of counts whose label column is as wide as its longest label, so every number sits
+/// under its heading whatever the agent ids are.
+fn counts_table(title: &str, rows: &[(&str, &Counts)]) -> String {
+    use std::fmt::Write;
+    let width = rows.iter().map(|(k, _)| k.chars().count()).chain([title.len() + 1]).max().unwrap_or(0);
+    let mut s = String::new();
+    let _ = writeln!(s, "{:<width$}    {:>7} {:>7} {:>10} {:>7}", format!("{title}:"), "total", "allow", "would_deny", "deny");
+    for (k, c) in rows {
+        let pad = width.saturating_sub(k.chars().count());
+        let _ = writeln!(s, "  {k}{:pad$}  {:>7} {:>7} {:>10} {:>7}", "", c.total(), c.allow, c.would_deny, c.deny);
+    }
+    s
 }
 
 fn bump<'a>(map: &'a mut BTreeMap<String, Counts>, key: &str) -> &'a mut Counts {

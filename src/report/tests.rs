@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::Group;
 
 fn line(outcome: &str, agent: Option<&str>, tool: Option<&str>, error: Option<&str>, reason: Option<&str>, total: u64) -> String {
     serde_json::json!({
@@ -29,7 +30,7 @@ fn counts_outcomes_agents_tools_and_reasons() {
     assert_eq!(r.by_agent[UNSIGNED].would_deny, 2);
     assert_eq!(r.by_tool["payments.send"].would_deny, 2);
     assert_eq!(r.by_tool[NO_TOOL].deny, 1);
-    assert_eq!(r.top_reasons(1), vec![("invalid_agent_credentials", "signature is missing", 2)]);
+    assert_eq!(r.top_reasons(1), vec![("invalid_agent_credentials", "signature is missing", &Counts { allow: 0, deny: 0, would_deny: 2 })]);
     assert!((r.unsigned_share() - 0.5).abs() < 1e-9);
     assert_eq!(r.total_latency.max(), 100);
     assert_eq!(r.stages["digest"].count(), 4);
@@ -37,6 +38,98 @@ fn counts_outcomes_agents_tools_and_reasons() {
     assert!(text.contains("4 requests (2 other lines skipped)"), "{text}");
     assert!(text.contains("would_deny 2 (50.0%)"), "{text}");
     assert!(text.contains("Unsigned share: 50.0%"), "{text}");
+}
+
+/// A record as the gateway writes it now: `signed`, `findings`, `enforcing`, `rule`.
+fn record(
+    outcome: &str,
+    signed: bool,
+    agent: Option<&str>,
+    claimed: Option<&str>,
+    tool: Option<&str>,
+    rule: Option<&str>,
+    findings: &[(&str, &str)],
+) -> String {
+    let findings: Vec<_> =
+        findings.iter().map(|(stage, error)| serde_json::json!({"stage": stage, "error": error, "reason": format!("{error} reason")})).collect();
+    let first = findings.first().cloned().unwrap_or_default();
+    serde_json::json!({
+        "time": "2026-11-30T10:00:00.000Z", "request_id": "r", "mode": "staged", "enforcing": ["identity"], "outcome": outcome, "status": 200,
+        "error": first.get("error"), "reason": first.get("reason"), "findings": findings, "signed": signed,
+        "agent": agent, "claimed_agent": claimed.or(agent), "tool": tool, "rule": rule, "total_us": 10,
+    })
+    .to_string()
+}
+
+#[test]
+fn a_mixed_log_gives_each_number() {
+    let a = Some("https://a.example");
+    let r = report(&[
+        record("allow", true, a, None, Some("weather.get"), Some("allow_reads"), &[]),
+        record("allow", true, a, None, Some("weather.get"), Some("allow_reads"), &[]),
+        record("would_deny", true, a, None, Some("payments.send"), Some("no_payments"), &[("policy", "agent_access_denied")]),
+        // Unsigned, and the policy would deny too: two findings, the tool is still known.
+        record(
+            "deny",
+            false,
+            None,
+            None,
+            Some("payments.send"),
+            Some("no_payments"),
+            &[("signature", "invalid_agent_credentials"), ("policy", "agent_access_denied")],
+        ),
+        record("deny", false, None, None, Some("weather.get"), None, &[("signature", "invalid_agent_credentials")]),
+        // Signed but not verified: an untrusted agent, and a replay.
+        record("deny", true, None, Some("https://stranger.example"), Some("weather.get"), None, &[("key", "invalid_agent_credentials")]),
+        record("deny", true, None, Some("https://a.example"), Some("weather.get"), None, &[("replay", "replayed_signature")]),
+        // Verified, no token: a token finding while token is monitored.
+        record("would_deny", true, a, None, Some("files.read"), None, &[("token", "oauth_required")]),
+    ]);
+    assert_eq!(r.requests, 8);
+    assert_eq!(r.outcomes, Counts { allow: 2, deny: 4, would_deny: 2 });
+    assert_eq!(r.identity.unsigned, Counts { allow: 0, deny: 2, would_deny: 0 });
+    assert_eq!(r.identity.unverified_total(), 2);
+    assert_eq!(r.identity.unverified["invalid_agent_credentials"].deny, 1);
+    assert_eq!(r.identity.unverified["replayed_signature"].deny, 1);
+    assert_eq!(r.identity.verified.total(), 4);
+    assert_eq!(r.by_agent["https://a.example"], Counts { allow: 2, deny: 0, would_deny: 2 });
+    assert_eq!(r.by_agent["(unverified) https://stranger.example"].deny, 1);
+    assert_eq!(r.by_agent["(unverified) https://a.example"].deny, 1, "a replayed copy is not the verified agent");
+    assert_eq!(r.by_tool["payments.send"], Counts { allow: 0, deny: 1, would_deny: 1 });
+    assert_eq!(r.by_tool["weather.get"].total(), 5);
+    assert_eq!(r.by_rule["no_payments"].total(), 2);
+    assert_eq!(r.by_rule["allow_reads"].allow, 2);
+    assert_eq!(r.by_stage["policy"], 2);
+    assert_eq!(r.by_stage["signature"], 2);
+    assert_eq!(r.enforcing, vec![Group::Identity]);
+    let identity = &r.groups[&Group::Identity];
+    assert_eq!((identity.found, identity.would_refuse), (4, 0), "identity is enforced: refused already");
+    let token = &r.groups[&Group::Token];
+    assert_eq!((token.found, token.would_refuse), (1, 1));
+    assert_eq!(token.by_tool["files.read"], 1);
+    let policy = &r.groups[&Group::Policy];
+    assert_eq!((policy.found, policy.would_refuse), (2, 1));
+    assert_eq!(r.next_group(), Some(Group::Token));
+    let text = r.render_text();
+    assert!(text.contains("Enforcing the next group (token) would refuse 1 of 8 requests (12.5%)."), "{text}");
+    assert!(text.contains("  Unsigned share: 25.0% (2 requests)"), "{text}");
+    assert!(text.contains("  Signed but unverified: 25.0% (2 requests)"), "{text}");
+    assert!(text.contains("  Verified: 50.0% (4 requests)"), "{text}");
+    assert!(text.contains("Enforcing: identity"), "{text}");
+    // Every number of a counts table sits under its heading, whatever the label's length.
+    let table: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("By agent:")).take_while(|l| !l.is_empty()).collect();
+    let header = table[0];
+    // Right-aligned columns: each number ends where its heading ends.
+    let ends = |line: &str| -> Vec<usize> {
+        let line = line.trim_end();
+        let mut v: Vec<usize> =
+            line.char_indices().filter(|(i, c)| *c != ' ' && line[i + c.len_utf8()..].starts_with(' ')).map(|(i, c)| i + c.len_utf8()).collect();
+        v.push(line.len());
+        v.split_off(v.len().saturating_sub(4))
+    };
+    for row in &table[1..] {
+        assert_eq!(ends(row), ends(header), "columns aligned:\n{}", table.join("\n"));
+    }
 }
 
 #[test]
@@ -61,7 +154,7 @@ fn html_is_self_contained_and_escapes_log_text() {
     assert!(!html.contains("<script>"), "script from the log must be escaped");
     assert!(!html.contains("<img"), "markup from the log must be escaped");
     assert!(html.contains("&lt;script&gt;"));
-    for id in ["outcomes", "reasons", "agents", "tools", "latency"] {
+    for id in ["outcomes", "identity", "groups", "reasons", "agents", "tools", "rules", "latency"] {
         assert!(html.contains(&format!(r#"<svg id="{id}""#)), "chart {id}");
     }
     assert!(!html.contains("http://") || html.contains("http://www.w3.org/2000/svg"), "no external assets");

@@ -89,15 +89,19 @@ async fn report_of_a_real_monitor_run_counts_what_enforcement_would_do() {
 
     assert!(text.starts_with("Portcullis decision report: 8 requests (0 other lines skipped)"), "{text}");
     assert!(text.contains("Outcomes: allow 3 (37.5%), would_deny 4 (50.0%), deny 1 (12.5%)"), "{text}");
-    assert!(text.contains("Unsigned share: 50.0%"), "unsigned, stranger and the too-large body carry no agent: {text}");
+    assert!(text.contains("Unsigned share: 37.5% (3 requests)"), "two unsigned calls and the too-large body: {text}");
+    assert!(text.contains("Signed but unverified: 12.5% (1 requests)\n           1  invalid_agent_credentials\n"), "the stranger: {text}");
+    assert!(text.contains("Verified: 50.0% (4 requests)"), "{text}");
+    assert!(text.contains("Enforcing the next group (identity) would refuse 3 of 8 requests (37.5%)."), "{text}");
     assert!(text.contains("agent_access_denied: payments_blocked"), "{text}");
     assert!(text.contains(&format!("       2  invalid_agent_credentials: {unsigned_reason}")), "{text}");
     assert!(text.contains("       1  body_too_large:"), "{text}");
     let row = |name: &str| text.lines().find_map(|l| l.trim_start().strip_prefix(name)).map(|rest| rest.split_whitespace().collect::<Vec<_>>().join(" "));
     assert_eq!(row(&trusted_agent).as_deref(), Some("4 3 1 0"), "trusted agent: total allow would_deny deny\n{text}");
-    assert_eq!(row("(unsigned)").as_deref(), Some("4 0 3 1"), "{text}");
-    assert_eq!(row("weather.get").as_deref(), Some("3 3 0 0"), "{text}");
-    assert_eq!(row("(no tool)").as_deref(), Some("4 0 3 1"), "refused before the MCP parse: no tool\n{text}");
+    assert_eq!(row("(unsigned)").as_deref(), Some("3 0 2 1"), "{text}");
+    assert_eq!(row("(unverified) https://unknown-agent.example").as_deref(), Some("1 0 1 0"), "{text}");
+    assert_eq!(row("weather.get").as_deref(), Some("6 3 3 0"), "monitor mode parses the body of unverified calls too\n{text}");
+    assert_eq!(row("(no tool)").as_deref(), Some("1 0 0 1"), "only the body refused before any parse has no tool\n{text}");
     assert_eq!(row("payments.send").as_deref(), Some("1 0 1 0"), "{text}");
     assert!(text.contains("Agents that never verified:\n         1  https://unknown-agent.example\n"), "{text}");
     for stage in ["body", "signature", "policy", "upstream", "total"] {
@@ -106,7 +110,7 @@ async fn report_of_a_real_monitor_run_counts_what_enforcement_would_do() {
 
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.starts_with("<!DOCTYPE html>") || page.starts_with("<!doctype html>"), "{}", &page[..100.min(page.len())]);
-    for id in ["outcomes", "reasons", "agents", "tools", "latency"] {
+    for id in ["outcomes", "identity", "groups", "reasons", "agents", "tools", "rules", "latency"] {
         assert!(page.contains(&format!(r#"<svg id="{id}" class="chart""#)), "chart {id} missing");
     }
     assert!(page.contains("https://unknown-agent.example") && page.contains("payments_blocked"));
@@ -130,7 +134,8 @@ out.id = 'layout-probe';
 out.textContent = Array.from(document.querySelectorAll('svg.chart')).map(function (s) {
   var b = s.getBoundingClientRect();
   var bars = Array.from(s.querySelectorAll('rect')).filter(function (r) { var rb = r.getBoundingClientRect(); return rb.width > 0 && rb.height > 0; }).length;
-  return s.id + ' ' + Math.round(b.width) + ' ' + Math.round(b.height) + ' ' + bars;
+  var clipped = Array.from(s.querySelectorAll('text')).filter(function (t) { var tb = t.getBoundingClientRect(); return tb.left < b.left - 1 || tb.right > b.right + 1; }).length;
+  return s.id + ' ' + Math.round(b.width) + ' ' + Math.round(b.height) + ' ' + bars + ' ' + clipped;
 }).join(';');
 document.body.appendChild(out);
 </script>"#;
@@ -153,6 +158,7 @@ document.body.appendChild(out);
         let (w, h, bars): (u32, u32, u32) = (f[1].parse().unwrap(), f[2].parse().unwrap(), f[3].parse().unwrap());
         assert!(w > 100 && h > 20, "chart {} laid out at {w}x{h}", f[0]);
         assert!(bars > 0, "chart {} drew no bars", f[0]);
+        assert_eq!(f[4], "0", "chart {} has labels drawn outside it (clipped)", f[0]);
     }
-    assert_eq!(probe.split(';').count(), 5, "five charts rendered: {probe}");
+    assert_eq!(probe.split(';').count(), 8, "eight charts rendered: {probe}");
 }
