@@ -33,6 +33,7 @@ mod protected_resource;
 mod proxy;
 mod quotas;
 mod report;
+mod rollout;
 mod self_contained;
 mod sessions;
 mod shared_state;
