@@ -398,6 +398,9 @@ impl Shared {
                 }
             };
             let status = resp.status().as_u16();
+            if matches!(outcome, Outcome::WouldDeny) {
+                monitor_notice(&self.config.log.decisions);
+            }
             let record = DecisionRecord {
                 time: rfc3339(wall),
                 request_id: &request_id,
@@ -484,6 +487,24 @@ impl Shared {
         resp.headers_mut().insert(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
         Some(resp)
     }
+}
+
+/// Tells a newcomer what monitor mode is doing, on the first would-be refusal and then at most
+/// once per [`crate::throttle::Throttle::INTERVAL`]: nothing is blocked, how many requests
+/// would have been, and how to see which.
+fn monitor_notice(sink: &crate::config::DecisionSink) {
+    static WOULD_DENY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
+    let n = WOULD_DENY.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    if THROTTLE.admit().is_none() {
+        return;
+    }
+    let how = match sink {
+        crate::config::DecisionSink::File(path) => format!("run `portcullis report {}`", path.display()),
+        crate::config::DecisionSink::Off => "turn on log.decisions and run `portcullis report FILE`".to_owned(),
+        _ => "save the decision log (log.decisions) and run `portcullis report FILE`".to_owned(),
+    };
+    info!(would_deny = n, "monitor mode: nothing is blocked; {n} requests would have been refused so far — {how}");
 }
 
 /// The outcome and the decision log's `error`/`reason` of a forwarded request.

@@ -189,3 +189,29 @@ async fn policies_enforced_while_identity_is_watched() {
         "the watched finding stays listed"
     );
 }
+
+/// What README "Embedded defaults" and `src/default_config.toml` promise: monitor mode, every
+/// unsigned call is `would_deny` for its missing signature and forwarded; the bundled policy
+/// still runs and adds its own finding for a tool outside the read-tool list.
+#[tokio::test]
+async fn the_embedded_defaults_do_what_the_readme_says() {
+    let upstream = Upstream::start().await;
+    let (_dir, log) = common::temp_path("decisions.log");
+    let text = portcullis::config::EMBEDDED_DEFAULT
+        .replace("addr = \"127.0.0.1:8080\"", "addr = \"127.0.0.1:0\"")
+        .replace("addr = \"127.0.0.1:9090\"", "addr = \"127.0.0.1:0\"")
+        .replace("url = \"http://127.0.0.1:3001\"", &format!("url = {:?}", upstream.url()))
+        .replace("decisions = \"stdout\"", &format!("decisions = {:?}", log.display().to_string()));
+    let gw = Gateway::start(Config::parse(&text, "embedded defaults", std::path::Path::new(".")).unwrap()).await;
+    let send = |body: String| client().post(gw.url("/mcp")).header("content-type", "application/json").body(body).send();
+    assert_eq!(send(tool_call(1, "weather.get", serde_json::json!({"city": "Oslo"}))).await.unwrap().status(), 200);
+    assert_eq!(send(tool_call(2, "shell.exec", serde_json::json!({"cmd": "ls"}))).await.unwrap().status(), 200);
+    let forwarded = upstream.seen().len();
+    gw.shutdown().await;
+    assert_eq!(forwarded, 2, "monitor mode blocks nothing");
+    let lines = decision_lines(&log);
+    assert_eq!(lines[0]["outcome"], "would_deny", "{}", lines[0]);
+    assert_eq!(findings(&lines[0]), pairs(&[("signature", "invalid_agent_credentials")]), "a read tool passes the policy: {}", lines[0]);
+    assert_eq!(findings(&lines[1]), pairs(&[("signature", "invalid_agent_credentials"), ("policy", "agent_access_denied")]), "{}", lines[1]);
+    assert_eq!(lines[1]["findings"][1]["reason"], "tool_not_allowed", "{}", lines[1]);
+}
