@@ -215,3 +215,44 @@ fn every_guide_is_linked_from_readme_and_links_resolve() {
         }
     }
 }
+
+/// Every `toml` snippet in the guides and README: a whole config (it has `[listen]`) passes
+/// `portcullis check`; a fragment parses as configuration keys once put into a minimal config.
+#[test]
+fn every_guide_snippet_passes_check() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            files.push(path);
+        }
+    }
+    let mut whole = 0;
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, block) in text.split("```toml\n").skip(1).map(|b| b.split("```").next().unwrap()).enumerate() {
+            let place = format!("{} toml snippet #{}", path.display(), i + 1);
+            if block.contains("[listen]") && block.contains("[upstream]") {
+                whole += 1;
+                let config = portcullis::config::Config::parse(block, &place, root).unwrap_or_else(|e| panic!("{place} fails portcullis check: {e}\n{block}"));
+                if let Err(e) = portcullis::server::check(&config) {
+                    panic!("{place} fails portcullis check: {e}\n{block}");
+                }
+            } else {
+                // A fragment: its keys must be configuration keys. Top-level keys go first, then
+                // the minimal tables it does not have itself.
+                let mut doc = block.to_owned();
+                if !block.contains("[listen]") {
+                    doc.push_str("\n[listen]\naddr = \"127.0.0.1:0\"\npublic_url = \"https://mcp.example.com/mcp\"\n");
+                }
+                if !block.contains("[upstream]") {
+                    doc.push_str("\n[upstream]\nurl = \"http://127.0.0.1:3001\"\n");
+                }
+                let parsed: Result<portcullis::config::RawConfig, _> = toml::from_str(&doc);
+                assert!(parsed.is_ok(), "{place} has keys that are not configuration: {}\n{block}", parsed.err().unwrap());
+            }
+        }
+    }
+    assert!(whole >= 3, "the rollout guide's whole configs were found ({whole})");
+}

@@ -215,3 +215,66 @@ async fn the_embedded_defaults_do_what_the_readme_says() {
     assert_eq!(findings(&lines[1]), pairs(&[("signature", "invalid_agent_credentials"), ("policy", "agent_access_denied")]), "{}", lines[1]);
     assert_eq!(lines[1]["findings"][1]["reason"], "tool_not_allowed", "{}", lines[1]);
 }
+
+/// docs/quickstart.md's path, command by command, in a scratch directory: the embedded config,
+/// a key from `portcullis keygen --static-key` appended to it, `portcullis check`, and a signed
+/// call with `portcullis request` that the gateway attributes to that agent.
+#[tokio::test]
+async fn the_quick_start_works_with_keygen_and_request_alone() {
+    use std::process::Command;
+    let bin = env!("CARGO_BIN_EXE_portcullis");
+    let upstream = Upstream::start().await;
+    let scratch = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(bin).args(args).current_dir(scratch.path()).output().unwrap();
+        assert!(out.status.success(), "portcullis {args:?}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let mut text = run(&["default-config"]);
+    text.push_str(&run(&["keygen", "--out", "agent", "--static-key", "https://quickstart-agent.example"]));
+    // What the guide's `sed` does, plus the ports and backend of this test.
+    let text = text
+        .replace("decisions = \"stdout\"", "decisions = \"decisions.log\"")
+        .replace("addr = \"127.0.0.1:8080\"", "addr = \"127.0.0.1:0\"")
+        .replace("addr = \"127.0.0.1:9090\"", "addr = \"127.0.0.1:0\"")
+        .replace("url = \"http://127.0.0.1:3001\"", &format!("url = {:?}", upstream.url()));
+    std::fs::write(scratch.path().join("gw.toml"), &text).unwrap();
+    assert!(run(&["check", "--config", "gw.toml"]).contains("configuration is valid (mode = monitor)"));
+    let gw = Gateway::start(Config::parse(&text, "quick start", scratch.path()).unwrap()).await;
+    // Off the runtime's thread: the gateway under test runs on it.
+    let (url, cwd) = (gw.url("/mcp"), scratch.path().to_owned());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(bin)
+            .args([
+                "request",
+                "--key",
+                "agent/agent.jwk",
+                "--agent",
+                "https://quickstart-agent.example",
+                "--mcp",
+                "tools/call",
+                "--tool",
+                "weather.get",
+                "--args",
+                r#"{"city":"Oslo"}"#,
+            ])
+            .arg(url)
+            .current_dir(cwd)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with("HTTP/1.1 200"), "{stdout}");
+    let seen = upstream.seen();
+    assert_eq!(
+        seen[0].headers.get("x-portcullis-agent").and_then(|v| v.to_str().ok()),
+        Some("https://quickstart-agent.example"),
+        "the backend is told who called"
+    );
+    gw.shutdown().await;
+    let lines = decision_lines(&scratch.path().join("decisions.log"));
+    assert_eq!((lines[0]["outcome"].as_str(), lines[0]["agent"].as_str()), (Some("allow"), Some("https://quickstart-agent.example")), "{}", lines[0]);
+}

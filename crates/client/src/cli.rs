@@ -18,11 +18,25 @@ pub struct KeygenArgs {
     /// `.well-known/http-message-signatures-directory` (public) into.
     #[arg(long)]
     pub out: PathBuf,
+    /// Print a `[[signatures.keys]]` block for a gateway config instead (the agent URL the
+    /// requests will name in `Signature-Agent`): a key the gateway knows without a directory,
+    /// e.g. `portcullis keygen --out agent --static-key https://my-agent.example >> gw.toml`.
+    #[arg(long, value_name = "AGENT_URL")]
+    pub static_key: Option<String>,
 }
 
 /// Runs `keygen`; returns the text to print (paths and keyid, never the private key).
 pub fn keygen(args: &KeygenArgs) -> Result<String, keys::KeyError> {
     let g = keys::keygen(&args.out)?;
+    if let Some(agent) = &args.static_key {
+        return Ok(format!(
+            "\n# portcullis keygen: keyid {}, private key {}\n[[signatures.keys]]\nagent = {}\njwk = {{ kty = \"OKP\", crv = \"Ed25519\", x = \"{}\" }}\n",
+            g.keyid,
+            g.private_key.display(),
+            toml_string(agent),
+            g.public_x
+        ));
+    }
     Ok(format!(
         "keyid:      {}\nprivate key: {} (mode 0600; keep it secret)\ndirectory:  {} (serve at /{} as {})\n",
         g.keyid,
@@ -31,6 +45,11 @@ pub fn keygen(args: &KeygenArgs) -> Result<String, keys::KeyError> {
         keys::DIRECTORY_PATH,
         keys::DIRECTORY_MEDIA_TYPE
     ))
+}
+
+/// `s` as a TOML basic string (JSON string escapes are valid TOML ones).
+fn toml_string(s: &str) -> String {
+    serde_json::Value::from(s).to_string()
 }
 
 /// `portcullis request`: a curl-like signed request.

@@ -58,6 +58,8 @@ pub struct GeneratedKey {
     pub private_key: PathBuf,
     /// The directory document, to serve at `/.well-known/http-message-signatures-directory`.
     pub directory: PathBuf,
+    /// The public key's `x` (RFC 8037, base64url): what a static `[[signatures.keys]]` entry needs.
+    pub public_x: String,
 }
 
 /// The private JWK of `key` (RFC 8037), with `kid` set to its thumbprint.
@@ -90,7 +92,8 @@ pub fn keygen(out: &Path) -> Result<GeneratedKey, KeyError> {
     write_private(&private_key, &format!("{:#}\n", private_jwk(&key)))?;
     let doc = format!("{:#}\n", directory_document(&[&key]));
     std::fs::write(&directory, doc).map_err(|source| KeyError::Write { path: directory.clone(), source })?;
-    Ok(GeneratedKey { keyid: ed25519_thumbprint(&key.verifying_key()), private_key, directory })
+    let public_x = ed25519_public_jwk(&key.verifying_key())["x"].as_str().unwrap_or_default().to_owned();
+    Ok(GeneratedKey { keyid: ed25519_thumbprint(&key.verifying_key()), private_key, directory, public_x })
 }
 
 fn write_private(path: &Path, text: &str) -> Result<(), KeyError> {
