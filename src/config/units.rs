@@ -11,8 +11,24 @@ pub struct HumanDuration(pub Duration);
 
 impl<'de> Deserialize<'de> for HumanDuration {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        parse_duration(&s).map(HumanDuration).map_err(serde::de::Error::custom)
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = HumanDuration;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a duration with a unit, e.g. \"5s\", \"250ms\", \"5m\" or \"24h\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<HumanDuration, E> {
+                parse_duration(s).map(HumanDuration).map_err(E::custom)
+            }
+            // A bare number has no unit: say which one to add rather than "expected a string".
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<HumanDuration, E> {
+                Err(E::custom(format!("{n} has no unit: write a duration with a unit, e.g. \"{n}s\" or \"{n}ms\"")))
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<HumanDuration, E> {
+                Err(E::custom(format!("{n} has no unit: write a duration with a unit, e.g. \"{n}s\" or \"{n}ms\"")))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -22,16 +38,25 @@ pub struct ByteSize(pub u64);
 
 impl<'de> Deserialize<'de> for ByteSize {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Either {
-            Int(u64),
-            Str(String),
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a size: a byte count (1048576) or a number with a unit (\"1MiB\", \"64KiB\", \"1MB\")")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<ByteSize, E> {
+                Ok(ByteSize(n))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<ByteSize, E> {
+                u64::try_from(n)
+                    .map(ByteSize)
+                    .map_err(|_| E::custom(format!("{n} is negative: a size is a byte count (1048576) or a number with a unit (\"1MiB\")")))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<ByteSize, E> {
+                parse_size(s).map(ByteSize).map_err(E::custom)
+            }
         }
-        match Either::deserialize(d)? {
-            Either::Int(n) => Ok(ByteSize(n)),
-            Either::Str(s) => parse_size(&s).map(ByteSize).map_err(serde::de::Error::custom),
-        }
+        d.deserialize_any(V)
     }
 }
 
@@ -52,4 +77,34 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         other => return Err(format!("invalid size {s:?}: unknown unit {other:?} (use B, KiB, MiB, GiB, KB, MB, GB)")),
     };
     n.checked_mul(mult).ok_or_else(|| format!("invalid size {s:?}: too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    struct Doc {
+        #[allow(dead_code)]
+        size: Option<ByteSize>,
+        #[allow(dead_code)]
+        timeout: Option<HumanDuration>,
+    }
+
+    fn error(text: &str) -> String {
+        toml::from_str::<Doc>(text).expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn errors_name_the_expected_format() {
+        let e = error("size = true");
+        assert!(e.contains("expected a size: a byte count (1048576) or a number with a unit"), "{e}");
+        assert!(!e.contains("untagged"), "{e}");
+        let e = error("timeout = 5");
+        assert!(e.contains("5 has no unit: write a duration with a unit, e.g. \"5s\""), "{e}");
+        let e = error("timeout = true");
+        assert!(e.contains("expected a duration with a unit, e.g. \"5s\""), "{e}");
+        assert_eq!(toml::from_str::<Doc>("size = \"1KiB\"\ntimeout = \"2s\"").expect("valid").size, Some(ByteSize(1024)));
+        assert_eq!(toml::from_str::<Doc>("size = 7").expect("valid").size, Some(ByteSize(7)));
+    }
 }

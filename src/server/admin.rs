@@ -92,7 +92,7 @@ pub fn probe(url: &str, timeout: std::time::Duration) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
     rt.block_on(async {
         let client = reqwest::Client::builder().timeout(timeout).no_proxy().build().map_err(|e| e.to_string())?;
-        let resp = client.get(url).send().await.map_err(|e| format!("{url}: {e}"))?;
+        let resp = client.get(url).send().await.map_err(|e| format!("{url}: {}", portcullis_wire::error_chain(&e)))?;
         if resp.status() == StatusCode::OK {
             Ok(())
         } else {

@@ -278,3 +278,27 @@ async fn the_quick_start_works_with_keygen_and_request_alone() {
     let lines = decision_lines(&scratch.path().join("decisions.log"));
     assert_eq!((lines[0]["outcome"].as_str(), lines[0]["agent"].as_str()), (Some("allow"), Some("https://quickstart-agent.example")), "{}", lines[0]);
 }
+
+/// With nothing listening, `request` and `healthcheck` say so ("connection refused"), not only
+/// "error sending request".
+#[tokio::test]
+async fn nothing_listening_is_named_as_connection_refused() {
+    use std::process::Command;
+    let bin = env!("CARGO_BIN_EXE_portcullis");
+    let closed = common::closed_port().await;
+    let scratch = tempfile::tempdir().unwrap();
+    assert!(Command::new(bin).args(["keygen", "--out", "agent"]).current_dir(scratch.path()).status().unwrap().success());
+    let out = Command::new(bin)
+        .args(["request", "--key", "agent/agent.jwk", "--agent", "https://a.example", "--mcp", "tools/list"])
+        .arg(format!("http://{closed}/mcp"))
+        .current_dir(scratch.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert_eq!(out.status.code(), Some(2), "no answer: {stderr}");
+    assert!(stderr.contains("connection refused"), "{stderr}");
+    let out = Command::new(bin).args(["healthcheck", "--url"]).arg(format!("http://{closed}/healthz")).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(!out.status.success());
+    assert!(stderr.contains("connection refused"), "{stderr}");
+}

@@ -49,7 +49,7 @@ pub enum ClientError {
     #[error("cannot build the HTTP client: {0}")]
     HttpClient(String),
     /// The request could not be sent or its answer read.
-    #[error("request to {url} failed: {source}")]
+    #[error("request to {url} failed: {}", portcullis_wire::error_chain(source))]
     Send {
         /// Where it went.
         url: String,

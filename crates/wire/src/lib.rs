@@ -31,3 +31,44 @@ pub mod test_vectors;
 pub mod time;
 
 pub use time::UnixTime;
+
+/// `e` and every `source()` under it, joined with ": " (each cause once, even when a wrapper
+/// repeats its source's text): "error sending request for url (…): client error (Connect):
+/// tcp connect error: Connection refused (os error 111)". For messages a person acts on.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod error_chain_tests {
+    #[test]
+    fn every_cause_is_named_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        let outer = std::io::Error::other(io);
+        assert_eq!(super::error_chain(&outer), "Connection refused");
+        #[derive(Debug)]
+        struct Wrap(std::io::Error);
+        impl std::fmt::Display for Wrap {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("error sending request")
+            }
+        }
+        impl std::error::Error for Wrap {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = Wrap(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused (os error 111)"));
+        assert_eq!(super::error_chain(&e), "error sending request: Connection refused (os error 111)");
+    }
+}
