@@ -191,6 +191,12 @@ impl Demo {
 
     async fn gateway(dir: &Path, mode: &'static str, backend: SocketAddr, agent: &str, issuer: &str) -> Result<DemoGateway, DemoError> {
         let log = dir.join(format!("decisions-{mode}.jsonl"));
+        // Each run starts with a fresh log: the report at the end is this run's, not a mix of
+        // every run made in this folder.
+        match std::fs::remove_file(&log) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(DemoError::Write { path: log, source: e }),
+            _ => {}
+        }
         let bind = SocketAddr::from(([127, 0, 0, 1], 0));
         let listener = tokio::net::TcpListener::bind(bind)
             .await

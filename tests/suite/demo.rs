@@ -27,9 +27,15 @@ const EXPECTED: [(&str, u16, &str); 8] = [
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tour_gets_the_expected_statuses_in_enforce_and_monitor_mode() {
     let dir = tempfile::tempdir().unwrap();
+    // A log left by an earlier run in the same folder.
+    let earlier = r#"{"request_id":"earlier-run","outcome":"deny"}"#;
+    std::fs::write(dir.path().join("decisions-monitor.jsonl"), format!("{earlier}\n")).unwrap();
     let demo = Demo::start(dir.path()).await.unwrap();
     let rows = tour::run(&demo).await.unwrap();
     assert_eq!(rows.len(), 16, "{rows:#?}");
+    let log = std::fs::read_to_string(dir.path().join("decisions-monitor.jsonl")).unwrap();
+    assert!(!log.contains("earlier-run"), "each demo run starts with a fresh log");
+    assert!(log.lines().count() >= 8, "this run's lines are there: {log}");
     for (row, (request, status, error)) in rows[..8].iter().zip(EXPECTED) {
         assert_eq!((row.mode, row.request.as_str(), row.status, row.error.as_str()), ("enforce", request, status, error), "{row:#?}");
         assert_eq!(row.outcome, if status == 200 { "allow" } else { "deny" });
