@@ -124,6 +124,9 @@ pub struct TestResult {
     pub file: String,
     /// Pass, fail (false or undefined) or error (message).
     pub outcome: Result<bool, String>,
+    /// For a failure: the first expression of the test's body that does not hold and, for a
+    /// comparison, the value of each side (as `opa test -v` shows them).
+    pub explanation: Option<String>,
     /// Evaluation time.
     pub micros: u128,
 }
@@ -149,10 +152,121 @@ pub fn test(dir: &Path) -> Result<Vec<TestResult>, ToolingError> {
                 Ok(v) => Ok(v == Value::from(true)),
                 Err(err) => Err(err.to_string()),
             };
-            results.push(TestResult { name: full, file: f.name.clone(), outcome, micros: started.elapsed().as_micros() });
+            let micros = started.elapsed().as_micros();
+            let explanation = if outcome == Ok(false) { explain_failure(&engine, package, &f.text, name) } else { None };
+            results.push(TestResult { name: full, file: f.name.clone(), outcome, explanation, micros });
         }
     }
     Ok(results)
+}
+
+/// Finds the first expression of test `name`'s body that does not hold, by evaluating the body's
+/// prefixes as probe rules in the test's package (same imports), and for a comparison the value
+/// of each side after the expressions before it. `None` when the body cannot be read that way.
+fn explain_failure(engine: &regorus::Engine, package: &str, text: &str, name: &str) -> Option<String> {
+    let body = test_body(text, name)?;
+    let imports: String = text.lines().filter(|l| l.trim_start().starts_with("import ")).map(|l| format!("{l}\n")).collect();
+    let probe = |rule: &str| -> Option<Value> {
+        let mut e = engine.clone();
+        e.add_policy("portcullis-test-probe.rego".to_owned(), format!("package {package}\n{imports}{rule}\n")).ok()?;
+        e.eval_rule(format!("data.{package}.__portcullis_probe")).ok()
+    };
+    for k in 0..body.len() {
+        let held = probe(&format!("__portcullis_probe if {{\n{}\n}}", body[..=k].join("\n")));
+        if held == Some(Value::from(true)) {
+            continue;
+        }
+        let expr = &body[k];
+        let mut out = format!("failing expression: {expr}");
+        if let Some((lhs, op, rhs, with)) = split_comparison(expr) {
+            for (which, side) in [("left", lhs), ("right", rhs)] {
+                let rule = format!("__portcullis_probe := __portcullis_v if {{\n{}\n__portcullis_v := {side}{with}\n}}", body[..k].join("\n"));
+                let value = match probe(&rule) {
+                    Some(Value::Undefined) | None => "undefined".to_owned(),
+                    Some(v) => v.to_json_str().map(|j| j.split_whitespace().collect::<Vec<_>>().join(" ")).unwrap_or_else(|_| "?".to_owned()),
+                };
+                let _ = write!(out, "\n    {which} side ({op}): {side} = {value}");
+            }
+        }
+        return Some(out);
+    }
+    None
+}
+
+/// The expressions of `name`'s body, one per entry (a literal spanning lines is joined).
+fn test_body(text: &str, name: &str) -> Option<Vec<String>> {
+    let mut lines = text.lines().skip_while(|l| test_rule_name(l) != Some(name));
+    let head = lines.next()?;
+    let rest = head.split_once(" if ")?.1.trim_start();
+    let Some(inline) = rest.strip_prefix('{') else {
+        // `test_x if expr`: the body is one expression.
+        return Some(vec![rest.trim().to_owned()]);
+    };
+    let mut raw: Vec<String> = Vec::new();
+    if let Some(close) = inline.rfind('}') {
+        raw.extend(inline[..close].split(';').map(str::to_owned));
+    } else {
+        for l in lines {
+            if l.starts_with('}') {
+                break;
+            }
+            raw.push(l.to_owned());
+        }
+    }
+    let mut body = Vec::new();
+    let mut current = String::new();
+    for l in raw {
+        let t = l.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        if !current.is_empty() {
+            current.push(' ');
+        }
+        current.push_str(t);
+        let depth: i32 = current
+            .chars()
+            .map(|c| match c {
+                '{' | '[' | '(' => 1,
+                '}' | ']' | ')' => -1,
+                _ => 0,
+            })
+            .sum();
+        if depth <= 0 {
+            body.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() {
+        body.push(current);
+    }
+    (!body.is_empty()).then_some(body)
+}
+
+/// `a == b with input as x` → (`a`, `==`, `b`, ` with input as x`), for a comparison at the
+/// top level of the expression (not inside brackets or a string).
+fn split_comparison(expr: &str) -> Option<(&str, &'static str, &str, &str)> {
+    let (core, with) = match expr.find(" with ") {
+        Some(i) => (&expr[..i], &expr[i..]),
+        None => (expr, ""),
+    };
+    let bytes = core.as_bytes();
+    let (mut depth, mut in_string) = (0i32, false);
+    for i in 0..bytes.len() {
+        match bytes[i] {
+            b'"' if i == 0 || bytes[i - 1] != b'\\' => in_string = !in_string,
+            b'{' | b'[' | b'(' if !in_string => depth += 1,
+            b'}' | b']' | b')' if !in_string => depth -= 1,
+            _ if in_string || depth != 0 => {}
+            _ => {
+                for op in ["==", "!=", "<=", ">=", "<", ">"] {
+                    if core[i..].starts_with(&format!(" {op} ")) {
+                        return Some((core[..i].trim(), op, core[i + op.len() + 2..].trim(), with));
+                    }
+                }
+            }
+        }
+    }
+    None
 }
 
 fn package_of(text: &str) -> Option<&str> {
@@ -179,7 +293,7 @@ pub fn render_tests(results: &[TestResult]) -> (String, bool) {
         }
         let (label, detail) = match &r.outcome {
             Ok(true) => ("PASS", String::new()),
-            Ok(false) => ("FAIL", String::new()),
+            Ok(false) => ("FAIL", r.explanation.as_ref().map(|e| format!("\n  {e}")).unwrap_or_default()),
             Err(e) => ("ERROR", format!("\n  {e}")),
         };
         if matches!(r.outcome, Ok(true)) {

@@ -22,6 +22,32 @@ fn policy_test_exits_non_zero_when_a_test_fails() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("data.t.test_broken: FAIL") && stdout.contains("FAIL: 1/2"), "{stdout}");
+    assert!(stdout.contains("failing expression: 1 == 2"), "{stdout}");
+}
+
+/// Like `opa test -v`: a failure names the expression that did not hold and the values of both
+/// sides, computed after the expressions before it (and under its `with`).
+#[test]
+fn a_failing_policy_test_shows_the_expression_and_the_values() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rego = r#"package t
+import rego.v1
+
+decision := {"allow": input.amount < 100, "reason": "too_much"}
+
+test_limit if {
+	d := decision with input as {"amount": 150}
+	not d.allow
+	d.reason == "over_limit"
+}
+"#;
+    std::fs::write(dir.path().join("t_test.rego"), rego).expect("write");
+    let out = Command::new(BIN).args(["policy", "test"]).arg(dir.path()).output().expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("failing expression: d.reason == \"over_limit\""), "{stdout}");
+    assert!(stdout.contains("left side (==): d.reason = \"too_much\""), "{stdout}");
+    assert!(stdout.contains("right side (==): \"over_limit\" = \"over_limit\""), "{stdout}");
 }
 
 #[test]
