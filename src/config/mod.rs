@@ -174,6 +174,8 @@ pub struct Upstream {
     pub pool_idle_timeout: Duration,
     /// Paths forwarded besides the MCP endpoint (canonical, checked).
     pub extra_paths: Vec<String>,
+    /// `/readyz` probes the backend (TCP connect).
+    pub health_check: bool,
 }
 
 /// Validated `[limits]`.
@@ -398,6 +400,7 @@ impl Config {
                         pool_max_idle: raw.upstream.pool_max_idle,
                         pool_idle_timeout: raw.upstream.pool_idle_timeout.0,
                         extra_paths: raw.upstream.extra_paths,
+                        health_check: raw.upstream.health_check,
                     },
                     limits: Limits {
                         max_body: raw.limits.max_body.0,

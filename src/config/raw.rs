@@ -98,6 +98,10 @@ pub struct RawUpstream {
     /// Paths forwarded besides the MCP endpoint (`listen.public_url`'s path), each exactly as
     /// written; any other path is refused with 404 before any stage.
     pub extra_paths: Vec<String>,
+    /// `/readyz` also opens a TCP connection to the backend (within `connect_timeout`, at most
+    /// 1 s) and answers 503 while it cannot. Off by default: one unreachable backend then takes
+    /// every replica out of rotation, which is what you want only if nothing else serves.
+    pub health_check: bool,
 }
 
 impl Default for RawUpstream {
@@ -110,6 +114,7 @@ impl Default for RawUpstream {
             pool_max_idle: 64,
             pool_idle_timeout: HumanDuration(Duration::from_secs(4)),
             extra_paths: Vec::new(),
+            health_check: false,
         }
     }
 }

@@ -66,13 +66,22 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<ResponseBod
                 None => serde_json::json!({"status": "ok", "version": shared.stages.policy.version()}),
                 Some(e) => serde_json::json!({"status": "reload_failed", "version": shared.stages.policy.version(), "error": e}),
             };
+            // Off by default (see `upstream.health_check`): can the backend be reached at all?
+            let upstream = if shared.config.upstream.health_check { Some(probe_upstream(&shared.config.upstream).await) } else { None };
+            let upstream_down = upstream.as_ref().is_some_and(Result::is_err);
+            let status = if upstream_down { StatusCode::SERVICE_UNAVAILABLE } else { status };
+            let upstream = match upstream {
+                None => "not_checked".to_owned(),
+                Some(Ok(())) => "ok".to_owned(),
+                Some(Err(e)) => format!("unreachable: {e}"),
+            };
             let modes = &shared.config.mode;
             let mode: serde_json::Map<String, serde_json::Value> =
                 crate::config::Group::ALL.iter().map(|g| (g.as_str().to_owned(), modes.of(*g).as_str().into())).collect();
             let body = serde_json::json!({
-                "ready": !shutting_down,
+                "ready": !shutting_down && !upstream_down,
                 "mode": mode,
-                "checks": {"listener": if shutting_down { "shutting_down" } else { "ok" }, "state": state, "policy": policy},
+                "checks": {"listener": if shutting_down { "shutting_down" } else { "ok" }, "state": state, "policy": policy, "upstream": upstream},
             });
             json_response(status, &body, Vec::new())
         }
@@ -83,6 +92,19 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<ResponseBod
             resp
         }
         _ => json_response(StatusCode::NOT_FOUND, &serde_json::json!({"error": "not_found", "reason": "admin paths: /healthz /readyz /metrics"}), Vec::new()),
+    }
+}
+
+/// Opens (and closes) a TCP connection to the backend's host and port, within its
+/// `connect_timeout` but at most 1 s. The error names the address and the cause.
+async fn probe_upstream(upstream: &crate::config::Upstream) -> Result<(), String> {
+    let host = upstream.url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_owned();
+    let port = upstream.url.port_or_known_default().unwrap_or(80);
+    let limit = upstream.connect_timeout.min(std::time::Duration::from_secs(1));
+    match tokio::time::timeout(limit, tokio::net::TcpStream::connect((host.as_str(), port))).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("{host}:{port}: {e}")),
+        Err(_) => Err(format!("{host}:{port}: no connection within {limit:?}")),
     }
 }
 

@@ -37,3 +37,37 @@ async fn health_readiness_and_metrics_are_served() {
     assert_eq!(upstream.seen().len(), forwarded);
     gw.shutdown().await;
 }
+
+/// `upstream.health_check = true`: /readyz answers 503 naming the backend while it cannot be
+/// reached, and shows each stage group's mode.
+#[tokio::test]
+async fn readyz_probes_the_upstream_when_asked_and_shows_the_modes() {
+    let closed = common::closed_port().await;
+    let cfg = |url: &str, check: bool| {
+        let mut c = config_without_policy(url, "");
+        c.upstream.health_check = check;
+        c
+    };
+    let down = Gateway::start(cfg(&format!("http://{closed}"), true)).await;
+    let ready = client().get(down.admin_url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let body: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(body["ready"], false, "{body}");
+    let detail = body["checks"]["upstream"].as_str().unwrap().to_lowercase();
+    assert!(detail.starts_with(&format!("unreachable: {}", closed.ip())) && detail.contains("refused"), "{body}");
+    assert_eq!(body["mode"]["identity"], "enforce", "{body}");
+    down.shutdown().await;
+
+    let unchecked = Gateway::start(cfg(&format!("http://{closed}"), false)).await;
+    let ready = client().get(unchecked.admin_url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200, "off by default: a down backend does not take the gateway out of rotation");
+    assert_eq!(ready.json::<serde_json::Value>().await.unwrap()["checks"]["upstream"], "not_checked");
+    unchecked.shutdown().await;
+
+    let upstream = Upstream::start().await;
+    let up = Gateway::start(cfg(&upstream.url(), true)).await;
+    let ready = client().get(up.admin_url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    assert_eq!(ready.json::<serde_json::Value>().await.unwrap()["checks"]["upstream"], "ok");
+    up.shutdown().await;
+}
