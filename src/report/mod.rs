@@ -359,7 +359,7 @@ impl Report {
         let _ = writeln!(s, "  Verified: {:.1}% ({} requests)", pct(id.verified.total()), id.verified.total());
 
         let _ = writeln!(s, "\nRollout, stage group by stage group (requests with a finding; would be refused when enforced):");
-        let _ = writeln!(s, "  {:<10} {:>8} {:>14}  {}", "group", "found", "would refuse", "mode");
+        let _ = writeln!(s, "  {:<10} {:>8} {:>14}  mode", "group", "found", "would refuse");
         for g in Group::ALL {
             let i = self.groups.get(&g).cloned().unwrap_or_default();
             let mode = if self.enforcing.contains(&g) { "enforce" } else { "monitor" };

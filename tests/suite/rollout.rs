@@ -93,6 +93,9 @@ impl Setup {
     }
 }
 
+/// `(stage, error)` pairs.
+type Findings = Vec<(String, String)>;
+
 /// `(stage, error)` of each finding of a decision-log line.
 fn findings(line: &Value) -> Vec<(String, String)> {
     line["findings"]
@@ -126,7 +129,7 @@ async fn monitor_mode_judges_every_stage_and_logs_the_tool() {
     assert_eq!(lines.len(), 7, "{lines:?}");
     assert_eq!(forwarded, 7, "monitor mode forwards everything");
 
-    let expect: [(&str, &str, Vec<(String, String)>); 7] = [
+    let expect: [(&str, &str, Findings); 7] = [
         ("would_deny", "weather.get", pairs(&[("signature", "invalid_agent_credentials")])),
         ("would_deny", "payments.send", pairs(&[("signature", "invalid_agent_credentials"), ("policy", "agent_access_denied")])),
         ("would_deny", "weather.get", pairs(&[("key", "invalid_agent_credentials")])),
