@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use super::{render_table, tour, Demo, DemoError};
+use tour::render_rollout;
 
 /// `portcullis demo`.
 #[derive(Debug, clap::Args)]
@@ -27,9 +28,10 @@ pub async fn run(args: &DemoArgs) -> Result<bool, DemoError> {
     println!("  token issuer      {}", demo.issuer.url());
     println!("  gateway (enforce) {}", demo.enforce.url);
     println!("  gateway (monitor) {}", demo.monitor.url);
+    println!("  rollout steps 2-3 {} (identity enforced), {} (identity and token)", demo.steps[0].url, demo.steps[1].url);
     println!("  files             {}\n", demo.dir.display());
-    let rows = tour::run(&demo).await;
-    let rows = match rows {
+    let tours = async { Ok::<_, DemoError>((tour::run(&demo).await?, tour::rollout(&demo).await?)) };
+    let (rows, rollout) = match tours.await {
         Ok(r) => r,
         Err(e) => {
             demo.shutdown().await;
@@ -37,7 +39,9 @@ pub async fn run(args: &DemoArgs) -> Result<bool, DemoError> {
         }
     };
     print!("{}", render_table(&rows));
-    let ok = rows.iter().all(|r| r.status == r.expected);
+    println!("\nRolling out stage group by stage group (docs/rollout.md): the same requests at each step");
+    print!("{}", render_rollout(&rollout));
+    let ok = rows.iter().all(|r| r.status == r.expected) && rollout.iter().flat_map(|r| &r.steps).all(|s| s.status == s.expected);
     if !ok {
         println!("\nSome steps did not get the expected status (marked (!)).");
     }

@@ -32,6 +32,16 @@ pub const DEMO_RESOURCE: &str = "https://mcp.demo.example/mcp";
 /// How long the demo's user token is valid.
 const TOKEN_LIFETIME_SECS: u64 = 3600;
 
+/// The four steps of docs/rollout.md, one demo gateway each: (its name in file names and the
+/// table, what the step does, its `mode` setting). The first is the monitor gateway, the last
+/// the enforce gateway the tour runs against.
+pub const ROLLOUT: [(&str, &str, &str); 4] = [
+    ("monitor", "1 monitor", "mode = \"monitor\""),
+    ("identity", "2 +identity", "[mode]\ndefault = \"monitor\"\nidentity = \"enforce\""),
+    ("identity-token", "3 +token", "[mode]\ndefault = \"monitor\"\nidentity = \"enforce\"\ntoken = \"enforce\""),
+    ("enforce", "4 enforce", "mode = \"enforce\""),
+];
+
 /// Why the demo could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
@@ -77,7 +87,7 @@ pub enum DemoError {
 /// A running gateway of the demo.
 #[derive(Debug)]
 pub struct DemoGateway {
-    /// `enforce` or `monitor`.
+    /// Its name in [`ROLLOUT`]: `enforce`, `monitor`, or a rollout step's.
     pub mode: &'static str,
     /// `http://127.0.0.1:<port>/mcp`.
     pub url: String,
@@ -103,6 +113,14 @@ pub struct Demo {
     pub enforce: DemoGateway,
     /// The monitor-mode gateway.
     pub monitor: DemoGateway,
+    /// The gateways of rollout steps 2 and 3 ([`ROLLOUT`]): identity enforced, then identity
+    /// and token, everything else monitored.
+    pub steps: [DemoGateway; 2],
+    /// A second key directory, for an agent the gateways do not trust (the rollout tour's
+    /// unknown agent).
+    pub stranger: KeyDirectory,
+    /// The unknown agent's key.
+    pub stranger_key: SigningKey,
     /// The CA the HTTPS services' certificates chain to.
     pub ca: TestCa,
 }
@@ -132,11 +150,11 @@ fn write_policies(dir: &Path, agent: &str) -> Result<PathBuf, DemoError> {
 /// The gateway config the demo runs (also written to `dir/gateway-<mode>.toml`).
 /// `addr` is where it listens: agents reach it there, so that authority is the gateway's own
 /// beside the public URL's (`signatures.authority`).
-fn gateway_toml(mode: &str, addr: SocketAddr, backend: SocketAddr, agent: &str, issuer: &str, log: &Path) -> String {
+fn gateway_toml(mode: &str, mode_setting: &str, addr: SocketAddr, backend: SocketAddr, agent: &str, issuer: &str, log: &Path) -> String {
     let public_authority = url::Url::parse(DEMO_RESOURCE).ok().and_then(|u| u.host_str().map(str::to_owned)).unwrap_or_default();
     format!(
-        r#"# portcullis demo: the {mode}-mode gateway
-mode = "{mode}"
+        r#"# portcullis demo: the {mode} gateway
+{mode_setting}
 [listen]
 addr = "{addr}"
 public_url = "{DEMO_RESOURCE}"
@@ -182,14 +200,19 @@ impl Demo {
         let directory = KeyDirectory::try_start(&ca, &[agent_key.verifying_key()]).await?;
         let issuer = Issuer::try_start(&ca).await?;
         write_policies(&dir, directory.origin())?;
-        let enforce = Self::gateway(&dir, "enforce", backend.addr, directory.origin(), &issuer.url()).await?;
-        let monitor = Self::gateway(&dir, "monitor", backend.addr, directory.origin(), &issuer.url()).await?;
+        let [monitor, identity, identity_token, enforce] = ROLLOUT.map(|(name, _, setting)| (name, setting));
+        let issuer_url = issuer.url();
+        let gateway = |(name, setting)| Self::gateway(&dir, name, setting, backend.addr, directory.origin(), &issuer_url);
+        let (monitor, enforce) = (gateway(monitor).await?, gateway(enforce).await?);
+        let steps = [gateway(identity).await?, gateway(identity_token).await?];
+        let stranger_key = SigningKey::generate(&mut rand::rngs::OsRng);
+        let stranger = KeyDirectory::try_start(&ca, &[stranger_key.verifying_key()]).await?;
         let token = services::mint(&issuer, DEMO_RESOURCE, DEMO_USER, TOKEN_LIFETIME_SECS)?;
         write_secret(&dir.join("token"), &token)?;
-        Ok(Demo { dir, agent_key, directory, issuer, backend, enforce, monitor, ca })
+        Ok(Demo { dir, agent_key, directory, issuer, backend, enforce, monitor, steps, stranger, stranger_key, ca })
     }
 
-    async fn gateway(dir: &Path, mode: &'static str, backend: SocketAddr, agent: &str, issuer: &str) -> Result<DemoGateway, DemoError> {
+    async fn gateway(dir: &Path, mode: &'static str, mode_setting: &str, backend: SocketAddr, agent: &str, issuer: &str) -> Result<DemoGateway, DemoError> {
         let log = dir.join(format!("decisions-{mode}.jsonl"));
         // Each run starts with a fresh log: the report at the end is this run's, not a mix of
         // every run made in this folder.
@@ -204,7 +227,7 @@ impl Demo {
         let addr = listener
             .local_addr()
             .map_err(|source| DemoError::Gateway { mode, source: crate::server::StartError::Bind { what: "listen.addr", addr: bind, source } })?;
-        let text = gateway_toml(mode, addr, backend, agent, issuer, &log);
+        let text = gateway_toml(mode, mode_setting, addr, backend, agent, issuer, &log);
         let path = dir.join(format!("gateway-{mode}.toml"));
         write(&path, &text)?;
         let config = Config::load(&path)?;
@@ -234,10 +257,17 @@ impl Demo {
         )
     }
 
-    /// Stops both gateways (draining in-flight requests) and the services.
+    /// The gateways of [`ROLLOUT`], in its order.
+    pub fn rollout(&self) -> [&DemoGateway; 4] {
+        [&self.monitor, &self.steps[0], &self.steps[1], &self.enforce]
+    }
+
+    /// Stops every gateway (draining in-flight requests) and the services.
     pub async fn shutdown(self) {
-        self.enforce.running.shutdown().await;
-        self.monitor.running.shutdown().await;
+        let [identity, identity_token] = self.steps;
+        for gw in [self.enforce, self.monitor, identity, identity_token] {
+            gw.running.shutdown().await;
+        }
         self.backend.stop();
     }
 }

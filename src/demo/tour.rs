@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::{Demo, DemoError, DemoGateway};
+use super::{Demo, DemoError, DemoGateway, ROLLOUT};
 use portcullis_client::{tool_call, Agent, ClientError, SignedRequest};
 
 /// The subject of the tour's tokens (the token file is for another user, so the quota the
@@ -34,6 +34,79 @@ pub struct TourRow {
     pub error: String,
     /// The reason (decision log), or empty.
     pub reason: String,
+}
+
+/// One request of the rollout tour, at each step of [`ROLLOUT`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolloutRow {
+    /// What was sent.
+    pub request: String,
+    /// What each step's gateway did, in [`ROLLOUT`] order.
+    pub steps: Vec<RolloutCell>,
+}
+
+/// What one rollout step's gateway did with a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RolloutCell {
+    /// The status the client got.
+    pub status: u16,
+    /// The status this step should give.
+    pub expected: u16,
+    /// `allow`, `deny` or `would_deny` (decision log).
+    pub outcome: String,
+}
+
+/// The rollout tour's requests with the statuses at steps 1–4 of [`ROLLOUT`]: each step
+/// enforces one more stage group, so each request is refused from the step that enforces the
+/// group it fails in, and forwarded (logged `would_deny`) before.
+pub const ROLLOUT_REQUESTS: [(&str, [u16; 4]); 5] = [
+    ("weather.get, unsigned", [200, 401, 401, 401]),
+    ("weather.get, signed by an unknown agent", [200, 401, 401, 401]),
+    ("weather.get, trusted agent, no token", [200, 200, 401, 401]),
+    ("shell.exec, trusted agent, token", [200, 200, 200, 403]),
+    ("weather.get, trusted agent, token", [200, 200, 200, 200]),
+];
+
+/// Sends [`ROLLOUT_REQUESTS`] to the gateway of each rollout step (signed afresh for each, so
+/// none is a replay) and reads each answer's outcome from that gateway's decision log.
+pub async fn rollout(demo: &Demo) -> Result<Vec<RolloutRow>, DemoError> {
+    let token = super::services::mint(&demo.issuer, super::DEMO_RESOURCE, TOUR_USER, 300)?;
+    let trusted = Agent::new(demo.agent_key.clone(), demo.agent_url()).map_err(tour_err("agent"))?;
+    let stranger = Agent::new(demo.stranger_key.clone(), demo.stranger.origin()).map_err(tour_err("unknown agent"))?.with_token(token.clone());
+    let agents = [None, Some(stranger), Some(trusted.clone()), Some(trusted.clone().with_token(token.clone())), Some(trusted.with_token(token.clone()))];
+    let tools = [
+        ("weather.get", json!({"city": "Paris"})),
+        ("weather.get", json!({"city": "Paris"})),
+        ("weather.get", json!({"city": "Oslo"})),
+        ("shell.exec", json!({"cmd": "id"})),
+        ("weather.get", json!({"city": "Rome"})),
+    ];
+    let http = reqwest::Client::builder().no_proxy().build().map_err(|e| DemoError::Tour { step: "client".to_owned(), detail: e.to_string() })?;
+    let mut rows: Vec<RolloutRow> = ROLLOUT_REQUESTS.iter().map(|(request, _)| RolloutRow { request: (*request).to_owned(), steps: Vec::new() }).collect();
+    for (step, gw) in demo.rollout().into_iter().enumerate() {
+        for (i, ((label, expected), (agent, (tool, args)))) in ROLLOUT_REQUESTS.iter().zip(agents.iter().zip(&tools)).enumerate() {
+            let body = tool_call(i as u64 + 1, tool, args.clone()).to_string().into_bytes();
+            let resp = match agent {
+                Some(agent) => {
+                    let mut headers = http::HeaderMap::new();
+                    headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+                    let signed = agent.sign(http::Method::POST, &gw.url, &headers, body).map_err(tour_err(label))?;
+                    let (method, uri, headers, body) =
+                        (signed.request.method().clone(), signed.request.uri().to_string(), signed.request.headers().clone(), signed.request.body().clone());
+                    http.request(method, uri).headers(headers).body(body).send().await
+                }
+                None => http.post(&gw.url).bearer_auth(&token).header("content-type", "application/json").body(body).send().await,
+            };
+            let resp = resp.map_err(|e| DemoError::Tour { step: (*label).to_owned(), detail: e.to_string() })?;
+            let status = resp.status().as_u16();
+            let rid = resp.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+            let _ = resp.bytes().await;
+            let line = decision_line(&gw.log, &rid).await;
+            let outcome = line.get("outcome").and_then(Value::as_str).unwrap_or_default().to_owned();
+            rows[i].steps.push(RolloutCell { status, expected: expected[step], outcome });
+        }
+    }
+    Ok(rows)
 }
 
 /// Runs the tour on the enforce gateway, then on the monitor gateway.
@@ -162,23 +235,47 @@ async fn run_on(demo: &Demo, gw: &DemoGateway) -> Result<Vec<TourRow>, DemoError
 
 /// The table: one line per step, with `ok` when the status is the expected one.
 pub fn render_table(rows: &[TourRow]) -> String {
-    let headers = ["mode", "request", "status", "expected", "outcome", "error", "reason"];
-    let cells: Vec<[String; 7]> = rows
+    let headers = ["mode", "request", "status", "expected", "outcome", "error", "reason"].map(String::from);
+    let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
             let check = if r.status == r.expected { "ok".to_owned() } else { format!("{} (!)", r.expected) };
-            [r.mode.to_owned(), r.request.clone(), r.status.to_string(), check, r.outcome.clone(), r.error.clone(), r.reason.clone()]
+            vec![r.mode.to_owned(), r.request.clone(), r.status.to_string(), check, r.outcome.clone(), r.error.clone(), r.reason.clone()]
         })
         .collect();
-    let mut widths = headers.map(str::len);
-    for row in &cells {
+    columns(&headers, &cells)
+}
+
+/// The rollout table: one line per request, one column per step of [`ROLLOUT`] with the
+/// status and the outcome; a status other than the expected one is marked `(!)`.
+pub fn render_rollout(rows: &[RolloutRow]) -> String {
+    let mut headers = vec!["request".to_owned()];
+    headers.extend(ROLLOUT.iter().map(|(_, step, _)| (*step).to_owned()));
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut line = vec![r.request.clone()];
+            line.extend(r.steps.iter().map(|s| {
+                let mark = if s.status == s.expected { String::new() } else { format!(" ({} expected!)", s.expected) };
+                format!("{} {}{mark}", s.status, s.outcome)
+            }));
+            line
+        })
+        .collect();
+    columns(&headers, &cells)
+}
+
+/// Left-aligned text columns under a header and a rule.
+fn columns(headers: &[String], cells: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in cells {
         for (w, c) in widths.iter_mut().zip(row) {
             *w = (*w).max(c.chars().count());
         }
     }
     let line = |cols: &[String]| {
         let mut out = String::new();
-        for (i, (c, w)) in cols.iter().zip(widths).enumerate() {
+        for (i, (c, w)) in cols.iter().zip(&widths).enumerate() {
             if i + 1 == cols.len() {
                 out.push_str(c);
             } else {
@@ -187,9 +284,9 @@ pub fn render_table(rows: &[TourRow]) -> String {
         }
         out.trim_end().to_owned() + "\n"
     };
-    let mut out = line(&headers.map(String::from));
-    out.push_str(&line(&widths.map(|w| "-".repeat(w))));
-    for row in &cells {
+    let mut out = line(headers);
+    out.push_str(&line(&widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>()));
+    for row in cells {
         out.push_str(&line(row));
     }
     out

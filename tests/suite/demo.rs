@@ -47,6 +47,35 @@ async fn tour_gets_the_expected_statuses_in_enforce_and_monitor_mode() {
         assert_eq!((row.mode, row.request.as_str(), row.status, row.error.as_str()), ("monitor", request, 200, error), "monitor forwards everything: {row:#?}");
         assert_eq!(row.outcome, if status == 200 { "allow" } else { "would_deny" });
     }
+    // The four rollout steps: each refuses from the step that enforces the group a request
+    // fails in, and forwards it (logged would_deny) before.
+    let rollout = tour::rollout(&demo).await.unwrap();
+    assert_eq!(rollout.len(), tour::ROLLOUT_REQUESTS.len());
+    for (row, (request, expected)) in rollout.iter().zip(tour::ROLLOUT_REQUESTS) {
+        assert_eq!(row.request, request);
+        let got: Vec<(u16, &str)> = row.steps.iter().map(|s| (s.status, s.outcome.as_str())).collect();
+        let clean = request == "weather.get, trusted agent, token";
+        let want: Vec<(u16, &str)> = expected
+            .iter()
+            .map(|&s| {
+                (
+                    s,
+                    if s != 200 {
+                        "deny"
+                    } else if clean {
+                        "allow"
+                    } else {
+                        "would_deny"
+                    },
+                )
+            })
+            .collect();
+        assert_eq!(got, want, "{request}");
+    }
+    let rollout_table = tour::render_rollout(&rollout);
+    assert!(rollout_table.starts_with("request"), "{rollout_table}");
+    assert!(rollout_table.contains("200 would_deny  401 deny"), "{rollout_table}");
+    assert!(!rollout_table.contains("expected!"), "{rollout_table}");
     let table = portcullis::demo::render_table(&rows);
     assert!(table.lines().nth(2).unwrap().starts_with("enforce  weather.get, signed, with token"), "{table}");
     assert!(!table.contains("(!)"), "{table}");
@@ -72,6 +101,10 @@ fn tour_only_prints_the_table_and_exits_zero() {
         assert!(line.contains(&format!("  {status}  ")), "{line}");
     }
     assert!(stdout.contains("would_deny"), "{stdout}");
+    assert!(stdout.contains("Rolling out stage group by stage group"), "{stdout}");
+    let shell = stdout.lines().find(|l| l.starts_with("shell.exec, trusted agent, token")).unwrap_or_else(|| panic!("no rollout row: {stdout}"));
+    assert_eq!(shell.matches("200 would_deny").count(), 3, "policy refusals are enforced only at step 4: {shell}");
+    assert!(shell.trim_end().ends_with("403 deny"), "{shell}");
     assert!(!stdout.contains("Try it"), "--tour-only does not stay up: {stdout}");
 }
 
