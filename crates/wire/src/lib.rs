@@ -12,6 +12,8 @@
 //! - [`key_directory`], [`issuer_documents`]: an agent's key directory and an issuer's JWK Set
 //!   and metadata, with their `Cache-Control`.
 //! - [`mcp`]: the MCP JSON-RPC body and transport headers.
+//! - [`sse`], [`tool_list`]: server-sent events, and an MCP server's answers to the gateway's
+//!   own catalog requests (`tools/list` pages).
 //! - [`target`]: the request target's authority, `Host` and paths.
 //! - [`time`]: the request's one clock reading.
 //! - `rego_value` (feature `rego`): JSON → policy value, literal.
@@ -25,10 +27,12 @@ pub mod mcp;
 #[cfg(feature = "rego")]
 pub mod rego_value;
 pub mod signature;
+pub mod sse;
 pub mod target;
 #[cfg(any(test, feature = "test-vectors"))]
 pub mod test_vectors;
 pub mod time;
+pub mod tool_list;
 
 pub use time::UnixTime;
 
