@@ -17,12 +17,14 @@ use url::Url;
 mod modes;
 mod raw;
 mod sections;
+mod tools;
 mod units;
 
 pub use modes::{Group, Modes, RawMode};
 pub use portcullis_wire::time::parse_duration;
 pub use raw::*;
 pub use sections::{normalize_origin, Context, Directory, Introspection, OAuth, PolicySettings, Signatures, StateSettings, StaticKey, Store};
+pub use tools::{CatalogProtocol, CatalogSource, Tools, Unpinned};
 pub use units::{parse_size, ByteSize, HumanDuration};
 
 /// The configuration used when no `--config` is given (see README "Embedded defaults").
@@ -129,6 +131,8 @@ pub struct Config {
     pub state: StateSettings,
     /// The idempotency journal.
     pub idempotency: RawIdempotency,
+    /// The tool catalog.
+    pub tools: Tools,
     /// Admin listener address.
     pub admin: Option<SocketAddr>,
     /// Decision log target.
@@ -387,9 +391,12 @@ impl Config {
         let policy = PolicySettings::from_raw(raw.policy, ctx).map_err(|e| errs.extend(e));
         let state = StateSettings::from_raw(raw.state, ctx).map_err(|e| errs.extend(e));
         let mode = Modes::try_from(raw.mode).map_err(|e| errs.extend(e));
+        let tools = Tools::from_raw(raw.tools, ctx).map_err(|e| errs.extend(e));
 
-        match (listen_addr, public_url, tls, upstream_url, admin, signatures, oauth, policy, state, mode) {
-            (Ok(addr), Ok(public_url), Ok(tls), Ok(url), Ok(admin), Ok(signatures), Ok(oauth), Ok(policy), Ok(state), Ok(mode)) if errs.is_empty() => {
+        match (listen_addr, public_url, tls, upstream_url, admin, signatures, oauth, policy, state, mode, tools) {
+            (Ok(addr), Ok(public_url), Ok(tls), Ok(url), Ok(admin), Ok(signatures), Ok(oauth), Ok(policy), Ok(state), Ok(mode), Ok(tools))
+                if errs.is_empty() =>
+            {
                 Ok(Config {
                     mode,
                     listen: Listen { addr, public_url, tls },
@@ -422,6 +429,7 @@ impl Config {
                     policy,
                     state,
                     idempotency: raw.idempotency,
+                    tools,
                     admin,
                     log: Log { decisions, level: raw.log.level, otlp_endpoint: raw.log.otlp_endpoint },
                     origin: origin.to_owned(),

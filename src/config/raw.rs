@@ -49,6 +49,9 @@ pub struct RawConfig {
     /// `[idempotency]`
     #[serde(default)]
     pub idempotency: RawIdempotency,
+    /// `[tools]`
+    #[serde(default)]
+    pub tools: RawTools,
 }
 
 /// A string or a list of strings.
@@ -514,5 +517,45 @@ impl RawIdempotency {
         must("idempotency.max_entries", self.max_entries == 0, "must be at least 1");
         must("idempotency.max_bytes", self.max_bytes.0 < self.max_response.0, "must be at least idempotency.max_response");
         out
+    }
+}
+
+/// `[tools]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawTools {
+    /// `off` or `fetch`.
+    pub catalog: super::CatalogSource,
+    /// How often the catalog is fetched again.
+    pub refresh: HumanDuration,
+    /// The pins file (`{"tools": {NAME: "sha256:HEX"}}`), relative to the config's folder.
+    pub pins: Option<PathBuf>,
+    /// `allow` or `deny` calls to tools the pins do not name.
+    pub unpinned: super::Unpinned,
+    /// `auto`, `2025-11-25` or `2026-07-28`.
+    pub protocol: super::CatalogProtocol,
+    /// Time allowed for one whole fetch of the catalog (every request and page).
+    pub timeout: HumanDuration,
+    /// Most tools the catalog holds; a longer list is a failed fetch.
+    pub max_tools: usize,
+    /// Most bytes of `tools/list` answers read in one fetch, over all pages.
+    pub max_bytes: ByteSize,
+    /// Most `tools/list` pages read in one fetch.
+    pub max_pages: usize,
+}
+
+impl Default for RawTools {
+    fn default() -> Self {
+        RawTools {
+            catalog: super::CatalogSource::Off,
+            refresh: HumanDuration(Duration::from_secs(60)),
+            pins: None,
+            unpinned: super::Unpinned::Allow,
+            protocol: super::CatalogProtocol::Auto,
+            timeout: HumanDuration(Duration::from_secs(10)),
+            max_tools: 1000,
+            max_bytes: ByteSize(4 << 20),
+            max_pages: 100,
+        }
     }
 }
