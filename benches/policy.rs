@@ -36,6 +36,7 @@ fn input<'a>(mcp: &'a McpRequest, agent: Option<AgentView<'a>>, token: Option<To
         agent,
         token,
         mcp,
+        catalog: Default::default(),
         now: UnixTime(Duration::from_secs(1_784_980_800)),
     }
 }

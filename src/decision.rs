@@ -217,6 +217,9 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         // draft-ietf-httpapi-idempotency-key-header §2.7: a 409 may be retried as it is.
         Denial::Idempotency(crate::idempotency::IdempotencyError::InFlight) => headers.push((RETRY_AFTER, "1".to_owned())),
         Denial::Idempotency(_) => {}
+        // A catalog can come back with the next fetch (tools.refresh).
+        Denial::Catalog(crate::catalog::CatalogError::Unavailable) => headers.push((RETRY_AFTER, "1".to_owned())),
+        Denial::Catalog(_) => {}
         Denial::BodyTooLarge { .. }
         | Denial::BodyTimeout { .. }
         | Denial::BodyUnreadable(_)

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 
+use crate::catalog::CatalogError;
 use crate::directory::DirectoryError;
 use crate::idempotency::IdempotencyError;
 use crate::oauth::TokenError;
@@ -119,6 +120,10 @@ pub enum Denial {
     /// (422).
     #[error("{0}")]
     Idempotency(IdempotencyError),
+    /// The tool catalog refused the call: the tool's definition drifted from its pin, it has no
+    /// pin where one is required, or there is no catalog yet to vouch for it (docs/catalog.md).
+    #[error("{0}")]
+    Catalog(#[from] CatalogError),
     /// The shared state store (replay cache, sessions, quotas) cannot be reached; fail closed.
     #[error("state store unavailable: {reason}")]
     StateUnavailable {
@@ -156,6 +161,7 @@ impl Denial {
             Denial::SessionNotFound(_) => "session_not_found",
             Denial::SessionConflict(_) => "session_conflict",
             Denial::Idempotency(e) => e.code(),
+            Denial::Catalog(e) => e.code(),
             Denial::StateUnavailable { .. } => "state_unavailable",
             Denial::NotFound => "not_found",
             Denial::BadTarget(_) => "bad_request",
@@ -179,6 +185,7 @@ impl Denial {
             Denial::SessionNotFound(_) => StatusCode::NOT_FOUND,
             Denial::SessionConflict(_) => StatusCode::BAD_GATEWAY,
             Denial::Idempotency(e) => e.status(),
+            Denial::Catalog(e) => e.status(),
             Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed => StatusCode::SERVICE_UNAVAILABLE,
             // The gateway, acting as a gateway, gave up waiting (RFC 9110 §15.6.5); as with
             // `upstream_timeout`, the backend may have acted on the request.

@@ -19,6 +19,8 @@ pub struct Evidence {
     pub token: Option<VerifiedToken>,
     /// Stage 8 result: the parsed JSON-RPC message(s). Tool arguments are never logged.
     pub mcp: Option<McpRequest>,
+    /// The tool catalog: `input.mcp.tool_definition` of each called tool it knows, by name.
+    pub tool_definitions: Vec<(String, regorus::Value)>,
     /// Stage 9: which policy version decided and the rule it named.
     pub policy: Option<PolicyTrace>,
     /// Stage 10: the bucket that was exhausted, when one was.

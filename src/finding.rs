@@ -121,6 +121,7 @@ impl FindingStage {
             Denial::Policy(_) | Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } => FindingStage::Policy,
             Denial::RateLimited { .. } => FindingStage::Quota,
             Denial::Idempotency(_) => FindingStage::Idempotency,
+            Denial::Catalog(_) => FindingStage::Catalog,
             // The stores behind the policy group (quotas, journal, approvals) are the ones a
             // stage would return with `?`; replay and sessions are judged by name.
             Denial::StateUnavailable { .. } => FindingStage::Policy,

@@ -13,6 +13,7 @@
 //! ```
 
 pub mod call_digest;
+pub mod catalog;
 pub mod config;
 pub mod decision;
 pub mod demo;

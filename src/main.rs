@@ -59,6 +59,27 @@ enum Command {
     /// Policy tooling: evaluate a decision, run Rego tests.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Tool catalog tooling: pin the backend's tool definitions, show how they drifted.
+    #[command(subcommand)]
+    Tools(ToolsCommand),
+}
+
+#[derive(Subcommand)]
+enum ToolsCommand {
+    /// Fetch the backend's tools (as the gateway does) and write the digest of each definition
+    /// to the pins file.
+    Pin {
+        /// The pins file to write (default: tools.pins).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Fetch the backend's tools and print which pinned definitions changed, and which fields;
+    /// exit 1 on any drift.
+    Diff {
+        /// The pins file to compare with (default: tools.pins).
+        #[arg(long)]
+        pins: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -233,6 +254,22 @@ fn main() -> ExitCode {
             Ok(c) => report(portcullis::policy::tooling::eval_file(&c, &input).map(|r| (r.render(), true))),
             Err(e) => report(Err(e.to_string())),
         },
+        Command::Tools(command) => {
+            let config = match load(cli.config.as_ref()) {
+                Ok(c) => c,
+                Err(e) => return report(Err(e.to_string())),
+            };
+            let rt = match runtime(false) {
+                Ok(rt) => rt,
+                Err(code) => return code,
+            };
+            report(rt.block_on(async {
+                match command {
+                    ToolsCommand::Pin { out } => portcullis::catalog::tooling::pin(&config, out.as_deref()).await.map(|text| (text, true)),
+                    ToolsCommand::Diff { pins } => portcullis::catalog::tooling::diff(&config, pins.as_deref()).await,
+                }
+            }))
+        }
         Command::Policy(PolicyCommand::Test { dir }) => {
             report(portcullis::policy::tooling::test(&dir).map(|r| portcullis::policy::tooling::render_tests(&r)).map_err(|e| e.to_string()))
         }

@@ -11,10 +11,12 @@
 //! Stage 1 (bounded body read) happens in `server`, before an [`Inbound`] exists; stage 11
 //! (forwarding) happens in `proxy`, after the mode is applied.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use prometheus_client::metrics::counter::Counter;
 
+use crate::catalog::Catalog;
 use crate::config::{Config, ConfigError, FieldError};
 use crate::config::{Group, Modes};
 use crate::denial::Denial;
@@ -23,7 +25,7 @@ use crate::evidence::{Evidence, PolicyTrace};
 use crate::finding::{Finding, FindingStage, Judge, Judged};
 use crate::inbound::Inbound;
 use crate::oauth::TokenVerifier;
-use crate::policy::{AgentView, Policy, PolicyError, PolicyInput, RequestView, TokenView};
+use crate::policy::{AgentView, CatalogView, Policy, PolicyError, PolicyInput, RequestView, TokenView};
 use crate::quota::{QuotaError, QuotaSpec, Quotas};
 use crate::replay::ReplayGuard;
 use crate::session::{self, SessionGuard};
@@ -132,6 +134,11 @@ pub struct Stages {
     quotas: Quotas,
     /// The idempotency journal.
     idempotency: crate::idempotency::Idempotency,
+    /// The tool catalog (`tools.catalog = "fetch"`).
+    pub catalog: Option<Arc<Catalog>>,
+    /// Calls are refused while there is no catalog (`tools.unpinned = "deny"`, the policy
+    /// group enforcing): `/readyz` says not ready meanwhile.
+    pub catalog_fails_closed: bool,
     /// `mode`: where judging stops (at the first refusal of a group in enforce mode).
     modes: Modes,
 }
@@ -147,7 +154,12 @@ impl Stages {
         let token = if config.oauth.is_enabled() { TokenVerifier::new(&config.oauth).map_err(|e| errors.push(e)).ok() } else { None };
         let stores = Stores::from_config(&config.state).map_err(|e| errors.push(e));
         let policy = Policy::new(&config.policy).map_err(|e| errors.push(FieldError::new("policy.paths", e.to_string())));
-        let (Ok(directory), Ok(stores), Ok(policy), true) = (directory, stores, policy, errors.is_empty()) else {
+        let catalog = if config.tools.is_enabled() {
+            Catalog::new(&config.tools, &config.upstream, &config.listen.public_url).map(|c| Some(Arc::new(c))).map_err(|e| errors.push(e))
+        } else {
+            Ok(None)
+        };
+        let (Ok(directory), Ok(stores), Ok(policy), Ok(catalog), true) = (directory, stores, policy, catalog, errors.is_empty()) else {
             return Err(ConfigError::Invalid { origin: config.origin.clone(), errors });
         };
         Ok(Stages {
@@ -163,6 +175,8 @@ impl Stages {
             max_batch: config.limits.max_batch,
             quotas: Quotas::new(stores.quota.clone()),
             idempotency: crate::idempotency::Idempotency::new(&config.idempotency, &stores),
+            catalog,
+            catalog_fails_closed: config.tools.unpinned == crate::config::Unpinned::Deny && config.mode.is_enforcing(Group::Policy),
             stores,
             modes: config.mode,
         })
@@ -258,6 +272,13 @@ async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
     let parsed = timings.timed(Stage::Mcp, || mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch));
     let Some(parsed) = judge.judge(FindingStage::Mcp, parsed)? else { return Ok(()) };
     seen.mcp = Some(parsed);
+    // The tool catalog, before policy: policy reads what the gateway knows of the tool.
+    if let (Some(catalog), Some(mcp)) = (&stages.catalog, &seen.mcp) {
+        let looked = timings.timed_async(Stage::Catalog, catalog.check(mcp)).await;
+        let verdict = looked.verdict();
+        seen.tool_definitions = looked.definitions;
+        judge.judge(FindingStage::Catalog, verdict)?;
+    }
     let authorized = {
         // A batch or a large body is decided off the async workers, one per core at a time;
         // it waits for its turn here (policy::Policy::turn).
@@ -333,7 +354,8 @@ fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
         let token =
             seen.token.as_ref().zip(claims).map(|(t, claims)| TokenView { iss: t.iss(), sub: t.sub().unwrap_or(""), aud: t.aud(), scopes: t.scopes(), claims });
         let request = RequestView { method: req.head.method.as_str(), path: req.head.uri.path(), host: &req.authority };
-        let input = PolicyInput { request, agent, token, mcp: seen.mcp.as_ref().unwrap_or(&empty), now: req.now };
+        let catalog = CatalogView { definitions: &seen.tool_definitions, is_listing: false };
+        let input = PolicyInput { request, agent, token, mcp: seen.mcp.as_ref().unwrap_or(&empty), catalog, now: req.now };
         let decided = stages.policy.decide(&input);
         let scopes = decided.as_ref().map(|d| check_scopes(&d.verdict.required_scopes, token.as_ref())).unwrap_or(Ok(()));
         (decided, scopes)

@@ -160,6 +160,11 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         metrics.register_token(m);
     }
     metrics.register_idempotency(stages.idempotency_metrics());
+    if let Some(catalog) = &stages.catalog {
+        metrics.register_catalog(catalog.metrics());
+    }
+    // Fetches the tool catalog now and every tools.refresh; stops with the gateway.
+    let catalog_refresher = stages.catalog.as_ref().map(|c| AbortOnDrop(c.spawn_refresher()));
     if let Some(errors) = stages.state_errors() {
         metrics.register_state(errors);
     }
@@ -197,8 +202,9 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     }
     let admin_task = admin_listener.map(|l| tokio::spawn(admin::serve(l, shared.clone(), admin_stop_rx)));
     let task = tokio::spawn(async move {
-        // Reloads stop with the gateway.
+        // Reloads and catalog fetches stop with the gateway.
         let _reloader = policy_reloader;
+        let _catalog_refresher = catalog_refresher;
         accept_loop(listener, tls, shared.clone(), stop_rx).await;
         let _ = admin_stop.send(true);
         if let Some(t) = admin_task {
@@ -549,6 +555,15 @@ pub fn check(config: &Config) -> Result<(), StartError> {
         tls::acceptor(files)?;
     }
     Ok(())
+}
+
+/// A background task that ends when its owner is dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Resolves on SIGTERM or ctrl-c.

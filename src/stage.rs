@@ -23,6 +23,8 @@ pub enum Stage {
     Session,
     /// 8: JSON-RPC parse.
     Mcp,
+    /// After 8: the tool catalog (pins), for `tools/call`.
+    Catalog,
     /// 9: Rego policy.
     Policy,
     /// After 9: the idempotency journal, for calls the decision names.
@@ -35,7 +37,7 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in pipeline order.
-    pub const ALL: [Stage; 11] = [
+    pub const ALL: [Stage; 12] = [
         Stage::Body,
         Stage::Digest,
         Stage::Signature,
@@ -43,6 +45,7 @@ impl Stage {
         Stage::Token,
         Stage::Session,
         Stage::Mcp,
+        Stage::Catalog,
         Stage::Policy,
         Stage::Idempotency,
         Stage::Quota,
@@ -59,6 +62,7 @@ impl Stage {
             Stage::Token => "token",
             Stage::Session => "session",
             Stage::Mcp => "mcp",
+            Stage::Catalog => "catalog",
             Stage::Policy => "policy",
             Stage::Idempotency => "idempotency",
             Stage::Quota => "quota",

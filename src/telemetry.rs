@@ -178,6 +178,15 @@ impl Metrics {
         self.registry.register("idempotency", "Idempotency journal results (first, replayed, in_flight, reused, recorded, released, ...)", m.results.clone());
     }
 
+    /// Registers the tool catalog's metrics: `portcullis_catalog_refreshes_total{result}`,
+    /// `portcullis_catalog_stale`, `portcullis_catalog_tools`, `portcullis_catalog_drift_total`.
+    pub fn register_catalog(&mut self, m: &crate::catalog::CatalogMetrics) {
+        self.registry.register("catalog_refreshes", "Tool catalog fetches by result (ok, error)", m.refreshes.clone());
+        self.registry.register("catalog_stale", "1 while there is no tool catalog or its last fetch failed (the last good one stays in use)", m.stale.clone());
+        self.registry.register("catalog_tools", "Tools in the catalog in use", m.tools.clone());
+        self.registry.register("catalog_drift", "Tool definitions seen drifting from their pin, once per change", m.drift.clone());
+    }
+
     /// Registers the decision log's `portcullis_decision_log_dropped_total`.
     pub fn register_decision_log(&mut self, dropped: Counter) {
         self.registry.register("decision_log_dropped", "Decision log lines dropped because the sink did not keep up (queue full)", dropped);

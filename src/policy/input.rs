@@ -51,6 +51,16 @@ pub struct RequestView<'a> {
     pub host: &'a str,
 }
 
+/// What the gateway's own tool catalog says about the request (docs/catalog.md).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CatalogView<'a> {
+    /// `input.mcp.tool_definition` of each called tool the catalog knows, by tool name.
+    pub definitions: &'a [(String, Value)],
+    /// `input.mcp.listing`: the decision is asked to filter a `tools/list` answer, as if the
+    /// caller called the tool (no arguments).
+    pub is_listing: bool,
+}
+
 /// Everything policy decides on, for one HTTP request.
 #[derive(Debug, Clone, Copy)]
 pub struct PolicyInput<'a> {
@@ -62,6 +72,8 @@ pub struct PolicyInput<'a> {
     pub token: Option<TokenView<'a>>,
     /// The parsed MCP view.
     pub mcp: &'a McpRequest,
+    /// What the tool catalog knows of the called tools.
+    pub catalog: CatalogView<'a>,
     /// The request's time.
     pub now: UnixTime,
 }
@@ -153,6 +165,13 @@ impl PolicyInput<'_> {
         }
         if let Some(v) = m.name() {
             e.push(("name", s(v)));
+        }
+        if let Some((_, definition)) = m.tool.as_deref().and_then(|t| self.catalog.definitions.iter().find(|(name, _)| name == t)) {
+            // A shared reference to the view the catalog prepared, not a copy.
+            e.push(("tool_definition", definition.clone()));
+        }
+        if self.catalog.is_listing {
+            e.push(("listing", Value::from(true)));
         }
         self.transport(&mut e);
         Ok(obj(e))

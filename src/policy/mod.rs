@@ -27,7 +27,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use regorus::{Engine, Value};
 
-pub use input::{AgentView, PolicyInput, RequestView, TokenView};
+pub use input::{AgentView, CatalogView, PolicyInput, RequestView, TokenView};
 pub use load::{LoadError, Source};
 pub use portcullis_wire::rego_value::ConvertError;
 pub use reload::ReloadTrigger;

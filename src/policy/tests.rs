@@ -48,6 +48,7 @@ fn decide_with(p: &Policy, mcp: &McpRequest, agent: Option<AgentView<'_>>, token
         agent,
         token,
         mcp,
+        catalog: Default::default(),
         now: UnixTime(Duration::from_secs(1_784_980_800)),
     };
     p.decide(&input)

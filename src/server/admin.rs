@@ -69,7 +69,10 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<ResponseBod
             // Off by default (see `upstream.health_check`): can the backend be reached at all?
             let upstream = if shared.config.upstream.health_check { Some(probe_upstream(&shared.config.upstream).await) } else { None };
             let upstream_down = upstream.as_ref().is_some_and(Result::is_err);
-            let status = if upstream_down { StatusCode::SERVICE_UNAVAILABLE } else { status };
+            // A stale catalog keeps serving; only one that calls are refused for want of is unready.
+            let catalog = shared.stages.catalog.as_ref().map(|c| c.readiness(shared.stages.catalog_fails_closed));
+            let catalog_down = catalog.as_ref().is_some_and(|c| !c.is_ready);
+            let status = if upstream_down || catalog_down { StatusCode::SERVICE_UNAVAILABLE } else { status };
             let upstream = match upstream {
                 None => "not_checked".to_owned(),
                 Some(Ok(())) => "ok".to_owned(),
@@ -79,9 +82,15 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<ResponseBod
             let mode: serde_json::Map<String, serde_json::Value> =
                 crate::config::Group::ALL.iter().map(|g| (g.as_str().to_owned(), modes.of(*g).as_str().into())).collect();
             let body = serde_json::json!({
-                "ready": !shutting_down && !upstream_down,
+                "ready": !shutting_down && !upstream_down && !catalog_down,
                 "mode": mode,
-                "checks": {"listener": if shutting_down { "shutting_down" } else { "ok" }, "state": state, "policy": policy, "upstream": upstream},
+                "checks": {
+                    "listener": if shutting_down { "shutting_down" } else { "ok" },
+                    "state": state,
+                    "policy": policy,
+                    "upstream": upstream,
+                    "catalog": catalog.map_or_else(|| serde_json::json!("not_configured"), |c| c.detail),
+                },
             });
             json_response(status, &body, Vec::new())
         }

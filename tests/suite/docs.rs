@@ -175,7 +175,7 @@ fn each_documented_key_alone_is_accepted_by_the_config() {
 fn troubleshooting_covers_every_refusal_code() {
     let table = read("docs/troubleshooting.md");
     let mut codes = BTreeSet::new();
-    for file in ["src/denial.rs", "src/decision.rs", "crates/wire/src/mcp.rs", "src/idempotency/mod.rs"] {
+    for file in ["src/denial.rs", "src/decision.rs", "crates/wire/src/mcp.rs", "src/idempotency/mod.rs", "src/catalog/mod.rs"] {
         let source = read(file);
         for block in source.split("pub fn code(&self) -> &'static str {").skip(1) {
             let body = block.split("\n    }\n").next().unwrap();

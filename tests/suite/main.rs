@@ -11,6 +11,7 @@ mod common;
 mod admin;
 mod admission;
 mod attacks;
+mod catalog;
 mod cli;
 mod client;
 mod content_digest;

@@ -8,6 +8,7 @@
 //! - [`issuer`] and [`keys`]: an OAuth authorization server over HTTPS (RFC 8414 metadata,
 //!   JWKS, RFC 7662 introspection) and its RSA, EC and Ed25519 signing keys.
 //! - [`upstream`]: a recording MCP-like upstream for the gateway's tests.
+//! - [`tool_server`]: an MCP server whose tools a test changes while the gateway runs.
 //! - [`backend`]: the example MCP server of the demo, the compose file and the load bench.
 //! - [`redis`]: a real `redis-server` child process.
 //!
@@ -22,6 +23,7 @@ pub mod issuer;
 pub mod keys;
 pub mod pki;
 pub mod redis;
+pub mod tool_server;
 pub mod upstream;
 
 use std::convert::Infallible;
