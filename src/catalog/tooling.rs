@@ -7,8 +7,11 @@ use super::fetch::{Fetched, Fetcher};
 use super::pins::{self, Drift, Pins};
 use crate::config::Config;
 
-/// The fetched tools with their digests: name, definition, digest.
-fn digested(fetched: &Fetched) -> Result<Vec<(String, serde_json::Map<String, serde_json::Value>, String)>, String> {
+/// A fetched tool: name, definition, digest.
+type Digested = (String, serde_json::Map<String, serde_json::Value>, String);
+
+/// The fetched tools with their digests.
+fn digested(fetched: &Fetched) -> Result<Vec<Digested>, String> {
     fetched
         .tools
         .iter()

@@ -125,7 +125,7 @@ pub fn tools_page(mut result: Map<String, Value>) -> Result<ToolsPage, AnswerErr
         let Value::Object(tool) = item else {
             return Err(AnswerError::Malformed(format!("tools[{i}] is not an object")));
         };
-        if !tool.get("name").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) {
+        if tool.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
             return Err(AnswerError::Malformed(format!("tools[{i}] has no name")));
         }
         tools.push(tool);
