@@ -215,12 +215,13 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             rt.block_on(async move {
+                let stop = portcullis::server::shutdown_signal();
                 match portcullis_test_support::backend::Backend::start(addr).await {
                     Ok(b) => {
                         eprintln!("example MCP backend listening on http://{}/mcp", b.addr);
                         tokio::select! {
                             () = b.wait() => {},
-                            () = portcullis::server::shutdown_signal() => {},
+                            () = stop => {},
                         }
                         ExitCode::SUCCESS
                     }
@@ -305,9 +306,10 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             rt.block_on(async move {
+                let stop = portcullis::server::shutdown_signal();
                 match portcullis::server::start(config).await {
                     Ok(running) => {
-                        running.run_until(portcullis::server::shutdown_signal()).await;
+                        running.run_until(stop).await;
                         ExitCode::SUCCESS
                     }
                     Err(e) => {

@@ -49,9 +49,11 @@ pub async fn run(args: &DemoArgs) -> Result<bool, DemoError> {
         demo.shutdown().await;
         return Ok(ok);
     }
+    // Before the commands are printed: a ctrl-c right after them stops the demo cleanly.
+    let stop = crate::server::shutdown_signal();
     let bin = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "portcullis".to_owned());
     println!("\n{}", demo.try_it(&bin));
-    crate::server::shutdown_signal().await;
+    stop.await;
     println!("stopping");
     demo.shutdown().await;
     Ok(ok)
