@@ -5,6 +5,8 @@
 //!
 //! The traits use `async-trait` so stores can be held as `Arc<dyn …>` and chosen by config.
 
+pub mod approval;
+mod approval_redis;
 pub mod journal;
 mod journal_redis;
 pub mod quota;
@@ -15,6 +17,7 @@ pub mod session;
 use std::sync::Arc;
 
 use crate::config::{FieldError, StateSettings, Store};
+use approval::{ApprovalStore, MemoryApprovalStore};
 use quota::{MemoryQuotaStore, QuotaStore};
 use redis::{RedisSettings, RedisStore};
 use replay::{MemoryReplayStore, ReplayStore};
@@ -29,6 +32,8 @@ pub struct Stores {
     pub quota: Arc<dyn QuotaStore>,
     /// Decision 9: which identity owns each `Mcp-Session-Id`.
     pub session: Arc<dyn SessionStore>,
+    /// Human approval records.
+    pub approval: Arc<dyn ApprovalStore>,
     /// The shared Redis, when `state.store` names one (for readiness and metrics).
     pub redis: Option<Arc<RedisStore>>,
 }
@@ -52,6 +57,7 @@ impl Stores {
                     replay: Arc::new(MemoryReplayStore::new(cfg.max_replay_entries)),
                     quota: Arc::new(MemoryQuotaStore::new(cfg.max_quota_keys)),
                     session: Arc::new(MemorySessionStore::new(cfg.max_sessions)),
+                    approval: Arc::new(MemoryApprovalStore::new(approval::MAX_MEMORY_RECORDS)),
                     redis: None,
                 })
             }
@@ -69,7 +75,7 @@ impl Stores {
         })
         .map(Arc::new)
         .map_err(|e| FieldError::new("state.store", e))?;
-        Ok(Stores { replay: redis.clone(), quota: redis.clone(), session: redis.clone(), redis: Some(redis) })
+        Ok(Stores { replay: redis.clone(), quota: redis.clone(), session: redis.clone(), approval: redis.clone(), redis: Some(redis) })
     }
 }
 

@@ -1,0 +1,149 @@
+//! Approval records on Redis: one hash per binding (`prefix + "approval:" + binding key`, fields
+//! `state`, `code`, `exp`, `by`, `rec`) and one string per code pointing at it
+//! (`prefix + "approval-code:" + SHA-256(code)`). Every operation is one Lua script, so an
+//! approval is consumed once across every instance sharing the Redis. Both keys carry the
+//! link's lifetime as TTL, so Redis memory stays bounded.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use sha2::{Digest, Sha256};
+
+use super::approval::{ApprovalRecord, ApprovalStore, Ask, BindingKey, Choice};
+use super::redis::RedisStore;
+use super::StoreError;
+use portcullis_wire::UnixTime;
+
+/// ASK: KEYS[1] = binding, KEYS[2] = the fresh code's key; ARGV[1] = fresh code, ARGV[2] =
+/// fresh record, ARGV[3] = its expiry (unix s), ARGV[4] = lifetime in ms, ARGV[5] = now (unix s).
+/// Returns {"pending", rec} | {"denied", rec} | {"approved", rec, by} (consumed) | {"issued"}.
+const ASK_LUA: &str = r"
+local f = redis.call('HMGET', KEYS[1], 'state', 'exp', 'rec', 'by')
+if f[1] and tonumber(f[2]) > tonumber(ARGV[5]) then
+  if f[1] == 'pending' or f[1] == 'denied' then return {f[1], f[3]} end
+  if f[1] == 'approved' then
+    redis.call('DEL', KEYS[1])
+    return {'approved', f[3], f[4]}
+  end
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'state', 'pending', 'code', ARGV[1], 'exp', ARGV[3], 'rec', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('SET', KEYS[2], KEYS[1], 'PX', ARGV[4])
+return {'issued'}
+";
+
+/// PENDING: KEYS[1] = the code's key; ARGV[1] = code, ARGV[2] = now. The record, or nil.
+const PENDING_LUA: &str = r"
+local b = redis.call('GET', KEYS[1])
+if not b then return false end
+local f = redis.call('HMGET', b, 'state', 'code', 'exp', 'rec')
+if f[1] ~= 'pending' or f[2] ~= ARGV[1] or tonumber(f[3]) <= tonumber(ARGV[2]) then return false end
+return f[4]
+";
+
+/// DECIDE: KEYS[1] = the code's key; ARGV[1] = code, ARGV[2] = now, ARGV[3] = new state,
+/// ARGV[4] = the approver. 1 = decided, 0 = not pending (any longer).
+const DECIDE_LUA: &str = r"
+local b = redis.call('GET', KEYS[1])
+if not b then return 0 end
+local f = redis.call('HMGET', b, 'state', 'code', 'exp')
+if f[1] ~= 'pending' or f[2] ~= ARGV[1] or tonumber(f[3]) <= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', b, 'state', ARGV[3], 'by', ARGV[4])
+return 1
+";
+
+fn script(cell: &'static std::sync::OnceLock<redis::Script>, lua: &str) -> &'static redis::Script {
+    cell.get_or_init(|| redis::Script::new(lua))
+}
+
+impl RedisStore {
+    fn code_key(&self, code: &str) -> String {
+        self.key("approval-code", &URL_SAFE_NO_PAD.encode(Sha256::digest(code.as_bytes())))
+    }
+
+    fn record_of(&self, json: &str) -> Result<ApprovalRecord, StoreError> {
+        serde_json::from_str(json).map_err(|e| StoreError::Unavailable { store: self.label().to_owned(), reason: format!("unreadable approval record: {e}") })
+    }
+}
+
+#[async_trait::async_trait]
+impl ApprovalStore for RedisStore {
+    async fn ask(&self, binding: &BindingKey, fresh: &ApprovalRecord, now: UnixTime) -> Result<Ask, StoreError> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let json = serde_json::to_string(fresh).map_err(|e| StoreError::Unavailable { store: self.label().to_owned(), reason: e.to_string() })?;
+        let ttl_ms = fresh.expires.saturating_sub(now.secs()).max(1) * 1_000;
+        let mut inv = script(&SCRIPT, ASK_LUA).key(self.key("approval", binding.as_str()));
+        inv.key(self.code_key(&fresh.code)).arg(&fresh.code).arg(json).arg(fresh.expires).arg(ttl_ms).arg(now.secs());
+        let reply: Vec<String> = self.script(&inv).await?;
+        match reply.as_slice() {
+            [s] if s == "issued" => Ok(Ask::Issued),
+            [s, rec] if s == "pending" => Ok(Ask::Pending(self.record_of(rec)?)),
+            [s, rec] if s == "denied" => Ok(Ask::Denied(self.record_of(rec)?)),
+            [s, rec, by] if s == "approved" => Ok(Ask::Approved { record: self.record_of(rec)?, approved_by: by.clone() }),
+            other => {
+                Err(StoreError::Unavailable { store: self.label().to_owned(), reason: format!("unexpected approval script reply ({} items)", other.len()) })
+            }
+        }
+    }
+
+    async fn pending(&self, code: &str, now: UnixTime) -> Result<Option<ApprovalRecord>, StoreError> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let mut inv = script(&SCRIPT, PENDING_LUA).key(self.code_key(code));
+        inv.arg(code).arg(now.secs());
+        let rec: Option<String> = self.script(&inv).await?;
+        rec.map(|r| self.record_of(&r)).transpose()
+    }
+
+    async fn decide(&self, code: &str, choice: Choice, by: &str, now: UnixTime) -> Result<bool, StoreError> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let mut inv = script(&SCRIPT, DECIDE_LUA).key(self.code_key(code));
+        inv.arg(code).arg(now.secs()).arg(choice.as_str()).arg(by);
+        Ok(self.script::<i64>(&inv).await? == 1)
+    }
+}
+
+/// The approval contract against a real redis-server on loopback.
+#[cfg(test)]
+mod contract_tests {
+    use std::sync::Arc;
+
+    use super::super::redis::contract_tests::store_with_prefix;
+    use super::super::redis::redis_server;
+    use super::*;
+    use crate::state::approval::contract;
+
+    #[tokio::test]
+    async fn redis_store_meets_the_approval_contract() {
+        let server = redis_server::RedisServer::start();
+        let s = store_with_prefix(&server, &format!("approval-contract-{}:", uuid::Uuid::new_v4()));
+        contract::a_binding_has_one_link_and_is_consumed_once(s.as_ref()).await;
+        contract::denied_refuses_and_expired_is_dead(s.as_ref()).await;
+        contract::concurrent_retries_consume_once(s).await;
+    }
+
+    #[tokio::test]
+    async fn two_stores_on_one_redis_consume_an_approval_once() {
+        let server = redis_server::RedisServer::start();
+        let prefix = format!("approval-two-{}:", uuid::Uuid::new_v4());
+        let (a, b) = (store_with_prefix(&server, &prefix), store_with_prefix(&server, &prefix));
+        let now = UnixTime::now();
+        let binding = BindingKey::new("user-1842", "https://agent.example", "00");
+        let r = contract::record("shared-code", now.secs() + 60);
+        assert_eq!(a.ask(&binding, &r, now).await.unwrap(), Ask::Issued);
+        assert_eq!(b.pending("shared-code", now).await.unwrap(), Some(r.clone()), "B sees A's link");
+        assert!(b.decide("shared-code", Choice::Approve, "user-1842", now).await.unwrap());
+        let mut tasks = Vec::new();
+        for i in 0..50 {
+            let s: Arc<dyn ApprovalStore> = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let binding = binding.clone();
+            tasks.push(tokio::spawn(async move { s.ask(&binding, &contract::record(&format!("n{i}"), now.secs() + 60), now).await.unwrap() }));
+        }
+        let mut approved = 0;
+        for t in tasks {
+            approved += usize::from(matches!(t.await.unwrap(), Ask::Approved { .. }));
+        }
+        assert_eq!(approved, 1);
+        let ttl: i64 = a.query(redis::cmd("PTTL").arg(a.key("approval", binding.as_str()))).await.unwrap();
+        assert!(ttl > 0, "records carry a TTL: {ttl}");
+    }
+}
