@@ -14,12 +14,14 @@ use std::time::Duration;
 use serde::Deserialize;
 use url::Url;
 
+mod approvals;
 mod modes;
 mod raw;
 mod sections;
 mod tools;
 mod units;
 
+pub use approvals::{Approvals, MIN_STATE_KEY};
 pub use modes::{Group, Modes, RawMode};
 pub use portcullis_wire::time::parse_duration;
 pub use raw::*;
@@ -133,6 +135,8 @@ pub struct Config {
     pub idempotency: RawIdempotency,
     /// The tool catalog.
     pub tools: Tools,
+    /// Human approval links.
+    pub approvals: Approvals,
     /// Admin listener address.
     pub admin: Option<SocketAddr>,
     /// Decision log target.
@@ -392,9 +396,17 @@ impl Config {
         let state = StateSettings::from_raw(raw.state, ctx).map_err(|e| errs.extend(e));
         let mode = Modes::try_from(raw.mode).map_err(|e| errs.extend(e));
         let tools = Tools::from_raw(raw.tools, ctx).map_err(|e| errs.extend(e));
+        let approvals = Approvals::from_raw(
+            raw.approvals,
+            base_dir,
+            public_url.as_ref().ok(),
+            oauth.as_ref().is_ok_and(|o| o.issuer.is_some()),
+            state.as_ref().is_ok_and(|s| matches!(s.store, Store::Redis(_))),
+        )
+        .map_err(|e| errs.extend(e));
 
-        match (listen_addr, public_url, tls, upstream_url, admin, signatures, oauth, policy, state, mode, tools) {
-            (Ok(addr), Ok(public_url), Ok(tls), Ok(url), Ok(admin), Ok(signatures), Ok(oauth), Ok(policy), Ok(state), Ok(mode), Ok(tools))
+        match (listen_addr, public_url, tls, upstream_url, admin, signatures, oauth, policy, state, mode, tools, approvals) {
+            (Ok(addr), Ok(public_url), Ok(tls), Ok(url), Ok(admin), Ok(signatures), Ok(oauth), Ok(policy), Ok(state), Ok(mode), Ok(tools), Ok(approvals))
                 if errs.is_empty() =>
             {
                 Ok(Config {
@@ -430,6 +442,7 @@ impl Config {
                     state,
                     idempotency: raw.idempotency,
                     tools,
+                    approvals,
                     admin,
                     log: Log { decisions, level: raw.log.level, otlp_endpoint: raw.log.otlp_endpoint },
                     origin: origin.to_owned(),

@@ -52,6 +52,9 @@ pub struct RawConfig {
     /// `[tools]`
     #[serde(default)]
     pub tools: RawTools,
+    /// `[approvals]`
+    #[serde(default)]
+    pub approvals: RawApprovals,
 }
 
 /// A string or a list of strings.
@@ -556,6 +559,42 @@ impl Default for RawTools {
             max_tools: 1000,
             max_bytes: ByteSize(4 << 20),
             max_pages: 100,
+        }
+    }
+}
+
+/// `[approvals]` (human approval links, docs/approvals.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawApprovals {
+    /// Serve approval links. Off, a decision that asks for approval is refused (403
+    /// `human_approval_required`).
+    pub enabled: bool,
+    /// Where the approval pages live on the public listener (`{path}/{code}`, `{path}/callback`).
+    pub path: String,
+    /// How long a link stays usable.
+    pub ttl: HumanDuration,
+    /// The approver's login may be at most this old (OIDC `auth_time`), else they log in again.
+    pub max_login_age: HumanDuration,
+    /// The gateway's OpenID Connect client id at `oauth.issuer`.
+    pub client_id: String,
+    /// A file holding the client secret; without it the gateway is a public client (PKCE only).
+    pub client_secret_file: Option<PathBuf>,
+    /// A file holding at least 32 bytes of key for cookies, CSRF tokens and `requestState`;
+    /// without it a key is generated at start (one instance only).
+    pub state_key_file: Option<PathBuf>,
+}
+
+impl Default for RawApprovals {
+    fn default() -> Self {
+        RawApprovals {
+            enabled: false,
+            path: "/portcullis/approvals".to_owned(),
+            ttl: HumanDuration(Duration::from_secs(30 * 60)),
+            max_login_age: HumanDuration(Duration::from_secs(15 * 60)),
+            client_id: "portcullis".to_owned(),
+            client_secret_file: None,
+            state_key_file: None,
         }
     }
 }

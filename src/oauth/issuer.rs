@@ -33,7 +33,7 @@ pub(crate) enum FetchError {
 }
 
 impl FetchError {
-    fn reason(&self) -> &str {
+    pub(crate) fn reason(&self) -> &str {
         match self {
             FetchError::Unreachable(r) | FetchError::Refused(r) => r,
         }
@@ -68,6 +68,12 @@ impl IssuerClient {
     /// POSTs a form to `url` with HTTP Basic client credentials (RFC 7662 §2.1).
     pub(crate) async fn post_form(&self, url: &Url, user: &str, password: &str, form: &[(&str, &str)]) -> Result<Fetched, FetchError> {
         let req = self.client.post(url.clone()).header(http::header::ACCEPT, "application/json").basic_auth(user, Some(password)).form(form);
+        read(req, url).await
+    }
+
+    /// POSTs a form to `url` as a public client (the client id is in the form).
+    pub(crate) async fn post_form_public(&self, url: &Url, form: &[(&str, &str)]) -> Result<Fetched, FetchError> {
+        let req = self.client.post(url.clone()).header(http::header::ACCEPT, "application/json").form(form);
         read(req, url).await
     }
 

@@ -17,6 +17,7 @@
 mod introspection;
 mod issuer;
 mod jwks;
+pub mod relying_party;
 mod token;
 
 use std::sync::Arc;

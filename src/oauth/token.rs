@@ -47,11 +47,26 @@ pub(crate) struct Jwt<'a> {
     claims: Map<String, Value>,
 }
 
+impl Jwt<'_> {
+    /// The claims, to be believed only after [`verify_signature`] passed.
+    pub(crate) fn into_claims(self) -> Map<String, Value> {
+        self.claims
+    }
+}
+
 /// Decodes the header and claims and applies the header rules (`jose::decode`). Nothing
 /// here trusts the token: the signature is checked by [`verify_signature`] before the claims
 /// are believed.
 pub(crate) fn decode(token: &str) -> Result<Jwt<'_>, TokenError> {
-    let jws = jose::decode(token)?;
+    jwt_of(jose::decode(token)?)
+}
+
+/// [`decode`] for an OpenID Connect ID token (`typ` absent or `JWT`).
+pub(crate) fn decode_id_token(token: &str) -> Result<Jwt<'_>, TokenError> {
+    jwt_of(jose::decode_id_token(token)?)
+}
+
+fn jwt_of(jws: jose::Jws<'_>) -> Result<Jwt<'_>, TokenError> {
     let alg = match jws.alg {
         Alg::Rs256 => Algorithm::RS256,
         Alg::Ps256 => Algorithm::PS256,

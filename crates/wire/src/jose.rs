@@ -134,6 +134,16 @@ pub fn looks_like_jwt(token: &str) -> bool {
 /// documented: length, shape, header, `typ`, `alg`, `crit`, claims. Nothing here trusts the
 /// token: the caller checks the signature over [`Jws::signing_input`] before believing a claim.
 pub fn decode(token: &str) -> Result<Jws<'_>, CompactError> {
+    decode_typed(token, |typ| typ.eq_ignore_ascii_case("at+jwt") || typ.eq_ignore_ascii_case("application/at+jwt"))
+}
+
+/// [`decode`] for an OpenID Connect ID token: `typ` absent or `JWT` (OIDC Core §2 sets none;
+/// an access token's `at+jwt` is refused, so one kind of token never passes for the other).
+pub fn decode_id_token(token: &str) -> Result<Jws<'_>, CompactError> {
+    decode_typed(token, |typ| typ.is_empty() || typ.eq_ignore_ascii_case("JWT"))
+}
+
+fn decode_typed(token: &str, is_accepted_typ: impl Fn(&str) -> bool) -> Result<Jws<'_>, CompactError> {
     if token.len() > MAX_TOKEN_LEN {
         return Err(CompactError::TooLong);
     }
@@ -149,7 +159,7 @@ pub fn decode(token: &str) -> Result<Jws<'_>, CompactError> {
     serde_json::from_slice::<Map<String, Value>>(&header_json).map_err(|e| CompactError::NotJoseHeader(header_problem(&header_json, &e)))?;
     // RFC 9068 §4: the resource server MUST check `typ`; media types are case-insensitive.
     let typ = header.typ.as_deref().unwrap_or("");
-    if !typ.eq_ignore_ascii_case("at+jwt") && !typ.eq_ignore_ascii_case("application/at+jwt") {
+    if !is_accepted_typ(typ) {
         return Err(CompactError::WrongType { typ: typ.to_owned() });
     }
     let alg = accepted_algorithm(&header.alg)?;
