@@ -140,6 +140,8 @@ pub enum Outcome {
     Deny,
     /// Forwarded in monitor mode although a stage refused it.
     WouldDeny,
+    /// Answered with an approval link: the call waits for a person.
+    ApprovalRequired,
 }
 
 impl Outcome {
@@ -149,6 +151,7 @@ impl Outcome {
             Outcome::Allow => "allow",
             Outcome::Deny => "deny",
             Outcome::WouldDeny => "would_deny",
+            Outcome::ApprovalRequired => "approval_required",
         }
     }
 }
@@ -220,6 +223,7 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         // A catalog can come back with the next fetch (tools.refresh).
         Denial::Catalog(crate::catalog::CatalogError::Unavailable) => headers.push((RETRY_AFTER, "1".to_owned())),
         Denial::Catalog(_) => {}
+        Denial::ApprovalRequired(_) | Denial::HumanApprovalRequired(_) | Denial::ApprovalDenied | Denial::ApprovalUnavailable => {}
         Denial::BodyTooLarge { .. }
         | Denial::BodyTimeout { .. }
         | Denial::BodyUnreadable(_)
@@ -258,6 +262,8 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
                 "data": {"error": denial.code(), "reason": denial.reason(), "request_id": request_id},
             },
         }),
+        // MCP URL elicitation (2025-11-25): the client shows the link and retries the call.
+        Denial::ApprovalRequired(link) => link.answer(request_id),
         _ => serde_json::json!({
             "error": denial.code(),
             "reason": denial.reason(),

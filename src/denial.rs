@@ -7,6 +7,7 @@ use std::time::Duration;
 use http::StatusCode;
 
 use crate::catalog::CatalogError;
+use crate::approval::{ApprovalError, Link};
 use crate::directory::DirectoryError;
 use crate::idempotency::IdempotencyError;
 use crate::oauth::TokenError;
@@ -101,6 +102,21 @@ pub enum Denial {
         /// The policy's `reason`.
         reason: String,
     },
+    /// The policy allowed the call once a person approves it, and a link was issued (or the
+    /// pending one is still live). A protocol answer, not a failure: HTTP 200 with the MCP
+    /// shape of the client's version; the decision log's outcome is `approval_required`.
+    #[error("{}", .0.message)]
+    ApprovalRequired(Box<Link>),
+    /// Approval was asked where it cannot be carried (another method, a batch, approvals off),
+    /// or, in monitor mode, would have been asked.
+    #[error("{0}")]
+    HumanApprovalRequired(String),
+    /// The person asked to approve the call denied it.
+    #[error("the person asked to approve this call denied it")]
+    ApprovalDenied,
+    /// The call needs approval but no verified user can be asked.
+    #[error("this call needs a person's approval, but the request carries no verified user to ask")]
+    ApprovalUnavailable,
     /// A quota or rate limit the decision named is spent (stage 10).
     #[error("rate limit exceeded, retry after {}s", retry_after_secs(*.retry_after))]
     RateLimited {
@@ -157,6 +173,10 @@ impl Denial {
             Denial::Policy(_) => "agent_access_denied",
             Denial::InsufficientScope { .. } => "insufficient_scope",
             Denial::AccessDenied { .. } => "agent_access_denied",
+            Denial::ApprovalRequired(_) => "approval_required",
+            Denial::HumanApprovalRequired(_) => "human_approval_required",
+            Denial::ApprovalDenied => "approval_denied",
+            Denial::ApprovalUnavailable => "approval_unavailable",
             Denial::RateLimited { .. } => "rate_limit_exceeded",
             Denial::SessionNotFound(_) => "session_not_found",
             Denial::SessionConflict(_) => "session_conflict",
@@ -180,7 +200,14 @@ impl Denial {
             | Denial::ReplayedSignature
             | Denial::OAuthRequired
             | Denial::InvalidToken(_) => StatusCode::UNAUTHORIZED,
-            Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } | Denial::Policy(_) => StatusCode::FORBIDDEN,
+            Denial::InsufficientScope { .. }
+            | Denial::AccessDenied { .. }
+            | Denial::Policy(_)
+            | Denial::HumanApprovalRequired(_)
+            | Denial::ApprovalDenied
+            | Denial::ApprovalUnavailable => StatusCode::FORBIDDEN,
+            // MCP URL elicitation: the answer is a JSON-RPC message real clients must read.
+            Denial::ApprovalRequired(_) => StatusCode::OK,
             Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Denial::SessionNotFound(_) => StatusCode::NOT_FOUND,
             Denial::SessionConflict(_) => StatusCode::BAD_GATEWAY,
@@ -205,6 +232,19 @@ impl Denial {
             // The evaluation error is for the operator's log, not the client.
             Denial::Policy(_) => "policy_error".to_owned(),
             other => other.to_string(),
+        }
+    }
+}
+
+impl From<ApprovalError> for Denial {
+    fn from(e: ApprovalError) -> Denial {
+        match e {
+            ApprovalError::Required(link) => Denial::ApprovalRequired(link),
+            ApprovalError::NotPossible(reason) => Denial::HumanApprovalRequired(reason),
+            ApprovalError::Unavailable => Denial::ApprovalUnavailable,
+            ApprovalError::Denied => Denial::ApprovalDenied,
+            // Fail closed, naming the store: no approval is vouched for without a record.
+            ApprovalError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
         }
     }
 }

@@ -27,6 +27,8 @@ pub struct Evidence {
     pub quota_exhausted: Option<String>,
     /// The idempotency journal's claim: this call's reservation, or the answer to replay.
     pub idempotency: Option<crate::idempotency::Claim>,
+    /// The approval this request consumed, when the policy asked for one.
+    pub approval: Option<crate::approval::ApprovalUse>,
 }
 
 /// What the decision log says about the policy decision.

@@ -12,6 +12,7 @@
 //!     -> telemetry: one decision-log line + per-stage latency, for every request
 //! ```
 
+pub mod approval;
 pub mod call_digest;
 pub mod catalog;
 pub mod config;

@@ -139,6 +139,8 @@ pub struct Stages {
     /// Calls are refused while there is no catalog (`tools.unpinned = "deny"`, the policy
     /// group enforcing): `/readyz` says not ready meanwhile.
     pub catalog_fails_closed: bool,
+    /// Human approval (public for the approval pages the server serves).
+    pub approvals: crate::approval::Approvals,
     /// `mode`: where judging stops (at the first refusal of a group in enforce mode).
     modes: Modes,
 }
@@ -159,7 +161,11 @@ impl Stages {
         } else {
             Ok(None)
         };
-        let (Ok(directory), Ok(stores), Ok(policy), Ok(catalog), true) = (directory, stores, policy, catalog, errors.is_empty()) else {
+        let approvals = match &stores {
+            Ok(s) => crate::approval::Approvals::new(&config.approvals, &config.oauth, s.approval.clone()).map_err(|e| errors.push(e)),
+            Err(()) => Err(()),
+        };
+        let (Ok(directory), Ok(stores), Ok(policy), Ok(catalog), Ok(approvals), true) = (directory, stores, policy, catalog, approvals, errors.is_empty()) else {
             return Err(ConfigError::Invalid { origin: config.origin.clone(), errors });
         };
         Ok(Stages {
@@ -177,6 +183,7 @@ impl Stages {
             idempotency: crate::idempotency::Idempotency::new(&config.idempotency, &stores),
             catalog,
             catalog_fails_closed: config.tools.unpinned == crate::config::Unpinned::Deny && config.mode.is_enforcing(Group::Policy),
+            approvals,
             stores,
             modes: config.mode,
         })
@@ -286,7 +293,21 @@ async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
         authorize(req, stages, seen, timings)
     };
     // A denial wins: the quotas and journal a denied call names are not used.
-    let Some((quotas, key_use)) = judge.judge(FindingStage::Policy, authorized)? else { return Ok(()) };
+    let Some((quotas, key_use, approval)) = judge.judge(FindingStage::Policy, authorized)? else { return Ok(()) };
+    // An allowed call that needs a person's approval waits for it: nothing is spent until the
+    // approved retry is forwarded. In monitor mode no link is issued (a finding, forwarded).
+    if let Some(ask) = approval {
+        let none = McpRequest::default();
+        let call = crate::approval::CallView {
+            mcp: seen.mcp.as_ref().unwrap_or(&none),
+            body: &req.body,
+            sub: seen.token.as_ref().and_then(|t| t.sub()),
+            agent: seen.agent.as_ref().map(|a| a.agent()),
+            keyid: seen.agent.as_ref().map(|a| a.keyid()),
+        };
+        let checked = stages.approvals.check(call, &ask, stages.modes.is_enforcing(Group::Policy), req.now).await;
+        seen.approval = judge.judge(FindingStage::Approval, checked)?;
+    }
     if let Some(key_use) = key_use {
         let caller = crate::idempotency::Caller { sub: seen.token.as_ref().and_then(|t| t.sub()), agent: seen.agent.as_ref().map(|a| a.agent()) };
         let claimed = stages.idempotency.claim(req, caller, seen.mcp.as_ref(), key_use);
@@ -340,7 +361,7 @@ async fn verify_signature(req: &Inbound, stages: &Stages) -> Result<Option<Verif
 
 /// Stage 9: the policy decision, then the scopes it requires. Returns the quotas to spend and
 /// whether the call uses the idempotency journal.
-type Authorized = (Vec<QuotaSpec>, Option<crate::policy::verdict::KeyUse>);
+type Authorized = (Vec<QuotaSpec>, Option<crate::policy::verdict::KeyUse>, Option<crate::policy::verdict::ApprovalAsk>);
 
 fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut StageTimings) -> Result<Authorized, Denial> {
     let started = Instant::now();
@@ -377,7 +398,7 @@ fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
         return Err(Denial::AccessDenied { reason: decided.verdict.reason });
     }
     scopes?;
-    Ok((decided.verdict.quotas, decided.verdict.idempotency))
+    Ok((decided.verdict.quotas, decided.verdict.idempotency, decided.verdict.approval))
 }
 
 /// `required_scopes` against the token: no token at all → 401 `oauth_required`; missing

@@ -165,6 +165,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     }
     // Fetches the tool catalog now and every tools.refresh; stops with the gateway.
     let catalog_refresher = stages.catalog.as_ref().map(|c| AbortOnDrop(c.spawn_refresher()));
+    metrics.register_with(|r| stages.approvals.metrics().register(r));
     if let Some(errors) = stages.state_errors() {
         metrics.register_state(errors);
     }
@@ -303,6 +304,14 @@ impl Shared {
             if let Some(resp) = self.well_known(&req) {
                 return with_request_id(resp, &request_id);
             }
+            // The approval pages: a person's browser, not an agent; outside the pipeline.
+            if self.stages.approvals.serves(req.uri().path()) {
+                let (resp, event) = self.stages.approvals.page(req, now).await;
+                if let Some(event) = event {
+                    self.log_approval_event(&event, wall, &request_id);
+                }
+                return with_request_id(resp, &request_id);
+            }
             let method = req.method().clone();
             let path = req.uri().path().to_owned();
             let (head, body) = req.into_parts();
@@ -373,7 +382,10 @@ impl Shared {
                             let (denial, found, evidence) = refusal.into_parts();
                             seen = evidence;
                             findings = found;
-                            self.refuse(&denial, &request_id)
+                            let (outcome, summary, resp) = self.refuse(&denial, &request_id);
+                            // A link is a protocol answer: the call waits, it was not refused.
+                            let outcome = if matches!(denial, Denial::ApprovalRequired(_)) { Outcome::ApprovalRequired } else { outcome };
+                            (outcome, summary, resp)
                         }
                         Verdict::Forward(fwd) => {
                             findings = fwd.findings().to_vec();
@@ -431,6 +443,8 @@ impl Shared {
                 policy: seen.policy.as_ref().map(|p| p.version.as_str()),
                 quota: seen.quota_exhausted.as_deref(),
                 idempotency,
+                approval_id: seen.approval.as_ref().map(|a| a.id.as_str()),
+                approved_by: seen.approval.as_ref().map(|a| a.approved_by.as_str()),
                 latency_us: Default::default(),
                 total_us: arrived.elapsed().as_micros() as u64,
             }
@@ -441,6 +455,48 @@ impl Shared {
         }
         .instrument(span)
         .await
+    }
+
+    /// The decision-log line for something that happened on an approval page: a wrong user
+    /// (`approval_wrong_user`) or a decision (`approval_approved` / `approval_denied`).
+    fn log_approval_event(&self, event: &crate::approval::page::PageEvent, wall: SystemTime, request_id: &str) {
+        use crate::approval::page::PageEvent;
+        use crate::state::approval::Choice;
+        let (outcome, status, id, sub) = match event {
+            PageEvent::WrongUser { approval_id, login_sub } => ("approval_wrong_user", 403, approval_id, login_sub),
+            PageEvent::Decided { approval_id, choice: Choice::Approve, by } => ("approval_approved", 200, approval_id, by),
+            PageEvent::Decided { approval_id, choice: Choice::Deny, by } => ("approval_denied", 200, approval_id, by),
+        };
+        let record = DecisionRecord {
+            time: rfc3339(wall),
+            request_id,
+            mode: self.config.mode.as_str(),
+            enforcing: self.config.mode.enforcing(),
+            outcome,
+            status,
+            error: None,
+            reason: None,
+            findings: Vec::new(),
+            upstream_error: None,
+            method: "POST",
+            path: &self.config.approvals.path,
+            agent: None,
+            claimed_agent: None,
+            signed: false,
+            keyid: None,
+            sub: Some(sub.as_str()),
+            mcp_method: None,
+            tool: None,
+            rule: None,
+            policy: None,
+            quota: None,
+            idempotency: None,
+            approval_id: Some(id.as_str()),
+            approved_by: matches!(event, PageEvent::Decided { choice: Choice::Approve, .. }).then_some(sub.as_str()),
+            latency_us: Default::default(),
+            total_us: 0,
+        };
+        self.log.write(&record);
     }
 
     /// The refusal response for `denial`, with its log summary (the decision log and the

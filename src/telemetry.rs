@@ -187,6 +187,11 @@ impl Metrics {
         self.registry.register("catalog_drift", "Tool definitions seen drifting from their pin, once per change", m.drift.clone());
     }
 
+    /// Lets a stage register its own metrics (stages below telemetry in the module graph).
+    pub fn register_with(&mut self, register: impl FnOnce(&mut Registry)) {
+        register(&mut self.registry);
+    }
+
     /// Registers the decision log's `portcullis_decision_log_dropped_total`.
     pub fn register_decision_log(&mut self, dropped: Counter) {
         self.registry.register("decision_log_dropped", "Decision log lines dropped because the sink did not keep up (queue full)", dropped);
@@ -351,6 +356,11 @@ pub struct DecisionRecord<'a> {
     /// The idempotency journal: `first`, `replayed`, `would_replay`, `in_flight`, `reused`;
     /// `null` for calls that do not use it.
     pub idempotency: Option<&'static str>,
+    /// The approval this request consumed (`allow`), or the approval an approval-page event
+    /// is about.
+    pub approval_id: Option<&'a str>,
+    /// The approver's `sub`, when an approval was consumed or given.
+    pub approved_by: Option<&'a str>,
     /// Microseconds per stage, in pipeline order.
     pub latency_us: serde_json::Map<String, serde_json::Value>,
     /// Microseconds from arrival to response headers.

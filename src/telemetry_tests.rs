@@ -29,6 +29,8 @@ fn record(request_id: &str) -> DecisionRecord<'_> {
         policy: None,
         quota: None,
         idempotency: None,
+        approval_id: None,
+        approved_by: None,
         latency_us: serde_json::Map::new(),
         total_us: 1,
     }

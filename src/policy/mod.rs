@@ -254,6 +254,9 @@ impl Policy {
                     }
                     m.quotas.extend(v.quotas);
                     m.idempotency = m.idempotency.max(v.idempotency);
+                    if m.approval.is_none() {
+                        m.approval = v.approval;
+                    }
                 }
             }
         }

@@ -23,6 +23,16 @@ pub struct PolicyVerdict {
     pub quotas: Vec<QuotaSpec>,
     /// Whether the call uses the idempotency journal (`"idempotency": {"required": …}`).
     pub idempotency: Option<KeyUse>,
+    /// `"approval": {"message": …}` on an allowing decision: a person must approve this call
+    /// first (docs/approvals.md). Ignored on a denial: a denial always wins.
+    pub approval: Option<ApprovalAsk>,
+}
+
+/// What a decision's `approval` asks the person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalAsk {
+    /// The text shown to the agent's user and on the approval page.
+    pub message: String,
 }
 
 /// What a decision's `idempotency` says about the `Idempotency-Key` header. Ordered so that
@@ -49,6 +59,14 @@ struct RawDecision {
     quotas: Vec<RawQuota>,
     #[serde(default)]
     idempotency: Option<RawKeyUse>,
+    #[serde(default)]
+    approval: Option<RawApproval>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApproval {
+    message: String,
 }
 
 #[derive(Deserialize)]
@@ -95,5 +113,11 @@ pub fn parse(value: &regorus::Value) -> Result<PolicyVerdict, String> {
     }
     let reason = raw.reason.unwrap_or_else(|| if raw.allow { "allowed".to_owned() } else { "denied_by_policy".to_owned() });
     let idempotency = raw.idempotency.map(|i| if i.required { KeyUse::Required } else { KeyUse::Optional });
-    Ok(PolicyVerdict { allow: raw.allow, reason, rule: raw.rule, required_scopes: raw.required_scopes, quotas, idempotency })
+    let approval = match raw.approval {
+        Some(a) if a.message.trim().is_empty() => return Err("approval.message is empty".to_owned()),
+        Some(a) if raw.allow => Some(ApprovalAsk { message: a.message }),
+        // A denial always wins: there is nothing to approve.
+        _ => None,
+    };
+    Ok(PolicyVerdict { allow: raw.allow, reason, rule: raw.rule, required_scopes: raw.required_scopes, quotas, idempotency, approval })
 }

@@ -180,6 +180,8 @@ fn refuse(shared: &Shared, arrival: &Arrival, denial: Result<Denial, BoxError>) 
         policy: None,
         quota: None,
         idempotency: None,
+        approval_id: None,
+        approved_by: None,
         latency_us: Default::default(),
         total_us: arrival.at.elapsed().as_micros() as u64,
     };

@@ -1,0 +1,277 @@
+//! Human approval of risky calls (docs/approvals.md): a policy decision that allows a call
+//! `"approval": {"message": …}` makes the call wait until the user who delegated approves this
+//! exact call on the gateway's own page, after logging in at `oauth.issuer`.
+//!
+//! The stage ([`Approvals::check`]) runs after the policy allowed and before quotas are spent.
+//! Each approval is bound to (token `sub`, agent id, call digest); the agent gets a link (a
+//! 32-byte random code that carries no credential) in the MCP shape its protocol version
+//! expects, and the retry of the same call, once approved, is forwarded exactly once
+//! (`state::approval`). The pages live in [`page`], the OpenID Connect login in `oauth`.
+
+pub mod page;
+pub mod seal;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use serde_json::Value;
+
+use crate::call_digest::CallDigest;
+use crate::config::{self, FieldError};
+use crate::oauth::relying_party::RelyingParty;
+use crate::policy::verdict::ApprovalAsk;
+use crate::state::approval::{ApprovalRecord, ApprovalStore, Ask, BindingKey};
+use crate::state::StoreError;
+use portcullis_wire::mcp::McpRequest;
+use portcullis_wire::UnixTime;
+use seal::Seal;
+
+/// The methods an approval can be asked on (MRTR's three; elsewhere the call is refused).
+pub const APPROVABLE: [&str; 3] = ["tools/call", "resources/read", "prompts/get"];
+
+/// Most characters of arguments stored for the page.
+const MAX_SHOWN_ARGUMENTS: usize = 2_000;
+
+/// JSON-RPC `-32042` URLElicitationRequiredError (MCP 2025-11-25).
+pub const URL_ELICITATION_REQUIRED: i64 = -32042;
+
+/// An approved call that this request consumed: the decision log's `approval_id` and
+/// `approved_by`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalUse {
+    /// The approval's id.
+    pub id: String,
+    /// The approver's `sub`.
+    pub approved_by: String,
+}
+
+/// A link the agent must show its user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    /// The approval's id (`elicitationId`).
+    pub id: String,
+    /// The page's URL.
+    pub url: String,
+    /// The policy's message.
+    pub message: String,
+    /// The JSON-RPC id of the call, echoed in the answer.
+    pub jsonrpc_id: Value,
+}
+
+impl Link {
+    /// The MCP 2025-11-25 answer: a JSON-RPC `-32042` error listing the URL elicitation.
+    pub fn answer(&self, request_id: &str) -> Value {
+        serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": self.jsonrpc_id,
+            "error": {
+                "code": URL_ELICITATION_REQUIRED,
+                "message": "This request requires approval.",
+                "data": {
+                    "elicitations": [{"mode": "url", "elicitationId": self.id, "url": self.url, "message": self.message}],
+                    "request_id": request_id,
+                },
+            },
+        })
+    }
+}
+
+/// Why a call that needs approval is not forwarded (now).
+#[derive(Debug, thiserror::Error)]
+pub enum ApprovalError {
+    /// A link was issued (or the pending one is still live): a protocol answer, HTTP 200.
+    #[error("a person must approve this call: {}", .0.message)]
+    Required(Box<Link>),
+    /// Approval cannot be asked here: another method, a batch, approvals off (403
+    /// `human_approval_required`); in monitor mode every call that needs approval.
+    #[error("{0}")]
+    NotPossible(String),
+    /// No verified user to ask (403 `approval_unavailable`).
+    #[error("this call needs a person's approval, but the request carries no verified user to ask")]
+    Unavailable,
+    /// The person denied this call (403 `approval_denied`).
+    #[error("the person asked to approve this call denied it")]
+    Denied,
+    /// The approval store could not answer (503, fail closed).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Counters: links issued, decisions on the page, approvals consumed.
+#[derive(Debug, Clone, Default)]
+pub struct ApprovalMetrics {
+    /// `portcullis_approval_links_issued_total`.
+    pub links_issued: Counter,
+    /// `portcullis_approval_decisions_total{decision}`: approve, deny, wrong_user, expired.
+    pub decisions: Family<Vec<(String, String)>, Counter>,
+    /// `portcullis_approval_consumptions_total`.
+    pub consumptions: Counter,
+}
+
+impl ApprovalMetrics {
+    /// Registers the counters.
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register("approval_links_issued", "Approval links issued to agents", self.links_issued.clone());
+        registry.register("approval_decisions", "Approval page outcomes (approve, deny, wrong_user, expired)", self.decisions.clone());
+        registry.register("approval_consumptions", "Approved calls forwarded (each approval once)", self.consumptions.clone());
+    }
+
+    fn decision(&self, what: &str) {
+        self.decisions.get_or_create(&vec![("decision".to_owned(), what.to_owned())]).inc();
+    }
+}
+
+/// What the stage needs to know about the call.
+#[derive(Debug, Clone, Copy)]
+pub struct CallView<'a> {
+    /// The parsed request.
+    pub mcp: &'a McpRequest,
+    /// The raw body (the call digest is computed from it).
+    pub body: &'a Bytes,
+    /// The verified token's `sub`.
+    pub sub: Option<&'a str>,
+    /// The verified agent id.
+    pub agent: Option<&'a str>,
+    /// The verified keyid.
+    pub keyid: Option<&'a str>,
+}
+
+/// The approval stage and pages, built from `[approvals]`.
+pub struct Approvals {
+    settings: config::Approvals,
+    store: Arc<dyn ApprovalStore>,
+    seal: Seal,
+    login: Option<RelyingParty>,
+    metrics: ApprovalMetrics,
+}
+
+impl std::fmt::Debug for Approvals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Approvals").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+impl Approvals {
+    /// Builds the stage; the login is only built when approvals are enabled.
+    pub fn new(settings: &config::Approvals, oauth: &config::OAuth, store: Arc<dyn ApprovalStore>) -> Result<Approvals, FieldError> {
+        let login = if settings.enabled { Some(RelyingParty::new(oauth, &settings.client_id, settings.client_secret.clone())?) } else { None };
+        Ok(Approvals { seal: Seal::new(settings.state_key.as_ref()), settings: settings.clone(), store, login, metrics: ApprovalMetrics::default() })
+    }
+
+    /// The counters, to register with the metrics.
+    pub fn metrics(&self) -> &ApprovalMetrics {
+        &self.metrics
+    }
+
+    /// Whether `path` is one of the approval pages.
+    pub fn serves(&self, path: &str) -> bool {
+        self.settings.enabled && path.strip_prefix(self.settings.path.as_str()).is_some_and(|rest| rest.starts_with('/'))
+    }
+
+    /// For a call the policy allowed with `ask`: `Ok(Some)` when this request consumed an
+    /// approval (forward it), otherwise why not. `issue_links` is false in monitor mode: no
+    /// link, the call is forwarded with a `human_approval_required` finding.
+    pub async fn check(&self, call: CallView<'_>, ask: &ApprovalAsk, issue_links: bool, now: UnixTime) -> Result<ApprovalUse, ApprovalError> {
+        if !self.settings.enabled {
+            return Err(ApprovalError::NotPossible("the policy requires a person's approval, and approvals are off ([approvals] enabled = false)".to_owned()));
+        }
+        let [msg] = call.mcp.messages.as_slice() else {
+            return Err(ApprovalError::NotPossible("the policy requires a person's approval, which a batch cannot carry; send the call on its own".to_owned()));
+        };
+        let method = msg.method.as_deref().unwrap_or("");
+        if !APPROVABLE.contains(&method) {
+            return Err(ApprovalError::NotPossible(format!(
+                "the policy requires a person's approval, which only tools/call, resources/read and prompts/get can carry (not {})",
+                crate::oauth::short(method)
+            )));
+        }
+        if !issue_links {
+            return Err(ApprovalError::NotPossible("human_approval_required".to_owned()));
+        }
+        let Some(sub) = call.sub.filter(|s| !s.is_empty()) else { return Err(ApprovalError::Unavailable) };
+        let digest = CallDigest::of_body(call.body).map_err(|e| ApprovalError::NotPossible(format!("the call cannot be bound to an approval: {e}")))?;
+        let agent = call.agent.unwrap_or("");
+        let binding = BindingKey::new(sub, agent, &digest.digest.hex());
+        let fresh = ApprovalRecord {
+            id: uuid::Uuid::new_v4().to_string(),
+            code: seal::random_text::<32>(),
+            sub: sub.to_owned(),
+            agent: agent.to_owned(),
+            keyid: call.keyid.unwrap_or("").to_owned(),
+            method: method.to_owned(),
+            target: msg.name().unwrap_or("").to_owned(),
+            arguments: shown_arguments(call.body),
+            message: ask.message.clone(),
+            expires: now.secs().saturating_add(self.settings.ttl.as_secs().max(1)),
+        };
+        let link = |r: &ApprovalRecord| {
+            Box::new(Link {
+                id: r.id.clone(),
+                url: format!("{}/{}", self.settings.base_url(), r.code),
+                message: r.message.clone(),
+                jsonrpc_id: digest.id.clone().unwrap_or(Value::Null),
+            })
+        };
+        match self.store.ask(&binding, &fresh, now).await? {
+            Ask::Issued => {
+                self.metrics.links_issued.inc();
+                Err(ApprovalError::Required(link(&fresh)))
+            }
+            Ask::Pending(r) => Err(ApprovalError::Required(link(&r))),
+            Ask::Approved { record, approved_by } => {
+                self.metrics.consumptions.inc();
+                Ok(ApprovalUse { id: record.id, approved_by })
+            }
+            Ask::Denied(_) => Err(ApprovalError::Denied),
+        }
+    }
+}
+
+/// The call's arguments (or, for `resources/read`, its params) as compact JSON, cut to
+/// [`MAX_SHOWN_ARGUMENTS`] characters for the page.
+fn shown_arguments(body: &[u8]) -> String {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else { return String::new() };
+    let params = &v["params"];
+    let shown = if params.get("arguments").is_some() { &params["arguments"] } else { params };
+    let text = serde_json::to_string_pretty(shown).unwrap_or_default();
+    if text.chars().count() <= MAX_SHOWN_ARGUMENTS {
+        return text;
+    }
+    let mut cut: String = text.chars().take(MAX_SHOWN_ARGUMENTS).collect();
+    cut.push_str(" …");
+    cut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_2025_answer_is_a_url_elicitation_required_error() {
+        let link = Link { id: "e1".into(), url: "https://mcp.example.com/portcullis/approvals/c".into(), message: "Send?".into(), jsonrpc_id: Value::from(42) };
+        let a = link.answer("req-1");
+        assert_eq!(a["id"], 42);
+        assert_eq!(a["error"]["code"], -32042);
+        assert_eq!(a["error"]["data"]["elicitations"], serde_json::json!([{"mode": "url", "elicitationId": "e1", "url": link.url, "message": "Send?"}]));
+    }
+
+    #[test]
+    fn shown_arguments_are_cut_on_a_character_boundary() {
+        let body = serde_json::json!({"params": {"name": "t", "arguments": {"note": "é".repeat(5_000)}}}).to_string();
+        let shown = shown_arguments(body.as_bytes());
+        assert!(shown.ends_with(" …") && shown.chars().count() == MAX_SHOWN_ARGUMENTS + 2, "{}", shown.len());
+        assert_eq!(shown_arguments(br#"{"params": {"uri": "file:///a"}}"#), "{\n  \"uri\": \"file:///a\"\n}");
+    }
+
+    #[test]
+    fn policy_approval_is_parsed_and_a_denial_wins() {
+        let parse = |s: &str| crate::policy::verdict::parse(&regorus::Value::from_json_str(s).expect("json"));
+        let v = parse(r#"{"allow": true, "approval": {"message": "Send?"}}"#).expect("valid");
+        assert_eq!(v.approval, Some(ApprovalAsk { message: "Send?".into() }));
+        assert_eq!(parse(r#"{"allow": false, "approval": {"message": "Send?"}}"#).expect("valid").approval, None);
+        assert!(parse(r#"{"allow": true, "approval": {"message": ""}}"#).is_err());
+        assert!(parse(r#"{"allow": true, "approval": {"msg": "x"}}"#).is_err());
+    }
+}
