@@ -1,6 +1,8 @@
 //! A real OAuth authorization server on 127.0.0.1 over HTTPS (test CA from `pki`): RFC 8414
 //! metadata, a JWKS with RSA, EC P-256 and Ed25519 keys (rotatable), RFC 7662 introspection,
-//! and counters of what the gateway fetched. The demo's token issuer is one of these.
+//! an OpenID Connect login (authorization endpoint that logs in a chosen user, token endpoint
+//! checking PKCE and issuing ID tokens with `nonce` and `auth_time`), and counters of what the
+//! gateway fetched. The demo's token issuer is one of these.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,8 +22,22 @@ pub const CLIENT_ID: &str = "portcullis";
 /// The client secret the introspection endpoint accepts.
 pub const CLIENT_SECRET: &str = "s3cret:with/odd chars";
 
+/// One authorization code the login endpoint issued.
+struct Grant {
+    client_id: String,
+    redirect_uri: String,
+    nonce: String,
+    challenge: String,
+    sub: String,
+    auth_time: u64,
+}
+
 #[derive(Default)]
 struct State {
+    /// Who is logged in at the issuer (sub, auth_time); `None`: nobody.
+    login: Option<(String, u64)>,
+    grants: HashMap<String, Grant>,
+    authorize_requests: Vec<Vec<(String, String)>>,
     published: Vec<SigningKey>,
     jwks_fetches: usize,
     metadata_fetches: usize,
@@ -101,6 +117,18 @@ impl Issuer {
         self.state.lock().unwrap().introspection_calls
     }
 
+    /// Logs `sub` in at the issuer, authenticated at `auth_time` (unix seconds): the next
+    /// authorization request is answered for this user without a form (`prompt=login`
+    /// re-authenticates, setting `auth_time` to now).
+    pub fn log_in_as(&self, sub: &str, auth_time: u64) {
+        self.state.lock().unwrap().login = Some((sub.to_owned(), auth_time));
+    }
+
+    /// The query parameters of every authorization request so far.
+    pub fn authorize_requests(&self) -> Vec<Vec<(String, String)>> {
+        self.state.lock().unwrap().authorize_requests.clone()
+    }
+
     /// Registers an opaque token and the introspection answer for it.
     pub fn register_opaque(&self, token: &str, answer: Value) {
         self.state.lock().unwrap().introspection.insert(token.to_owned(), answer);
@@ -141,7 +169,9 @@ async fn handle(req: Request<Incoming>, state: Arc<Mutex<State>>, origin: String
         (Method::GET, "/.well-known/oauth-authorization-server") => {
             state.lock().unwrap().metadata_fetches += 1;
             let md = json!({"issuer": origin, "jwks_uri": format!("{origin}/jwks"), "introspection_endpoint": format!("{origin}/introspect"),
-                            "token_endpoint": format!("{origin}/token"), "response_types_supported": ["code"]});
+                            "token_endpoint": format!("{origin}/token"), "authorization_endpoint": format!("{origin}/authorize"),
+                            "response_types_supported": ["code"], "code_challenge_methods_supported": ["S256"],
+                            "authorization_response_iss_parameter_supported": true});
             json_response(StatusCode::OK, md, Some("max-age=3600"))
         }
         (Method::GET, "/jwks") => {
@@ -168,8 +198,77 @@ async fn handle(req: Request<Incoming>, state: Arc<Mutex<State>>, origin: String
             let answer = s.introspection.get(&token).cloned().unwrap_or_else(|| json!({"active": false}));
             json_response(StatusCode::OK, answer, None)
         }
+        (Method::GET, "/authorize") => authorize(&req, &state, &origin),
+        (Method::POST, "/token") => {
+            let auth = req.headers().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            token(&body, auth.as_deref(), &state, &origin)
+        }
         _ => json_response(StatusCode::NOT_FOUND, json!({"error": "not_found"}), None),
     }
+}
+
+/// OIDC Core §3.1.2: logs the chosen user in and redirects back with a code, `state` and `iss`.
+fn authorize(req: &Request<Incoming>, state: &Arc<Mutex<State>>, origin: &str) -> Response<Body> {
+    let q: Vec<(String, String)> = url::form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes()).into_owned().collect();
+    let get = |k: &str| q.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap_or_default();
+    let mut s = state.lock().unwrap();
+    s.authorize_requests.push(q.clone());
+    if get("response_type") != "code" || get("code_challenge_method") != "S256" || get("scope").split(' ').all(|x| x != "openid") {
+        return json_response(StatusCode::BAD_REQUEST, json!({"error": "invalid_request"}), None);
+    }
+    let Some((sub, mut auth_time)) = s.login.clone() else {
+        return json_response(StatusCode::UNAUTHORIZED, json!({"error": "login_required"}), None);
+    };
+    if get("prompt") == "login" {
+        auth_time = unix_now();
+        s.login = Some((sub.clone(), auth_time));
+    }
+    let code = uuid::Uuid::new_v4().simple().to_string();
+    let redirect_uri = get("redirect_uri");
+    s.grants.insert(
+        code.clone(),
+        Grant { client_id: get("client_id"), redirect_uri: redirect_uri.clone(), nonce: get("nonce"), challenge: get("code_challenge"), sub, auth_time },
+    );
+    let mut back = url::Url::parse(&redirect_uri).unwrap();
+    back.query_pairs_mut().append_pair("code", &code).append_pair("state", &get("state")).append_pair("iss", origin);
+    Response::builder().status(StatusCode::FOUND).header("location", back.as_str()).body(full("")).unwrap()
+}
+
+/// RFC 6749 §4.1.3 with PKCE (RFC 7636 §4.6): one use per code, an RS256 ID token.
+fn token(body: &[u8], auth: Option<&str>, state: &Arc<Mutex<State>>, origin: &str) -> Response<Body> {
+    let form: HashMap<String, String> = url::form_urlencoded::parse(body).into_owned().collect();
+    let get = |k: &str| form.get(k).cloned().unwrap_or_default();
+    let mut s = state.lock().unwrap();
+    let Some(grant) = s.grants.remove(&get("code")) else {
+        return json_response(StatusCode::BAD_REQUEST, json!({"error": "invalid_grant"}), None);
+    };
+    let client_id = match auth.and_then(|a| a.strip_prefix("Basic ")) {
+        Some(b) => {
+            let decoded = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b).unwrap_or_default();
+            let text = String::from_utf8(decoded).unwrap_or_default();
+            text.split_once(':')
+                .map(|(id, _)| url::form_urlencoded::parse(id.as_bytes()).map(|(k, v)| format!("{k}{v}")).collect::<String>())
+                .unwrap_or_default()
+        }
+        None => get("client_id"),
+    };
+    let challenge = base64::Engine::encode(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, get("code_verifier").as_bytes()),
+    );
+    if get("grant_type") != "authorization_code" || get("redirect_uri") != grant.redirect_uri || client_id != grant.client_id || challenge != grant.challenge {
+        return json_response(StatusCode::BAD_REQUEST, json!({"error": "invalid_grant"}), None);
+    }
+    let now = unix_now();
+    let claims = json!({"iss": origin, "sub": grant.sub, "aud": grant.client_id, "exp": now + 300, "iat": now,
+                        "nonce": grant.nonce, "auth_time": grant.auth_time});
+    let rsa = s.published.iter().find(|k| k.kid == "rsa-1").cloned();
+    drop(s);
+    let Some(rsa) = rsa else { return json_response(StatusCode::INTERNAL_SERVER_ERROR, json!({"error": "no key"}), None) };
+    let mut header = jsonwebtoken::Header::new(rsa.alg);
+    header.kid = Some(rsa.kid.clone());
+    json_response(StatusCode::OK, json!({"access_token": "opaque", "token_type": "Bearer", "id_token": rsa.sign_with(&header, &claims)}), Some("no-store"))
 }
 
 fn form(s: &str) -> String {

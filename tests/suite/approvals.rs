@@ -1,0 +1,455 @@
+//! Human approval: a real gateway, a real HTTPS issuer that logs a chosen user in (OpenID
+//! Connect with PKCE), a real backend, and a test browser that follows the login redirects
+//! with a cookie jar. Every test checks what the agent got, what the person saw, and how
+//! often the backend was called.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
+use crate::common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use common::issuer::{unix_now, Issuer};
+use common::pki::TestCa;
+use common::redis::RedisServer;
+use common::{Gateway, Upstream};
+use ed25519_dalek::SigningKey;
+use http::Request;
+use portcullis::config::Config;
+use portcullis::signature::{ed25519_public_jwk, Signer};
+use portcullis_wire::UnixTime;
+use serde_json::{json, Value};
+
+const AGENT: &str = "https://agent.example";
+const AUD: &str = "https://mcp.example.com/mcp";
+const USER: &str = "user-1842";
+
+/// Payments wait for approval and spend one unit of an hourly quota of 1; a denied tool with
+/// `approval` stays denied; `tools/list` asks for approval, which it cannot carry.
+const POLICY: &str = r#"package portcullis
+import rego.v1
+default decision := {"allow": true}
+decision := {"allow": true, "approval": {"message": "Send the payment?"}, "quotas": [{"key": "pay", "limit": 1, "per": "1h"}]} if {
+    input.mcp.tool == "payments.send"
+}
+decision := {"allow": true, "approval": {"message": "Transfer?"}} if input.mcp.tool == "payments.transfer"
+decision := {"allow": false, "reason": "blocked_tool", "approval": {"message": "never"}} if input.mcp.tool == "payments.blocked"
+decision := {"allow": true, "approval": {"message": "List?"}} if input.mcp.method == "tools/list"
+"#;
+
+/// One agent, one user, an issuer and a backend around one or more gateways.
+struct World {
+    ca: TestCa,
+    issuer: Issuer,
+    upstream: Upstream,
+    signer: Arc<Signer>,
+    key: SigningKey,
+    token: String,
+    policy: common::policy::PolicyDir,
+    dir: tempfile::TempDir,
+}
+
+impl World {
+    async fn new() -> World {
+        let ca = TestCa::new();
+        let issuer = Issuer::start(&ca).await;
+        let upstream = Upstream::start().await;
+        let key = SigningKey::from_bytes(&rand::random());
+        let signer = Arc::new(Signer::new(key.clone(), AGENT).unwrap());
+        let token = issuer.rsa.sign(&issuer.claims_with(AUD, json!({"sub": USER})));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("state.key"), [7u8; 32]).unwrap();
+        World { ca, issuer, upstream, signer, key, token, policy: common::policy::PolicyDir::new(POLICY), dir }
+    }
+
+    fn log(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A gateway in `mode` with `[approvals]` plus `extra` in it, `state` as its store.
+    async fn gateway(&self, mode: &str, approvals_extra: &str, state: &str, log: &str) -> Gateway {
+        let jwk = ed25519_public_jwk(&self.key.verifying_key());
+        let extra = format!(
+            "{policy}\n[signatures]\nrequired = true\n[[signatures.keys]]\nagent = {AGENT:?}\njwk = {{ kty = \"OKP\", crv = \"Ed25519\", x = {x:?} }}\n\
+             [oauth]\nrequired = true\nissuer = {iss:?}\nissuer_ca = {ca:?}\n\
+             [approvals]\nenabled = true\nclient_id = \"portcullis\"\n{ttl}max_login_age = \"10m\"\nstate_key_file = {key:?}\n{approvals_extra}\n\
+             [state]\nstore = {state:?}\n",
+            policy = self.policy.toml(),
+            x = jwk["x"].as_str().unwrap(),
+            iss = self.issuer.url(),
+            ca = self.ca.ca_path(),
+            key = self.dir.path().join("state.key"),
+            ttl = if approvals_extra.contains("ttl") { "" } else { "ttl = \"5m\"\n" },
+        );
+        let text = common::config_toml(&self.upstream.url(), &extra)
+            .replace("mode = \"enforce\"", &format!("mode = {mode:?}"))
+            .replace("decisions = \"off\"", &format!("decisions = {:?}", self.log(log)));
+        Gateway::start(Config::parse(&text, "approvals test", Path::new(".")).unwrap()).await
+    }
+
+    /// A signed `tools/call` from the agent with the user's token.
+    async fn call(&self, gw: &Gateway, id: u64, tool: &str, args: Value) -> (u16, Value) {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": tool_method(tool), "params": {"name": tool, "arguments": args}});
+        self.send(gw, body).await
+    }
+
+    async fn send(&self, gw: &Gateway, body: Value) -> (u16, Value) {
+        let mut req =
+            Request::builder().method("POST").uri(gw.url("/mcp")).header("content-type", "application/json").body(body.to_string().into_bytes()).unwrap();
+        self.signer.sign_request(&mut req, UnixTime::now()).unwrap();
+        let (parts, body) = req.into_parts();
+        let resp = common::client().post(gw.url("/mcp")).headers(parts.headers).bearer_auth(&self.token).body(body).send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// How many calls of `tool` reached the backend.
+    fn executed(&self, tool: &str) -> usize {
+        self.upstream.seen().iter().filter(|s| String::from_utf8_lossy(&s.body).contains(&format!("\"{tool}\""))).count()
+    }
+}
+
+fn tool_method(tool: &str) -> &'static str {
+    if tool == "list" {
+        "tools/list"
+    } else {
+        "tools/call"
+    }
+}
+
+/// The link in a `-32042` answer.
+fn link_of(answer: &Value) -> String {
+    assert_eq!(answer["error"]["code"], -32042, "{answer}");
+    let e = &answer["error"]["data"]["elicitations"][0];
+    assert_eq!(e["mode"], "url");
+    assert!(e["elicitationId"].as_str().is_some_and(|s| !s.is_empty()));
+    e["url"].as_str().unwrap().to_owned()
+}
+
+/// A browser: follows redirects across the gateway (its public origin mapped onto the test
+/// address) and the issuer, keeps cookies per host, remembers every Set-Cookie line.
+struct Browser {
+    http: reqwest::Client,
+    gateway: String,
+    jar: HashMap<String, String>,
+    set_cookies: Vec<String>,
+}
+
+struct Page {
+    status: u16,
+    headers: http::HeaderMap,
+    body: String,
+}
+
+impl Browser {
+    fn new(ca: &TestCa, gw: &Gateway) -> Browser {
+        let pem = std::fs::read(ca.ca_path()).unwrap();
+        let http = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .build()
+            .unwrap();
+        Browser { http, gateway: format!("http://{}", gw.addr), jar: HashMap::new(), set_cookies: Vec::new() }
+    }
+
+    fn target(&self, url: &str) -> (String, bool) {
+        match url.strip_prefix("https://mcp.example.com") {
+            Some(path) => (format!("{}{path}", self.gateway), true),
+            None if url.starts_with('/') => (format!("{}{url}", self.gateway), true),
+            None => (url.to_owned(), false),
+        }
+    }
+
+    async fn get(&mut self, url: &str) -> Page {
+        self.request(reqwest::Method::GET, url, None).await
+    }
+
+    async fn post(&mut self, url: &str, form: &[(&str, &str)]) -> Page {
+        let body = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(form).finish();
+        self.request(reqwest::Method::POST, url, Some(body)).await
+    }
+
+    async fn request(&mut self, method: reqwest::Method, url: &str, form: Option<String>) -> Page {
+        let (mut method, mut url, mut form) = (method, url.to_owned(), form);
+        for _ in 0..10 {
+            let (target, is_gateway) = self.target(&url);
+            let mut req = self.http.request(method.clone(), &target);
+            if is_gateway && !self.jar.is_empty() {
+                req = req.header("cookie", self.jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; "));
+            }
+            if let Some(f) = form.take() {
+                req = req.header("content-type", "application/x-www-form-urlencoded").body(f);
+            }
+            let resp = req.send().await.unwrap();
+            for c in resp.headers().get_all("set-cookie") {
+                let line = c.to_str().unwrap().to_owned();
+                let (name, value) = line.split(';').next().unwrap().split_once('=').unwrap();
+                if value.is_empty() || line.contains("Max-Age=0") {
+                    self.jar.remove(name);
+                } else {
+                    self.jar.insert(name.to_owned(), value.to_owned());
+                }
+                self.set_cookies.push(line);
+            }
+            let status = resp.status().as_u16();
+            if matches!(status, 302 | 303) {
+                url = resp.headers()["location"].to_str().unwrap().to_owned();
+                method = reqwest::Method::GET;
+                continue;
+            }
+            let headers = resp.headers().clone();
+            return Page { status, headers, body: resp.text().await.unwrap() };
+        }
+        panic!("redirect loop at {url}");
+    }
+}
+
+/// The hidden CSRF field of an approval page.
+fn csrf_of(page: &Page) -> String {
+    let at = page.body.find("name=\"csrf\" value=\"").expect("csrf field") + "name=\"csrf\" value=\"".len();
+    page.body[at..].split('"').next().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn an_approved_call_is_forwarded_once_after_the_right_person_logs_in() {
+    let w = World::new().await;
+    let gw = w.gateway("enforce", "", "memory", "flow.log").await;
+    let args = json!({"amount": 500, "to": "ACME"});
+
+    // The agent is told to get approval: HTTP 200 with -32042; nothing reaches the backend.
+    let (status, answer) = w.call(&gw, 1, "payments.send", args.clone()).await;
+    assert_eq!(status, 200);
+    let url = link_of(&answer);
+    assert!(url.starts_with("https://mcp.example.com/portcullis/approvals/"), "{url}");
+    assert_eq!(answer["error"]["data"]["elicitations"][0]["message"], "Send the payment?");
+    assert_eq!(answer["id"], 1);
+    // Asking again (new signature, same call): the same link, still nothing forwarded.
+    let (_, again) = w.call(&gw, 2, "payments.send", json!({"to": "ACME", "amount": 500.0})).await;
+    assert_eq!(link_of(&again), url, "one pending link per binding");
+    assert_eq!(w.executed("payments.send"), 0);
+
+    // The person opens the link and logs in at the issuer.
+    w.issuer.log_in_as(USER, unix_now());
+    let mut browser = Browser::new(&w.ca, &gw);
+    let page = browser.get(&url).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("Send the payment?") && page.body.contains("payments.send") && page.body.contains("ACME"), "{}", page.body);
+    assert!(page.body.contains(">Approve</button>"));
+    assert_eq!(page.headers["cache-control"], "no-store");
+    assert!(page.headers["content-security-policy"].to_str().unwrap().contains("frame-ancestors 'none'"));
+    let login = &w.issuer.authorize_requests()[0];
+    let param = |k: &str| login.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(param("code_challenge_method").as_deref(), Some("S256"));
+    assert_eq!(param("redirect_uri").as_deref(), Some("https://mcp.example.com/portcullis/approvals/callback"));
+    assert!(param("nonce").is_some() && param("state").is_some() && param("prompt").is_none());
+    assert!(!browser.set_cookies.is_empty());
+    for c in &browser.set_cookies {
+        assert!(c.contains("HttpOnly") && c.contains("Secure") && c.contains("SameSite=Lax"), "{c}");
+    }
+
+    // A POST without the CSRF token changes nothing.
+    let forged = browser.post(&url, &[("decision", "approve")]).await;
+    assert_eq!(forged.status, 403, "{}", forged.body);
+    let (_, still) = w.call(&gw, 3, "payments.send", args.clone()).await;
+    assert_eq!(link_of(&still), url, "still pending after a forged POST");
+
+    let csrf = csrf_of(&page);
+    let done = browser.post(&url, &[("csrf", &csrf), ("decision", "approve")]).await;
+    assert_eq!(done.status, 200);
+    assert!(done.body.contains("Return to your agent"), "{}", done.body);
+
+    // The retry goes through once; the quota (1 per hour) was not spent while waiting.
+    let (status, answer) = w.call(&gw, 4, "payments.send", args.clone()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.get("error").is_none(), "{answer}");
+    assert_eq!(w.executed("payments.send"), 1);
+    // Consumed: the next identical call needs a new approval (a new link).
+    let (_, next) = w.call(&gw, 5, "payments.send", args.clone()).await;
+    assert_ne!(link_of(&next), url);
+    assert_eq!(w.executed("payments.send"), 1);
+
+    // The used link, a guessed one: the same 404.
+    let used = browser.get(&url).await;
+    let guessed = browser.get(&format!("/portcullis/approvals/{}", "A".repeat(43))).await;
+    assert_eq!((used.status, guessed.status), (404, 404));
+    assert_eq!(used.body, guessed.body);
+
+    let lines = common::wait_for_decision_lines(&w.log("flow.log"), 6).await;
+    let outcomes: Vec<&str> = lines.iter().map(|l| l["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes.iter().filter(|o| **o == "approval_required").count(), 4, "{outcomes:?}");
+    let allowed = lines.iter().find(|l| l["outcome"] == "allow").expect("the approved call is logged");
+    assert_eq!(allowed["approved_by"], USER);
+    assert!(allowed["approval_id"].as_str().is_some_and(|id| answer_id_matches(id, &lines)));
+    let text = std::fs::read_to_string(w.log("flow.log")).unwrap();
+    assert!(!text.contains(url.rsplit('/').next().unwrap()), "the link's code is never logged");
+    gw.shutdown().await;
+}
+
+/// The approval id in the `allow` line is the one the approval event names.
+fn answer_id_matches(id: &str, lines: &[Value]) -> bool {
+    lines.iter().any(|l| l["outcome"] == "approval_approved" && l["approval_id"] == id)
+}
+
+#[tokio::test]
+async fn another_account_sees_no_approve_button_and_the_event_is_logged() {
+    let w = World::new().await;
+    let gw = w.gateway("enforce", "", "memory", "wrong.log").await;
+    let (_, answer) = w.call(&gw, 1, "payments.send", json!({"amount": 500})).await;
+    let url = link_of(&answer);
+    w.issuer.log_in_as("mallory", unix_now());
+    let mut browser = Browser::new(&w.ca, &gw);
+    let page = browser.get(&url).await;
+    assert_eq!(page.status, 403);
+    assert!(page.body.contains("This link was made for another account."), "{}", page.body);
+    assert!(!page.body.contains("Approve</button>"));
+    let (_, again) = w.call(&gw, 2, "payments.send", json!({"amount": 500})).await;
+    assert_eq!(link_of(&again), url, "nothing changed");
+    assert_eq!(w.executed("payments.send"), 0);
+    let lines = common::wait_for_decision_lines(&w.log("wrong.log"), 3).await;
+    let event = lines.iter().find(|l| l["outcome"] == "approval_wrong_user").expect("approval_wrong_user logged");
+    assert_eq!(event["sub"], "mallory");
+    let text = std::fs::read_to_string(w.log("wrong.log")).unwrap();
+    assert!(!text.contains(url.rsplit('/').next().unwrap()), "the link's code is never logged");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stale_login_is_asked_again_with_prompt_login() {
+    let w = World::new().await;
+    let gw = w.gateway("enforce", "", "memory", "stale.log").await;
+    let (_, answer) = w.call(&gw, 1, "payments.send", json!({"amount": 500})).await;
+    let url = link_of(&answer);
+    w.issuer.log_in_as(USER, unix_now() - 3_600);
+    let mut browser = Browser::new(&w.ca, &gw);
+    let page = browser.get(&url).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains(">Approve</button>"));
+    let logins = w.issuer.authorize_requests();
+    assert_eq!(logins.len(), 2, "logged in, then again because the first login was an hour old");
+    let second: HashMap<_, _> = logins[1].iter().cloned().collect();
+    assert_eq!(second.get("prompt").map(String::as_str), Some("login"));
+    assert_eq!(second.get("max_age").map(String::as_str), Some("600"));
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn denied_and_escaped_calls_and_methods_that_cannot_wait() {
+    let w = World::new().await;
+    let gw = w.gateway("enforce", "", "memory", "deny.log").await;
+    let args = json!({"note": "<script>alert(1)</script>", "amount": 5});
+    let (_, answer) = w.call(&gw, 1, "payments.transfer", args.clone()).await;
+    let url = link_of(&answer);
+    w.issuer.log_in_as(USER, unix_now());
+    let mut browser = Browser::new(&w.ca, &gw);
+    let page = browser.get(&url).await;
+    assert!(page.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{}", page.body);
+    assert!(!page.body.contains("<script>"));
+    let csrf = csrf_of(&page);
+    let done = browser.post(&url, &[("csrf", &csrf), ("decision", "deny")]).await;
+    assert!(done.body.contains("Denied"), "{}", done.body);
+    let (status, refused) = w.call(&gw, 2, "payments.transfer", args.clone()).await;
+    assert_eq!((status, refused["error"].as_str()), (403, Some("approval_denied")));
+    assert_eq!(browser.get(&url).await.status, 404, "a denied link is dead");
+    // A retry with different arguments is another call: it needs its own approval.
+    let (_, other) = w.call(&gw, 3, "payments.transfer", json!({"amount": 6})).await;
+    assert_ne!(link_of(&other), url);
+    // A denial wins over approval; approval cannot ride on tools/list.
+    let (status, refused) = w.call(&gw, 4, "payments.blocked", json!({})).await;
+    assert_eq!((status, refused["error"].as_str()), (403, Some("agent_access_denied")));
+    let (status, refused) = w.send(&gw, json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"})).await;
+    assert_eq!((status, refused["error"].as_str()), (403, Some("human_approval_required")));
+    assert_eq!(w.executed("payments.transfer") + w.executed("payments.blocked"), 0);
+    gw.shutdown().await;
+}
+
+/// Approves the link with a fresh browser on `gw`.
+async fn approve(w: &World, gw: &Gateway, url: &str) {
+    w.issuer.log_in_as(USER, unix_now());
+    let mut browser = Browser::new(&w.ca, gw);
+    let page = browser.get(url).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let csrf = csrf_of(&page);
+    assert_eq!(browser.post(url, &[("csrf", &csrf), ("decision", "approve")]).await.status, 200);
+}
+
+#[tokio::test]
+async fn fifty_concurrent_retries_of_an_approved_call_are_forwarded_once() {
+    let w = Arc::new(World::new().await);
+    let gw = Arc::new(w.gateway("enforce", "", "memory", "many.log").await);
+    let (_, answer) = w.call(&gw, 1, "payments.transfer", json!({"amount": 7})).await;
+    approve(&w, &gw, &link_of(&answer)).await;
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        let (w, gw) = (w.clone(), gw.clone());
+        tasks.push(tokio::spawn(async move { w.call(&gw, 100 + i, "payments.transfer", json!({"amount": 7})).await }));
+    }
+    let mut forwarded = 0;
+    for t in tasks {
+        let (status, answer) = t.await.unwrap();
+        assert_eq!(status, 200);
+        forwarded += usize::from(answer.get("error").is_none());
+    }
+    assert_eq!(forwarded, 1);
+    assert_eq!(w.executed("payments.transfer"), 1);
+}
+
+#[tokio::test]
+async fn two_instances_on_one_redis_share_links_and_consume_once() {
+    let redis = RedisServer::start();
+    let w = Arc::new(World::new().await);
+    let a = Arc::new(w.gateway("enforce", "", &redis.url(), "a.log").await);
+    let b = Arc::new(w.gateway("enforce", "", &redis.url(), "b.log").await);
+    let (_, answer) = w.call(&a, 1, "payments.transfer", json!({"amount": 8})).await;
+    let url = link_of(&answer);
+    let (_, on_b) = w.call(&b, 2, "payments.transfer", json!({"amount": 8})).await;
+    assert_eq!(link_of(&on_b), url, "B answers with A's pending link");
+    approve(&w, &b, &url).await;
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let (w, gw) = (w.clone(), if i % 2 == 0 { a.clone() } else { b.clone() });
+        tasks.push(tokio::spawn(async move { w.call(&gw, 100 + i, "payments.transfer", json!({"amount": 8})).await }));
+    }
+    let mut forwarded = 0;
+    for t in tasks {
+        forwarded += usize::from(t.await.unwrap().1.get("error").is_none());
+    }
+    assert_eq!(forwarded, 1);
+    assert_eq!(w.executed("payments.transfer"), 1);
+}
+
+#[tokio::test]
+async fn monitor_mode_issues_no_link_and_forwards_as_would_deny() {
+    let w = World::new().await;
+    let gw = w.gateway("monitor", "", "memory", "monitor.log").await;
+    let (status, answer) = w.call(&gw, 1, "payments.send", json!({"amount": 500})).await;
+    assert_eq!(status, 200);
+    assert!(answer.get("error").is_none(), "forwarded: {answer}");
+    assert_eq!(w.executed("payments.send"), 1);
+    let line = &common::wait_for_decision_lines(&w.log("monitor.log"), 1).await[0];
+    assert_eq!(line["outcome"], "would_deny");
+    assert_eq!(line["error"], "human_approval_required");
+    assert_eq!(line["findings"][0]["stage"], "approval");
+    assert_eq!(line["reason"], "human_approval_required");
+}
+
+#[tokio::test]
+async fn an_expired_link_is_the_same_404_and_the_call_gets_a_new_one() {
+    let w = World::new().await;
+    let gw = w.gateway("enforce", "ttl = \"1s\"", "memory", "expired.log").await;
+    let (_, answer) = w.call(&gw, 1, "payments.send", json!({"amount": 500})).await;
+    let url = link_of(&answer);
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+    w.issuer.log_in_as(USER, unix_now());
+    let mut browser = Browser::new(&w.ca, &gw);
+    let expired = browser.get(&url).await;
+    let guessed = browser.get(&format!("/portcullis/approvals/{}", "B".repeat(43))).await;
+    assert_eq!((expired.status, guessed.status), (404, 404));
+    assert_eq!(expired.body, guessed.body);
+    assert!(w.issuer.authorize_requests().is_empty(), "a dead link never starts a login");
+    let (_, again) = w.call(&gw, 2, "payments.send", json!({"amount": 500})).await;
+    assert_ne!(link_of(&again), url);
+    assert_eq!(w.executed("payments.send"), 0);
+    gw.shutdown().await;
+}
