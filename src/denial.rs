@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use crate::catalog::CatalogError;
 use crate::approval::{ApprovalError, Link};
+use crate::catalog::CatalogError;
 use crate::directory::DirectoryError;
 use crate::idempotency::IdempotencyError;
 use crate::oauth::TokenError;

@@ -165,7 +165,8 @@ impl Stages {
             Ok(s) => crate::approval::Approvals::new(&config.approvals, &config.oauth, s.approval.clone()).map_err(|e| errors.push(e)),
             Err(()) => Err(()),
         };
-        let (Ok(directory), Ok(stores), Ok(policy), Ok(catalog), Ok(approvals), true) = (directory, stores, policy, catalog, approvals, errors.is_empty()) else {
+        let (Ok(directory), Ok(stores), Ok(policy), Ok(catalog), Ok(approvals), true) = (directory, stores, policy, catalog, approvals, errors.is_empty())
+        else {
             return Err(ConfigError::Invalid { origin: config.origin.clone(), errors });
         };
         Ok(Stages {
