@@ -206,8 +206,9 @@ impl Denial {
             | Denial::HumanApprovalRequired(_)
             | Denial::ApprovalDenied
             | Denial::ApprovalUnavailable => StatusCode::FORBIDDEN,
-            // MCP URL elicitation: the answer is a JSON-RPC message real clients must read.
-            Denial::ApprovalRequired(_) => StatusCode::OK,
+            // MCP URL elicitation: the answer is a JSON-RPC message real clients must read
+            // (200; 400 for -32021, as MCP 2026-07-28 requires).
+            Denial::ApprovalRequired(link) => link.status(),
             Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Denial::SessionNotFound(_) => StatusCode::NOT_FOUND,
             Denial::SessionConflict(_) => StatusCode::BAD_GATEWAY,

@@ -114,6 +114,15 @@ impl Upstream {
             add_token_identity(&mut headers, token);
         }
 
+        // An approved MCP 2026-07-28 retry goes on without the gateway's requestState.
+        let body = match seen.approval.as_ref().and_then(|a| a.forward_body.clone()) {
+            Some(rewritten) => {
+                headers.remove(http::header::CONTENT_LENGTH);
+                headers.remove(HeaderName::from_static("content-digest"));
+                rewritten
+            }
+            None => body,
+        };
         let mut out = Request::new(Full::new(body));
         *out.method_mut() = head.method;
         *out.uri_mut() = uri;

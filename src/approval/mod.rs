@@ -8,6 +8,7 @@
 //! expects, and the retry of the same call, once approved, is forwarded exactly once
 //! (`state::approval`). The pages live in [`page`], the OpenID Connect login in `oauth`.
 
+pub mod mrtr;
 pub mod page;
 pub mod seal;
 
@@ -45,6 +46,9 @@ pub struct ApprovalUse {
     pub id: String,
     /// The approver's `sub`.
     pub approved_by: String,
+    /// The body to forward instead of the client's: an MCP 2026-07-28 retry without the
+    /// gateway's `requestState` and `inputResponses` entry.
+    pub forward_body: Option<Bytes>,
 }
 
 /// A link the agent must show its user.
@@ -58,11 +62,41 @@ pub struct Link {
     pub message: String,
     /// The JSON-RPC id of the call, echoed in the answer.
     pub jsonrpc_id: Value,
+    /// How the client's protocol version carries it.
+    pub shape: Shape,
+}
+
+/// The answer's MCP shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shape {
+    /// MCP 2025-11-25 and earlier: JSON-RPC `-32042` URLElicitationRequiredError.
+    Elicitation,
+    /// MCP 2026-07-28: an `input_required` result carrying this sealed `requestState`.
+    InputRequired(String),
+    /// MCP 2026-07-28 without URL elicitation declared: HTTP 400, `-32021`.
+    MissingCapability,
 }
 
 impl Link {
-    /// The MCP 2025-11-25 answer: a JSON-RPC `-32042` error listing the URL elicitation.
+    /// HTTP 200 for the protocol answers (real MCP clients read them), 400 for `-32021`.
+    pub fn status(&self) -> http::StatusCode {
+        match self.shape {
+            Shape::MissingCapability => http::StatusCode::BAD_REQUEST,
+            Shape::Elicitation | Shape::InputRequired(_) => http::StatusCode::OK,
+        }
+    }
+
+    /// The JSON-RPC answer in the client's shape.
     pub fn answer(&self, request_id: &str) -> Value {
+        match &self.shape {
+            Shape::Elicitation => self.elicitation(request_id),
+            Shape::InputRequired(state) => mrtr::input_required(&self.jsonrpc_id, &self.url, &self.message, state),
+            Shape::MissingCapability => mrtr::missing_capability(&self.jsonrpc_id, &self.url, request_id),
+        }
+    }
+
+    /// The MCP 2025-11-25 answer: a JSON-RPC `-32042` error listing the URL elicitation.
+    fn elicitation(&self, request_id: &str) -> Value {
         serde_json::json!({
             "jsonrpc": "2.0",
             "id": self.jsonrpc_id,
@@ -192,8 +226,21 @@ impl Approvals {
         }
         let Some(sub) = call.sub.filter(|s| !s.is_empty()) else { return Err(ApprovalError::Unavailable) };
         let digest = CallDigest::of_body(call.body).map_err(|e| ApprovalError::NotPossible(format!("the call cannot be bound to an approval: {e}")))?;
+        let digest_hex = digest.digest.hex();
         let agent = call.agent.unwrap_or("");
-        let binding = BindingKey::new(sub, agent, &digest.digest.hex());
+        // The digest parsed the body strictly: this parse cannot fail where that one passed.
+        let body: Value = serde_json::from_slice(call.body).unwrap_or(Value::Null);
+        let params = &body["params"];
+        let is_mrtr = mrtr::is_mrtr(call.mcp.protocol_version.as_deref(), msg.meta_version.as_deref());
+        let echoed = if is_mrtr { mrtr::echoed(&self.seal, params) } else { mrtr::Echoed::None };
+        match &echoed {
+            mrtr::Echoed::Invalid => return Err(ApprovalError::NotPossible(STATE_REFUSED.to_owned())),
+            mrtr::Echoed::Ours(st) if st.sub != sub || st.agent != agent || st.digest != digest_hex || st.exp <= now.secs() => {
+                return Err(ApprovalError::NotPossible(STATE_REFUSED.to_owned()));
+            }
+            _ => {}
+        }
+        let binding = BindingKey::new(sub, agent, &digest_hex);
         let fresh = ApprovalRecord {
             id: uuid::Uuid::new_v4().to_string(),
             code: seal::random_text::<32>(),
@@ -202,17 +249,21 @@ impl Approvals {
             keyid: call.keyid.unwrap_or("").to_owned(),
             method: method.to_owned(),
             target: msg.name().unwrap_or("").to_owned(),
-            arguments: shown_arguments(call.body),
+            arguments: shown_arguments(params),
             message: ask.message.clone(),
             expires: now.secs().saturating_add(self.settings.ttl.as_secs().max(1)),
         };
         let link = |r: &ApprovalRecord| {
-            Box::new(Link {
-                id: r.id.clone(),
-                url: format!("{}/{}", self.settings.base_url(), r.code),
-                message: r.message.clone(),
-                jsonrpc_id: digest.id.clone().unwrap_or(Value::Null),
-            })
+            let shape = if !is_mrtr {
+                Shape::Elicitation
+            } else if mrtr::declares_url_elicitation(params) {
+                let state = mrtr::State { sub: sub.to_owned(), agent: agent.to_owned(), digest: digest_hex.clone(), id: r.id.clone(), exp: r.expires };
+                Shape::InputRequired(mrtr::seal_state(&self.seal, &state))
+            } else {
+                Shape::MissingCapability
+            };
+            let url = format!("{}/{}", self.settings.base_url(), r.code);
+            Box::new(Link { id: r.id.clone(), url, message: r.message.clone(), jsonrpc_id: digest.id.clone().unwrap_or(Value::Null), shape })
         };
         match self.store.ask(&binding, &fresh, now).await? {
             Ask::Issued => {
@@ -222,18 +273,22 @@ impl Approvals {
             Ask::Pending(r) => Err(ApprovalError::Required(link(&r))),
             Ask::Approved { record, approved_by } => {
                 self.metrics.consumptions.inc();
-                Ok(ApprovalUse { id: record.id, approved_by })
+                let ours = matches!(echoed, mrtr::Echoed::Ours(_)) || params["inputResponses"].get(mrtr::INPUT_KEY).is_some();
+                let forward_body = if is_mrtr && ours { mrtr::stripped(body.clone()) } else { None };
+                Ok(ApprovalUse { id: record.id, approved_by, forward_body })
             }
             Ask::Denied(_) => Err(ApprovalError::Denied),
         }
     }
 }
 
-/// The call's arguments (or, for `resources/read`, its params) as compact JSON, cut to
+/// Why a retry's `requestState` is refused (it carries the gateway's mark but is not valid
+/// for this call now).
+const STATE_REFUSED: &str = "the requestState is not one this gateway issued for this call and user, or it expired; retry the call without it";
+
+/// The call's arguments (or, for `resources/read`, its params) as indented JSON, cut to
 /// [`MAX_SHOWN_ARGUMENTS`] characters for the page.
-fn shown_arguments(body: &[u8]) -> String {
-    let Ok(v) = serde_json::from_slice::<Value>(body) else { return String::new() };
-    let params = &v["params"];
+fn shown_arguments(params: &Value) -> String {
     let shown = if params.get("arguments").is_some() { &params["arguments"] } else { params };
     let text = serde_json::to_string_pretty(shown).unwrap_or_default();
     if text.chars().count() <= MAX_SHOWN_ARGUMENTS {
@@ -250,7 +305,13 @@ mod tests {
 
     #[test]
     fn the_2025_answer_is_a_url_elicitation_required_error() {
-        let link = Link { id: "e1".into(), url: "https://mcp.example.com/portcullis/approvals/c".into(), message: "Send?".into(), jsonrpc_id: Value::from(42) };
+        let link = Link {
+            id: "e1".into(),
+            url: "https://mcp.example.com/portcullis/approvals/c".into(),
+            message: "Send?".into(),
+            jsonrpc_id: Value::from(42),
+            shape: Shape::Elicitation,
+        };
         let a = link.answer("req-1");
         assert_eq!(a["id"], 42);
         assert_eq!(a["error"]["code"], -32042);
@@ -260,9 +321,9 @@ mod tests {
     #[test]
     fn shown_arguments_are_cut_on_a_character_boundary() {
         let body = serde_json::json!({"params": {"name": "t", "arguments": {"note": "é".repeat(5_000)}}}).to_string();
-        let shown = shown_arguments(body.as_bytes());
+        let shown = shown_arguments(&serde_json::from_str::<Value>(&body).expect("json")["params"]);
         assert!(shown.ends_with(" …") && shown.chars().count() == MAX_SHOWN_ARGUMENTS + 2, "{}", shown.len());
-        assert_eq!(shown_arguments(br#"{"params": {"uri": "file:///a"}}"#), "{\n  \"uri\": \"file:///a\"\n}");
+        assert_eq!(shown_arguments(&serde_json::json!({"uri": "file:///a"})), "{\n  \"uri\": \"file:///a\"\n}");
     }
 
     #[test]

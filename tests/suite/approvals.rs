@@ -95,8 +95,29 @@ impl World {
     }
 
     async fn send(&self, gw: &Gateway, body: Value) -> (u16, Value) {
-        let mut req =
-            Request::builder().method("POST").uri(gw.url("/mcp")).header("content-type", "application/json").body(body.to_string().into_bytes()).unwrap();
+        self.send_with(gw, body, &[]).await
+    }
+
+    /// An MCP 2026-07-28 `tools/call` (headers and `_meta` as the spec requires); `extra`
+    /// goes into `params` (requestState, inputResponses); `url_elicitation`: the capability.
+    async fn call_2026(&self, gw: &Gateway, id: u64, tool: &str, args: Value, url_elicitation: bool, extra: Value) -> (u16, Value) {
+        let caps = if url_elicitation { json!({"elicitation": {"url": {}}}) } else { json!({}) };
+        let mut params = json!({"name": tool, "arguments": args, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": caps}});
+        for (k, v) in extra.as_object().unwrap() {
+            params[k] = v.clone();
+        }
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        self.send_with(gw, body, &[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", tool)]).await
+    }
+
+    async fn send_with(&self, gw: &Gateway, body: Value, headers: &[(&str, &str)]) -> (u16, Value) {
+        let mut req = Request::builder().method("POST").uri(gw.url("/mcp")).header("content-type", "application/json");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let mut req = req.body(body.to_string().into_bytes()).unwrap();
         self.signer.sign_request(&mut req, UnixTime::now()).unwrap();
         let (parts, body) = req.into_parts();
         let resp = common::client().post(gw.url("/mcp")).headers(parts.headers).bearer_auth(&self.token).body(body).send().await.unwrap();
@@ -451,5 +472,69 @@ async fn an_expired_link_is_the_same_404_and_the_call_gets_a_new_one() {
     let (_, again) = w.call(&gw, 2, "payments.send", json!({"amount": 500})).await;
     assert_ne!(link_of(&again), url);
     assert_eq!(w.executed("payments.send"), 0);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_2026_client_gets_input_required_and_its_retry_is_forwarded_without_the_gateways_state() {
+    let w = World::new().await;
+    let gw = w.gateway("enforce", "", "memory", "mrtr.log").await;
+    let args = json!({"amount": 9});
+    let (status, answer) = w.call_2026(&gw, 7, "payments.transfer", args.clone(), true, json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    let result = &answer["result"];
+    assert_eq!(result["resultType"], "input_required", "{answer}");
+    let ask = &result["inputRequests"]["portcullis_approval"];
+    assert_eq!(ask["method"], "elicitation/create");
+    assert_eq!(ask["params"]["mode"], "url");
+    assert_eq!(ask["params"]["message"], "Transfer?");
+    let url = ask["params"]["url"].as_str().unwrap().to_owned();
+    let state = result["requestState"].as_str().unwrap().to_owned();
+    assert!(answer.get("error").is_none(), "-32042 is retired in 2026-07-28");
+
+    // A tampered state is refused, before and after approval.
+    let mut tampered = state.clone();
+    let c = tampered.pop().unwrap();
+    tampered.push(if c == 'A' { 'B' } else { 'A' });
+    let retry = |s: &str| json!({"requestState": s, "inputResponses": {"portcullis_approval": {"action": "accept"}}});
+    let (status, refused) = w.call_2026(&gw, 8, "payments.transfer", args.clone(), true, retry(&tampered)).await;
+    assert_eq!((status, refused["error"].as_str()), (403, Some("human_approval_required")), "{refused}");
+
+    approve(&w, &gw, &url).await;
+    let (status, refused) = w.call_2026(&gw, 9, "payments.transfer", args.clone(), true, retry(&tampered)).await;
+    assert_eq!(status, 403, "{refused}");
+    assert_eq!(w.executed("payments.transfer"), 0);
+    // The state is bound to the call: another call's retry with it is refused.
+    let (status, _) = w.call_2026(&gw, 10, "payments.transfer", json!({"amount": 10}), true, retry(&state)).await;
+    assert_eq!(status, 403);
+
+    let (status, done) = w.call_2026(&gw, 11, "payments.transfer", args.clone(), true, retry(&state)).await;
+    assert_eq!(status, 200, "{done}");
+    assert!(done.get("error").is_none(), "{done}");
+    let seen = w.upstream.seen();
+    let forwarded: Value = serde_json::from_slice(&seen.last().unwrap().body).unwrap();
+    assert_eq!(forwarded["params"]["arguments"], args);
+    assert!(forwarded["params"].get("requestState").is_none() && forwarded["params"].get("inputResponses").is_none(), "{forwarded}");
+    assert_eq!(w.executed("payments.transfer"), 1);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_2026_client_without_url_elicitation_gets_32021_with_the_link_and_foreign_state_passes() {
+    let w = World::new().await;
+    let gw = w.gateway("enforce", "", "memory", "caps.log").await;
+    let (status, answer) = w.call_2026(&gw, 1, "payments.transfer", json!({"amount": 3}), false, json!({})).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["code"], -32021);
+    assert_eq!(answer["error"]["data"]["requiredCapabilities"], json!({"elicitation": {"url": {}}}));
+    let url = answer["error"]["data"]["approval_url"].as_str().unwrap().to_owned();
+    assert!(url.starts_with("https://mcp.example.com/portcullis/approvals/"));
+    approve(&w, &gw, &url).await;
+    // An upstream's own requestState is not the gateway's: it goes through untouched.
+    let (status, done) = w.call_2026(&gw, 2, "payments.transfer", json!({"amount": 3}), false, json!({"requestState": "upstream-state-1"})).await;
+    assert_eq!(status, 200, "{done}");
+    let forwarded: Value = serde_json::from_slice(&w.upstream.seen().last().unwrap().body).unwrap();
+    assert_eq!(forwarded["params"]["requestState"], "upstream-state-1");
+    assert_eq!(w.executed("payments.transfer"), 1);
     gw.shutdown().await;
 }
