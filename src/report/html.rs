@@ -115,6 +115,14 @@ pub fn render_html(r: &Report) -> String {
     );
     let _ = write!(body, r#"<p class="next">{}</p>"#, escape(&r.next_step()));
     body.push_str(&bar_chart("outcomes", "Outcomes", &[outcome_row("all requests", o)]));
+    if !r.approvals.is_empty() {
+        let a = &r.approvals;
+        let _ = write!(
+            body,
+            r#"<p class="approvals">Approvals: {} links issued, {} approved, {} denied, {} opened by another account, {} approved calls forwarded</p>"#,
+            a.links, a.approved, a.denied, a.wrong_user, a.forwarded
+        );
+    }
     let id = &r.identity;
     let mut identity = vec![outcome_row("unsigned", &id.unsigned)];
     identity.extend(id.unverified.iter().map(|(error, c)| outcome_row(&format!("signed, unverified: {error}"), c)));

@@ -96,6 +96,29 @@ pub struct GroupImpact {
     pub by_tool: BTreeMap<String, u64>,
 }
 
+/// Human approval (docs/approvals.md): links given to agents, what people decided on the page,
+/// and approved calls forwarded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApprovalCounts {
+    /// Requests answered with a link (`approval_required`).
+    pub links: u64,
+    /// Approvals given on the page (`approval_approved`).
+    pub approved: u64,
+    /// Denials given on the page (`approval_denied`).
+    pub denied: u64,
+    /// Links opened by another account (`approval_wrong_user`).
+    pub wrong_user: u64,
+    /// Approved calls forwarded (`allow` with an `approval_id`).
+    pub forwarded: u64,
+}
+
+impl ApprovalCounts {
+    /// Whether the log shows any approval at all.
+    pub fn is_empty(&self) -> bool {
+        *self == ApprovalCounts::default()
+    }
+}
+
 /// The summary of one decision log.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
@@ -132,6 +155,8 @@ pub struct Report {
     pub stages: BTreeMap<String, Histogram>,
     /// Latency from arrival to response headers, microseconds.
     pub total_latency: Histogram,
+    /// Human approval outcomes.
+    pub approvals: ApprovalCounts,
     verified_agents: HashSet<String>,
     latest_time: Option<String>,
 }
@@ -165,6 +190,21 @@ impl Report {
             self.skipped_lines += 1;
             return;
         };
+        // What a person did on an approval page: not an agent's request.
+        match outcome {
+            "approval_approved" | "approval_denied" | "approval_wrong_user" => {
+                let n = match outcome {
+                    "approval_approved" => &mut self.approvals.approved,
+                    "approval_denied" => &mut self.approvals.denied,
+                    _ => &mut self.approvals.wrong_user,
+                };
+                *n += 1;
+                return;
+            }
+            "approval_required" => self.approvals.links += 1,
+            "allow" if rec.get("approval_id").is_some_and(|v| v.is_string()) => self.approvals.forwarded += 1,
+            _ => {}
+        }
         self.requests += 1;
         self.outcomes.add(outcome);
         self.note_time_and_modes(&rec);
@@ -373,6 +413,14 @@ impl Report {
                     let _ = writeln!(s, "    {n:>8}  {k}");
                 }
             }
+        }
+        if !self.approvals.is_empty() {
+            let a = &self.approvals;
+            let _ = writeln!(
+                s,
+                "\nApprovals: {} links issued, {} approved, {} denied, {} opened by another account, {} approved calls forwarded",
+                a.links, a.approved, a.denied, a.wrong_user, a.forwarded
+            );
         }
         if !self.by_stage.is_empty() {
             let _ = writeln!(s, "\nFindings by stage:");

@@ -168,3 +168,25 @@ fn distinct_values_are_bounded() {
     assert_eq!(r.by_agent.len(), MAX_KEYS + 1, "the rest fold into (other)");
     assert_eq!(r.by_agent[OTHER].allow, 50);
 }
+
+#[test]
+fn approvals_are_counted_and_page_events_are_not_requests() {
+    let mut approved =
+        serde_json::from_str::<serde_json::Value>(&line("allow", Some("https://a.example"), Some("payments.send"), None, None, 9)).expect("json");
+    approved["approval_id"] = "a1".into();
+    let event = |outcome: &str| serde_json::json!({"time": "2026-11-30T10:00:01.000Z", "request_id": "p", "outcome": outcome, "approval_id": "a1"}).to_string();
+    let r = report(&[
+        line("approval_required", Some("https://a.example"), Some("payments.send"), Some("approval_required"), Some("Send?"), 5),
+        line("approval_required", Some("https://a.example"), Some("payments.send"), Some("approval_required"), Some("Send?"), 5),
+        event("approval_wrong_user"),
+        event("approval_approved"),
+        approved.to_string(),
+        event("approval_denied"),
+    ]);
+    assert_eq!(r.requests, 3, "page events are not agent requests");
+    assert_eq!(r.approvals, ApprovalCounts { links: 2, approved: 1, denied: 1, wrong_user: 1, forwarded: 1 });
+    let text = r.render_text();
+    assert!(text.contains("Approvals: 2 links issued, 1 approved, 1 denied, 1 opened by another account, 1 approved calls forwarded"), "{text}");
+    assert!(crate::report::html::render_html(&r).contains("2 links issued"));
+    assert!(!report(&[line("allow", None, None, None, None, 1)]).render_text().contains("Approvals:"));
+}

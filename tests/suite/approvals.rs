@@ -305,6 +305,15 @@ async fn an_approved_call_is_forwarded_once_after_the_right_person_logs_in() {
     assert!(allowed["approval_id"].as_str().is_some_and(|id| answer_id_matches(id, &lines)));
     let text = std::fs::read_to_string(w.log("flow.log")).unwrap();
     assert!(!text.contains(url.rsplit('/').next().unwrap()), "the link's code is never logged");
+    let metrics = common::metrics(&gw).await;
+    for expected in [
+        "portcullis_approval_links_issued_total 2",
+        "portcullis_approval_consumptions_total 1",
+        "portcullis_approval_decisions_total{decision=\"approve\"} 1",
+        "portcullis_approval_decisions_total{decision=\"expired\"} 2",
+    ] {
+        assert!(metrics.contains(expected), "{expected} missing from\n{metrics}");
+    }
     gw.shutdown().await;
 }
 
