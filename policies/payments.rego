@@ -1,8 +1,8 @@
 # Payments (`payments.send`, partner tier only, see tiers.rego):
 #   - the paying user is the verified token's subject: no token, no payment
 #   - the amount must be a positive number of USD
-#   - amounts over data.catalog.payments.approval_threshold_usd (100) need a human:
-#     refused with reason "human_approval_required"
+#   - amounts over data.catalog.payments.approval_threshold_usd (100) wait until the paying
+#     user approves this exact payment on the gateway's approval page (docs/approvals.md)
 #   - at most 5 calls per hour per user, and at most 500 USD per day per user (quotas; the
 #     day budget is spent by the amount, rounded up to whole dollars)
 #   - the token needs `payments:write`
@@ -34,7 +34,8 @@ valid_amount if {
 	amount > 0
 }
 
-denials contains {"rule": "payments_approval", "reason": "human_approval_required"} if {
+# The question the approval page asks (portcullis.rego puts it in the decision's `approval`).
+approval_message := sprintf("Send %v USD to %v?", [amount, object.get(input.mcp.arguments, "to", "the payee")]) if {
 	is_payment
 	valid_amount
 	amount > data.catalog.payments.approval_threshold_usd

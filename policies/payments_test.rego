@@ -26,15 +26,23 @@ test_other_tools_need_no_idempotency_key if {
 	not d.idempotency
 }
 
-test_exactly_the_threshold_is_allowed if {
-	decision.allow with input as pay(100)
+test_exactly_the_threshold_is_allowed_without_approval if {
+	d := decision with input as pay(100)
+	d.allow
+	not d.approval
 }
 
-test_over_100_usd_needs_human_approval if {
+test_over_100_usd_waits_for_the_users_approval if {
 	d := decision with input as pay(100.01)
+	d.allow
+	d.approval == {"message": "Send 100.01 USD to acct-9?"}
+	{"key": "payments.send:usd:user-1842", "cost": 101, "limit": 500, "per": "24h"} in d.quotas
+}
+
+test_a_denial_wins_over_approval if {
+	d := decision with input as req(partner, no_token, call("payments.send", {"amount": 500}))
 	not d.allow
-	d.reason == "human_approval_required"
-	d.rule == "payments_approval"
+	not d.approval
 }
 
 test_payment_without_a_user_token_is_refused if {

@@ -6,7 +6,8 @@
 #   required_scopes  scope strings the user's token must hold (403 insufficient_scope)
 #   quotas           {"key", "cost", "limit", "per"}      buckets the gateway spends (429)
 # and may say `idempotency_key_required` (true): the call must carry an Idempotency-Key, and a
-# retry with the same key gets the first call's answer instead of running again.
+# retry with the same key gets the first call's answer instead of running again; and
+# `approval_message`: the call waits until the user approves it (docs/approvals.md).
 # This file turns them into the decision. The refusal names the rule that produced it
 # (`rule`), which the decision log and `portcullis policy eval` show.
 #
@@ -28,14 +29,17 @@ first_denial := d if {
 default decision := {"allow": false, "reason": "policy_incomplete", "rule": "default"}
 
 decision := object.union(
-	{
-		"allow": true,
-		"reason": "allowed",
-		"rule": concat(":", ["allow", tier]),
-		"required_scopes": sort([s | some s in required_scopes]),
-		"quotas": [q | some q in quotas],
-	},
-	idempotency,
+	object.union(
+		{
+			"allow": true,
+			"reason": "allowed",
+			"rule": concat(":", ["allow", tier]),
+			"required_scopes": sort([s | some s in required_scopes]),
+			"quotas": [q | some q in quotas],
+		},
+		idempotency,
+	),
+	approval,
 ) if {
 	count(denials) == 0
 }
@@ -44,6 +48,11 @@ decision := object.union(
 default idempotency := {}
 
 idempotency := {"idempotency": {"required": true}} if idempotency_key_required
+
+# Human approval (docs/approvals.md): present only for calls a person must approve first.
+default approval := {}
+
+approval := {"approval": {"message": approval_message}} if approval_message
 
 decision := {
 	"allow": false,

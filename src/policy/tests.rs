@@ -84,7 +84,8 @@ fn verified_views_reach_the_policy() {
     let token = TokenView { iss: "https://auth.example.com", sub: "user-1842", aud: &aud, scopes: &scopes, claims: &claims };
     let agent = AgentView { id: "https://partner.example", keyid: "k", tag: "web-bot-auth" };
     let d = decide_with(&bundled(), &one(call("payments.send", json!({"amount": 250}))), Some(agent), Some(token)).expect("decided");
-    assert_eq!(d.verdict.reason, "human_approval_required");
+    assert!(d.verdict.allow, "{d:?}");
+    assert_eq!(d.verdict.approval.as_ref().map(|a| a.message.as_str()), Some("Send 250 USD to the payee?"));
     let d = decide_with(&bundled(), &one(call("payments.send", json!({"amount": 20}))), Some(agent), Some(token)).expect("decided");
     assert!(d.verdict.allow, "{d:?}");
     assert_eq!(d.verdict.required_scopes, vec!["payments:write", "tools:write"]);

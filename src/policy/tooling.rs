@@ -30,8 +30,15 @@ impl EvalReport {
         let _ = writeln!(out, "decision: {pretty}");
         match &self.verdict {
             Ok(v) => {
-                let effect = if v.allow { "allow" } else { "deny" };
+                let effect = match (&v.approval, v.allow) {
+                    (Some(_), true) => "allow once a person approves",
+                    (None, true) => "allow",
+                    (_, false) => "deny",
+                };
                 let _ = writeln!(out, "effect: {effect} (reason: {}, rule: {})", v.reason, v.rule.as_deref().unwrap_or("-"));
+                if let Some(a) = &v.approval {
+                    let _ = writeln!(out, "approval message: {}", a.message);
+                }
             }
             Err(e) => {
                 let _ = writeln!(out, "effect: deny (policy_error: {e})");

@@ -10,7 +10,7 @@ fn policy_test_passes_for_the_shipped_policies() {
     let out = Command::new(BIN).args(["policy", "test", "policies/"]).current_dir(ROOT).output().expect("runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("data.portcullis.test_over_100_usd_needs_human_approval: PASS"), "{stdout}");
+    assert!(stdout.contains("data.portcullis.test_over_100_usd_waits_for_the_users_approval: PASS"), "{stdout}");
     assert!(!stdout.contains("FAIL"), "{stdout}");
 }
 
@@ -65,6 +65,6 @@ fn policy_eval_prints_the_decision_and_the_rules_that_fired() {
     let out = Command::new(BIN).args(["policy", "eval", "--input"]).arg(dir.path().join("input.json")).output().expect("runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("effect: deny (reason: human_approval_required, rule: payments_approval)"), "{stdout}");
-    assert!(stdout.contains("data.portcullis.denials"), "{stdout}");
+    assert!(stdout.contains("effect: allow once a person approves (reason: allowed, rule: allow:partner)"), "{stdout}");
+    assert!(stdout.contains("approval message: Send 500 USD to the payee?"), "{stdout}");
 }
