@@ -547,3 +547,74 @@ async fn a_2026_client_without_url_elicitation_gets_32021_with_the_link_and_fore
     assert_eq!(w.executed("payments.transfer"), 1);
     gw.shutdown().await;
 }
+
+/// The approval page as a phone shows it: headless Chromium at 390 px lays out the page the
+/// gateway served, with a probe script appended, and takes a screenshot.
+#[tokio::test]
+async fn chromium_shows_the_call_and_a_visible_approve_button_on_a_phone() {
+    let Some(chromium) =
+        ["chromium", "chromium-browser"].into_iter().find(|c| std::process::Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
+    else {
+        println!("SKIPPED the headless Chromium check: chromium is not installed (scripts/test.sh installs it: apt-get install -y chromium)");
+        return;
+    };
+    let w = World::new().await;
+    let gw = w.gateway("enforce", "", "memory", "chromium.log").await;
+    let args = json!({"amount": 250, "to": "ACME Corporation Holdings International", "memo": "x".repeat(300), "note": "<b>bold</b>"});
+    let (_, answer) = w.call(&gw, 1, "payments.send", args).await;
+    w.issuer.log_in_as(USER, unix_now());
+    let page = Browser::new(&w.ca, &gw).get(&link_of(&answer)).await;
+    assert_eq!(page.status, 200);
+    let probe = r#"<script>
+var b = Array.from(document.querySelectorAll('button')).find(function (x) { return x.textContent === 'Approve'; });
+var r = b.getBoundingClientRect();
+var pre = document.querySelector('pre');
+var out = document.createElement('pre');
+out.id = 'probe';
+out.textContent = [Math.round(r.width), Math.round(r.height), Math.round(r.bottom), window.innerWidth,
+  document.documentElement.scrollWidth, getComputedStyle(b).visibility, pre.textContent.indexOf('ACME') >= 0, pre.textContent.indexOf('<b>bold</b>') >= 0].join(' ');
+document.body.appendChild(out);
+</script>"#;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("approval.html");
+    std::fs::write(&file, page.body.replace("</body>", &format!("{probe}</body>"))).unwrap();
+    let run = |extra: &[String]| {
+        let profile = tempfile::tempdir().unwrap();
+        std::process::Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--no-first-run",
+                "--disable-dev-shm-usage",
+                "--hide-scrollbars",
+            ])
+            .arg("--window-size=390,1200")
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(extra)
+            .arg(format!("file://{}", file.display()))
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--dump-dom".to_owned()]);
+    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let probe = dom.split("<pre id=\"probe\">").nth(1).and_then(|s| s.split("</pre>").next()).unwrap_or_else(|| panic!("probe not rendered: {dom}"));
+    println!("chromium approval page probe: {probe}");
+    let f: Vec<&str> = probe.split(' ').collect();
+    let num = |i: usize| f[i].parse::<u32>().unwrap();
+    assert!(num(0) > 40 && num(1) > 20, "the Approve button is laid out: {probe}");
+    assert!(num(2) <= 1200, "the Approve button is on the first screen: {probe}");
+    assert!(num(4) <= num(3), "nothing wider than the phone (no sideways scrolling): {probe}");
+    assert_eq!((f[5], f[6], f[7]), ("visible", "true", "true"), "button visible, arguments shown as text: {probe}");
+    let shot = dir.path().join("approval.png");
+    let out = run(&[format!("--screenshot={}", shot.display())]);
+    assert!(out.status.success(), "chromium screenshot failed: {}", String::from_utf8_lossy(&out.stderr));
+    let png = std::fs::read(&shot).unwrap();
+    if let Ok(keep) = std::env::var("PORTCULLIS_KEEP_SCREENSHOT") {
+        std::fs::copy(&shot, keep).unwrap();
+    }
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 5_000, "screenshot of {} bytes", png.len());
+    gw.shutdown().await;
+}
