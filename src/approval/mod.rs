@@ -216,10 +216,9 @@ impl Approvals {
         };
         let method = msg.method.as_deref().unwrap_or("");
         if !APPROVABLE.contains(&method) {
-            return Err(ApprovalError::NotPossible(format!(
-                "the policy requires a person's approval, which only tools/call, resources/read and prompts/get can carry (not {})",
-                crate::oauth::short(method)
-            )));
+            return Err(ApprovalError::NotPossible(
+                "the policy requires a person's approval, which only tools/call, resources/read and prompts/get can carry".to_owned(),
+            ));
         }
         if !issue_links {
             return Err(ApprovalError::NotPossible("human_approval_required".to_owned()));
