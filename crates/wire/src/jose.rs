@@ -1,5 +1,5 @@
 //! The compact forms a bearer token arrives in (pipeline stage 7, before any key is used):
-//! `Authorization: Bearer <token68>` (RFC 6750 §2.1) and the JWS compact serialization of a
+//! `Authorization: Bearer <token68>` (RFC 6750 §2.1) or `DPoP <token68>` (RFC 9449 §7.1), and the JWS compact serialization of a
 //! JWT (RFC 7515 §7.1): three base64url parts, a JOSE header and a JSON claims object, with the
 //! header rules that need no key (RFC 9068 §4 `typ`, the accepted `alg`, RFC 7515 §4.1.11
 //! `crit`).
@@ -100,9 +100,25 @@ struct RawHeader {
     crit: Option<Value>,
 }
 
+/// The authentication scheme an access token came with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    /// `Authorization: Bearer` (RFC 6750 §2.1).
+    Bearer,
+    /// `Authorization: DPoP` (RFC 9449 §7.1): the token is spent with a `DPoP` proof.
+    Dpop,
+}
+
 /// The token of `Authorization: Bearer <token68>` (RFC 6750 §2.1; scheme case-insensitive,
 /// RFC 9110 §11.1). `Ok(None)` when there is no `Authorization` header.
 pub fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, CompactError> {
+    Ok(credentials(headers, false)?.map(|(_, token)| token))
+}
+
+/// The scheme and token of `Authorization`: `Bearer <token68>`, or also `DPoP <token68>`
+/// (RFC 9449 §7.1) when `accept_dpop`. `Ok(None)` when there is no `Authorization` header;
+/// two of them (e.g. one of each scheme, RFC 9449 Figure 19) are malformed.
+pub fn credentials(headers: &HeaderMap, accept_dpop: bool) -> Result<Option<(Scheme, &str)>, CompactError> {
     let mut values = headers.get_all(AUTHORIZATION).iter();
     let Some(value) = values.next() else { return Ok(None) };
     if values.next().is_some() {
@@ -110,9 +126,15 @@ pub fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, CompactError> {
     }
     let value = value.to_str().map_err(|_| CompactError::MalformedHeader("not ASCII"))?;
     let (scheme, rest) = value.split_once(' ').ok_or(CompactError::MalformedHeader("expected \"Bearer <token>\""))?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
+    let scheme = if scheme.eq_ignore_ascii_case("bearer") {
+        Scheme::Bearer
+    } else if accept_dpop && scheme.eq_ignore_ascii_case("dpop") {
+        Scheme::Dpop
+    } else if accept_dpop {
+        return Err(CompactError::MalformedHeader("scheme is not Bearer or DPoP"));
+    } else {
         return Err(CompactError::MalformedHeader("scheme is not Bearer"));
-    }
+    };
     let token = rest.trim_start_matches(' ');
     if token.is_empty() {
         return Err(CompactError::MalformedHeader("empty token"));
@@ -122,7 +144,7 @@ pub fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, CompactError> {
     if body.is_empty() || !body.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~+/".contains(&b)) {
         return Err(CompactError::MalformedHeader("token is not a token68"));
     }
-    Ok(Some(token))
+    Ok(Some((scheme, token)))
 }
 
 /// Whether `token` has the JWS compact shape (three parts); otherwise it is treated as opaque.

@@ -8,6 +8,8 @@
 //! - [`signature`]: RFC 9421 `Signature-Input`/`Signature`/`Signature-Agent`, the signature
 //!   base, RFC 7638 JWK thumbprints, and the agent-side [`signature::Signer`].
 //! - [`digest`]: RFC 9530 `Content-Digest`.
+//! - [`dpop`]: RFC 9449 DPoP proofs: the `DPoP` field, the proof JWT, its signature and its
+//!   checks against the request (the resource server's side), and the agent's EdDSA proofs.
 //! - [`jose`]: `Authorization: Bearer` and the JWS compact form of a JWT.
 //! - [`key_directory`], [`issuer_documents`]: an agent's key directory and an issuer's JWK Set
 //!   and metadata, with their `Cache-Control`.
@@ -19,6 +21,7 @@
 //! - `rego_value` (feature `rego`): JSON → policy value, literal.
 
 pub mod digest;
+pub mod dpop;
 pub mod fields;
 pub mod issuer_documents;
 pub mod jose;

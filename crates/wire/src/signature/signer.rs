@@ -127,6 +127,12 @@ impl Signer {
         self.key.verifying_key()
     }
 
+    /// The private key, for other proofs by the same key: an agent's DPoP proofs
+    /// (`dpop::ed25519_proof`) bind its user's token to the key that signs its requests.
+    pub fn signing_key(&self) -> &SigningKey {
+        &self.key
+    }
+
     /// Signs `req` in place (see [`Signer::sign_parts`]).
     pub fn sign_request(&self, req: &mut http::Request<Vec<u8>>, now: UnixTime) -> Result<(), SignError> {
         let (mut parts, body) = std::mem::take(req).into_parts();
