@@ -54,7 +54,7 @@ fn bench(c: &mut Criterion) {
     let scopes = vec!["payments:write".to_owned(), "tools:write".to_owned()];
     let read_only = vec!["tools:read".to_owned()];
     let aud = vec!["https://mcp.example.com/mcp".to_owned()];
-    let token = TokenView { iss: "https://auth.example.com", sub: "user-1842", aud: &aud, scopes: &scopes, claims: &claims };
+    let token = TokenView { iss: "https://auth.example.com", sub: "user-1842", aud: &aud, scopes: &scopes, binding: "none", claims: &claims };
     let reader = TokenView { scopes: &read_only, ..token };
     let partner = AgentView { id: "https://partner.example", keyid: "poqkLGiymh_W0uP6PZFw-dvez3QJT5SolqXBCW38r0U", tag: "web-bot-auth" };
     let verified = AgentView { id: "https://agent.example", ..partner };

@@ -17,6 +17,7 @@ use crate::config::{Group, Mode, Modes};
 pub use crate::denial::{retry_after_secs, Denial};
 use crate::evidence::Evidence;
 use crate::finding::Finding;
+use crate::oauth::TokenError;
 use crate::pipeline::{Decision, Permit, Refusal};
 
 /// The body type of every response the gateway sends (refusals and streamed upstream bodies).
@@ -166,6 +167,21 @@ pub struct Challenge {
     /// `Accept-Signature` value (RFC 9421 §5.1) sent with agent-credential refusals; empty =
     /// omitted (signatures not configured).
     pub accept_signature: String,
+    /// The `algs` of a `DPoP` challenge (RFC 9449 §7.1) when `oauth.dpop` is on; empty = off:
+    /// token refusals then offer the `Bearer` scheme alone.
+    pub dpop_algs: String,
+}
+
+impl Challenge {
+    /// `, DPoP algs="…"`: the second challenge of a token refusal when DPoP is on (RFC 9449
+    /// §7.2: both schemes offered), else nothing.
+    fn dpop_offer(&self) -> String {
+        if self.dpop_algs.is_empty() {
+            String::new()
+        } else {
+            format!(", DPoP algs=\"{}\"", quote(&self.dpop_algs))
+        }
+    }
 }
 
 /// `Want-Content-Digest` on stage-2 refusals: sha-256 preferred, sha-512 accepted.
@@ -185,7 +201,25 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
             if !challenge.scope.is_empty() {
                 v.push_str(&format!(", scope=\"{}\"", quote(&challenge.scope)));
             }
+            v.push_str(&challenge.dpop_offer());
             headers.push((WWW_AUTHENTICATE, v));
+        }
+        // RFC 9449 §7.1: the proof, or the binding of a DPoP-scheme token, failed: the error is
+        // the DPoP challenge's (Figure 16 for the binding).
+        Denial::InvalidDpopProof(_) | Denial::InvalidToken(TokenError::KeyBindingMismatch | TokenError::NotDpopBound) => {
+            let description = match denial {
+                Denial::InvalidToken(e) => e.to_string(),
+                other => other.reason(),
+            };
+            headers.push((
+                WWW_AUTHENTICATE,
+                format!(
+                    "DPoP error=\"{}\", error_description=\"{}\", algs=\"{}\"",
+                    denial.code(),
+                    quote(&description),
+                    quote(if challenge.dpop_algs.is_empty() { portcullis_wire::dpop::ACCEPTED_ALGS } else { &challenge.dpop_algs })
+                ),
+            ));
         }
         // RFC 6750 §3.1 with MCP's `resource_metadata`; one line, every value quoted.
         Denial::InvalidToken(e) | Denial::InvalidRequest(e) => {
@@ -193,9 +227,10 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
             headers.push((
                 WWW_AUTHENTICATE,
                 format!(
-                    "Bearer error=\"{code}\", error_description=\"{}\", resource_metadata=\"{}\"",
+                    "Bearer error=\"{code}\", error_description=\"{}\", resource_metadata=\"{}\"{}",
                     quote(&e.to_string()),
-                    quote(&challenge.resource_metadata)
+                    quote(&challenge.resource_metadata),
+                    challenge.dpop_offer()
                 ),
             ));
         }

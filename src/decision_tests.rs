@@ -16,7 +16,45 @@ fn challenge() -> Challenge {
         resource_metadata: "https://mcp.example.com/.well-known/oauth-protected-resource".into(),
         scope: "mcp:tools files:read".into(),
         accept_signature: r#"sig1=("@method" "@authority" "@path" "signature-agent";key="sig1");tag="web-bot-auth""#.into(),
+        dpop_algs: String::new(),
     }
+}
+
+fn dpop_challenge() -> Challenge {
+    Challenge { dpop_algs: portcullis_wire::dpop::ACCEPTED_ALGS.into(), ..challenge() }
+}
+
+#[tokio::test]
+async fn with_dpop_on_oauth_required_offers_both_schemes() {
+    let resp = respond(&Denial::OAuthRequired, "r", &dpop_challenge());
+    assert_eq!(
+        resp.headers()[WWW_AUTHENTICATE],
+        r#"Bearer resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource", scope="mcp:tools files:read", DPoP algs="ES256 EdDSA Ed25519 RS256 PS256""#
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_proof_has_the_dpop_challenge_and_its_own_code() {
+    use portcullis_wire::dpop::DpopError;
+    let resp = respond(&Denial::from(TokenError::Dpop(DpopError::WrongUri)), "r", &dpop_challenge());
+    assert_eq!(resp.status(), 401);
+    assert_eq!(resp.headers()[CACHE_CONTROL], "no-store");
+    assert_eq!(
+        resp.headers()[WWW_AUTHENTICATE],
+        r#"DPoP error="invalid_dpop_proof", error_description="invalid DPoP proof: htu does not match the request", algs="ES256 EdDSA Ed25519 RS256 PS256""#
+    );
+    assert_eq!(body_json(resp).await["error"], "invalid_dpop_proof");
+    // RFC 9449 Figure 16: a proof by another key than the token's is the DPoP challenge's invalid_token.
+    let resp = respond(&Denial::from(TokenError::KeyBindingMismatch), "r", &dpop_challenge());
+    assert_eq!(
+        resp.headers()[WWW_AUTHENTICATE],
+        r#"DPoP error="invalid_token", error_description="DPoP proof key does not match the token's cnf.jkt", algs="ES256 EdDSA Ed25519 RS256 PS256""#
+    );
+    // RFC 9449 Figure 18: a bad Bearer token has the error on the Bearer challenge, DPoP offered.
+    let resp = respond(&Denial::from(TokenError::BoundTokenAsBearer), "r", &dpop_challenge());
+    let v = resp.headers()[WWW_AUTHENTICATE].to_str().expect("ascii").to_owned();
+    assert!(v.starts_with(r#"Bearer error="invalid_token", error_description="token is bound to a key"#), "{v}");
+    assert!(v.ends_with(r#", DPoP algs="ES256 EdDSA Ed25519 RS256 PS256""#), "{v}");
 }
 
 async fn body_json(resp: Response<ResponseBody>) -> serde_json::Value {
@@ -238,6 +276,13 @@ fn token_errors_map_to_the_mcp_refusals() {
     assert!(matches!(Denial::from(TokenError::TokenInQuery), Denial::InvalidRequest(_)));
     assert!(matches!(Denial::from(TokenError::Expired { exp: 1 }), Denial::InvalidToken(_)));
     assert!(matches!(Denial::from(TokenError::Inactive), Denial::InvalidToken(_)));
+    assert!(matches!(Denial::from(TokenError::BoundTokenAsBearer), Denial::InvalidToken(_)));
+    assert!(matches!(Denial::from(TokenError::NotSenderConstrained), Denial::InvalidToken(_)));
+    let proof = Denial::from(TokenError::Dpop(portcullis_wire::dpop::DpopError::Replayed));
+    assert_eq!((proof.status().as_u16(), proof.code()), (401, "invalid_dpop_proof"));
+    assert_eq!(crate::finding::FindingStage::of(&proof), crate::finding::FindingStage::Token);
+    let store = Denial::from(TokenError::ProofStore(crate::state::StoreError::Unavailable { store: "redis://x".into(), reason: "down".into() }));
+    assert_eq!((store.status().as_u16(), store.code()), (503, "state_unavailable"));
     let down = Denial::from(TokenError::IssuerUnavailable { issuer: "https://auth.example.com".into(), reason: "JWKS: HTTP 500".into() });
     assert_eq!(down.status(), 503);
     assert!(down.reason().contains("https://auth.example.com"), "{}", down.reason());

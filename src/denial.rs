@@ -74,6 +74,12 @@ pub enum Denial {
     /// key, bad signature, wrong issuer or audience, outside its time window, inactive (stage 7).
     #[error("{0}")]
     InvalidToken(TokenError),
+    /// The DPoP proof that came with a DPoP-bound token is invalid (RFC 9449 §4.3): missing,
+    /// malformed, wrong `typ` or `alg`, a private or unusable key, a bad signature, made for
+    /// another method, URL or token, outside its window, already used, or not by the agent's
+    /// key where `oauth.require_agent_key_binding` asks for it (stage 7).
+    #[error("invalid DPoP proof: {0}")]
+    InvalidDpopProof(portcullis_wire::dpop::DpopError),
     /// The bearer-token request itself is malformed: `Authorization` not `Bearer <token68>`,
     /// or a token in the query string (stage 7; RFC 6750 §3.1 `invalid_request`).
     #[error("{0}")]
@@ -167,6 +173,7 @@ impl Denial {
             Denial::ReplayedSignature => "replayed_signature",
             Denial::OAuthRequired => "oauth_required",
             Denial::InvalidToken(_) => "invalid_token",
+            Denial::InvalidDpopProof(_) => "invalid_dpop_proof",
             Denial::InvalidRequest(_) => "invalid_request",
             Denial::IssuerUnavailable(_) => "issuer_unavailable",
             Denial::Mcp(e) => e.code(),
@@ -199,7 +206,8 @@ impl Denial {
             | Denial::KeyResolution(_)
             | Denial::ReplayedSignature
             | Denial::OAuthRequired
-            | Denial::InvalidToken(_) => StatusCode::UNAUTHORIZED,
+            | Denial::InvalidToken(_)
+            | Denial::InvalidDpopProof(_) => StatusCode::UNAUTHORIZED,
             Denial::InsufficientScope { .. }
             | Denial::AccessDenied { .. }
             | Denial::Policy(_)
@@ -288,6 +296,9 @@ impl From<TokenError> for Denial {
             TokenError::Missing => Denial::OAuthRequired,
             TokenError::MalformedHeader(_) | TokenError::TokenInQuery => Denial::InvalidRequest(e),
             TokenError::IssuerUnavailable { .. } => Denial::IssuerUnavailable(e),
+            TokenError::Dpop(proof) => Denial::InvalidDpopProof(proof),
+            // Fail closed, naming the store: no proof is accepted without a record of its jti.
+            TokenError::ProofStore(e) => Denial::StateUnavailable { reason: e.to_string() },
             TokenError::Malformed(_)
             | TokenError::WrongType { .. }
             | TokenError::UnsupportedAlgorithm { .. }
@@ -303,7 +314,12 @@ impl From<TokenError> for Denial {
             | TokenError::Expired { .. }
             | TokenError::NotYetValid { .. }
             | TokenError::IssuedInFuture { .. }
-            | TokenError::Inactive => Denial::InvalidToken(e),
+            | TokenError::Inactive
+            | TokenError::BoundTokenAsBearer
+            | TokenError::NotSenderConstrained
+            | TokenError::NotDpopBound
+            | TokenError::KeyBindingMismatch
+            | TokenError::UnsupportedConfirmation => Denial::InvalidToken(e),
         }
     }
 }

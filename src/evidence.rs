@@ -4,7 +4,7 @@
 
 use portcullis_wire::mcp::McpRequest;
 
-use crate::oauth::VerifiedToken;
+use crate::oauth::{Binding, VerifiedToken};
 use crate::signature::VerifiedSignature;
 
 /// What the stages verified so far: the policy input, the identity headers sent upstream and
@@ -17,6 +17,8 @@ pub struct Evidence {
     pub agent: Option<VerifiedSignature>,
     /// Stage 7 result: the verified bearer token (the user), when one was sent.
     pub token: Option<VerifiedToken>,
+    /// Stage 7: how the token is bound to this request (set with `token`).
+    pub binding: Option<Binding>,
     /// Stage 8 result: the parsed JSON-RPC message(s). Tool arguments are never logged.
     pub mcp: Option<McpRequest>,
     /// The tool catalog: `input.mcp.tool_definition` of each called tool it knows, by name.

@@ -116,7 +116,9 @@ impl FindingStage {
             Denial::Signature(_) => FindingStage::Signature,
             Denial::KeyResolution(_) => FindingStage::Key,
             Denial::ReplayedSignature => FindingStage::Replay,
-            Denial::OAuthRequired | Denial::InvalidToken(_) | Denial::InvalidRequest(_) | Denial::IssuerUnavailable(_) => FindingStage::Token,
+            Denial::OAuthRequired | Denial::InvalidToken(_) | Denial::InvalidDpopProof(_) | Denial::InvalidRequest(_) | Denial::IssuerUnavailable(_) => {
+                FindingStage::Token
+            }
             Denial::Mcp(_) | Denial::SessionNotFound(_) | Denial::SessionConflict(_) => FindingStage::Mcp,
             Denial::Policy(_) | Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } => FindingStage::Policy,
             Denial::RateLimited { .. } => FindingStage::Quota,

@@ -24,7 +24,7 @@ use crate::directory::KeyResolver;
 use crate::evidence::{Evidence, PolicyTrace};
 use crate::finding::{Finding, FindingStage, Judge, Judged};
 use crate::inbound::Inbound;
-use crate::oauth::TokenVerifier;
+use crate::oauth::{Binding, Presented, TokenVerifier};
 use crate::policy::{AgentView, CatalogView, Policy, PolicyError, PolicyInput, RequestView, TokenView};
 use crate::quota::{QuotaError, QuotaSpec, Quotas};
 use crate::replay::ReplayGuard;
@@ -153,8 +153,23 @@ impl Stages {
         let directory = KeyResolver::new(&sig.directory).map_err(|e| errors.push(e));
         // Without an issuer and without `required`, there is no user authority to check: the
         // stage is off and the inbound `Authorization` is only stripped (proxy).
-        let token = if config.oauth.is_enabled() { TokenVerifier::new(&config.oauth).map_err(|e| errors.push(e)).ok() } else { None };
         let stores = Stores::from_config(&config.state).map_err(|e| errors.push(e));
+        let token = if config.oauth.is_enabled() {
+            // A proof's `htu` may name any authority the gateway answers to (decision 3).
+            let mut oauth = config.oauth.clone();
+            if let Some(dpop) = &mut oauth.dpop {
+                let scheme = config.listen.public_url.scheme();
+                dpop.origins.extend(sig.authority.iter().map(|a| format!("{scheme}://{a}")));
+            }
+            let verifier = TokenVerifier::new(&oauth).map_err(|e| errors.push(e)).ok();
+            // Proofs' `jti`s in the replay store: with Redis, each proof is used once across instances.
+            verifier.map(|v| match &stores {
+                Ok(s) => v.with_proof_store(s.replay.clone()),
+                Err(()) => v,
+            })
+        } else {
+            None
+        };
         let policy = Policy::new(&config.policy).map_err(|e| errors.push(FieldError::new("policy.paths", e.to_string())));
         let catalog = if config.tools.is_enabled() {
             Catalog::new(&config.tools, &config.upstream, &config.listen.public_url).map(|c| Some(Arc::new(c))).map_err(|e| errors.push(e))
@@ -258,13 +273,26 @@ async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
         }
     }
     if let Some(verifier) = &stages.token {
+        // The agent's key, when stages 3–6 verified it: a DPoP proof by that key binds the
+        // token to this agent (`agent_key`).
+        let agent_jkt = seen.agent.as_ref().map(VerifiedSignature::key_thumbprint);
+        let presented = Presented {
+            method: req.head.method.as_str(),
+            path: req.head.uri.path(),
+            headers: &req.head.headers,
+            now: req.now,
+            agent_jkt: agent_jkt.as_deref(),
+        };
         let token = timings
             .timed_async(Stage::Token, async {
                 verifier.check_query(&req.head.uri)?;
-                verifier.authenticate(&req.head.headers, req.now).await
+                verifier.check(&presented).await
             })
             .await;
-        seen.token = judge.judge(FindingStage::Token, token)?.flatten();
+        if let Some(authenticated) = judge.judge(FindingStage::Token, token)?.flatten() {
+            seen.token = Some(authenticated.token);
+            seen.binding = Some(authenticated.binding);
+        }
     }
     // Decision 9: once the identity is verified, a session is only its owner's. Without a
     // verified identity (monitor mode) the owner is unknown: that is already a finding.
@@ -373,8 +401,15 @@ fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
             Ok(c) => c,
             Err(e) => return (Err(PolicyError::Input { version: stages.policy.version(), reason: format!("token claims: {e}") }), Ok(())),
         };
-        let token =
-            seen.token.as_ref().zip(claims).map(|(t, claims)| TokenView { iss: t.iss(), sub: t.sub().unwrap_or(""), aud: t.aud(), scopes: t.scopes(), claims });
+        let binding = seen.binding.unwrap_or(Binding::None).as_str();
+        let token = seen.token.as_ref().zip(claims).map(|(t, claims)| TokenView {
+            iss: t.iss(),
+            sub: t.sub().unwrap_or(""),
+            aud: t.aud(),
+            scopes: t.scopes(),
+            binding,
+            claims,
+        });
         let request = RequestView { method: req.head.method.as_str(), path: req.head.uri.path(), host: &req.authority };
         let catalog = CatalogView { definitions: &seen.tool_definitions, is_listing: false };
         let input = PolicyInput { request, agent, token, mcp: seen.mcp.as_ref().unwrap_or(&empty), catalog, now: req.now };
@@ -442,7 +477,7 @@ mod tests {
         assert!(matches!(check_scopes(&required, None), Err(Denial::OAuthRequired)));
         let (aud, claims) = (Vec::new(), regorus::Value::new_object());
         let scopes = vec!["tools:write".to_owned()];
-        let token = TokenView { iss: "i", sub: "s", aud: &aud, scopes: &scopes, claims: &claims };
+        let token = TokenView { iss: "i", sub: "s", aud: &aud, scopes: &scopes, binding: "none", claims: &claims };
         let err = check_scopes(&required, Some(&token)).expect_err("payments:write missing");
         assert!(matches!(err, Denial::InsufficientScope { required: r } if r == required));
         let scopes = required.clone();

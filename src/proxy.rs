@@ -3,8 +3,8 @@
 //!
 //! Only a [`Forward`] can be forwarded, and only `decision::apply_mode` makes one. The path and
 //! query are kept; hop-by-hop headers (RFC 9110 §7.6.1) are removed both ways; the inbound
-//! `Authorization` is dropped unless `oauth.forward_token` and the token was verified (MCP: no
-//! token passthrough); the verified user goes up as `x-portcullis-subject`/`-scopes`; every
+//! `Authorization` (and a `DPoP` proof) is dropped unless `oauth.forward_token` and the token
+//! was verified (MCP: no token passthrough); the verified user goes up as `x-portcullis-subject`/`-scopes`; every
 //! inbound `x-portcullis-*` (and every name with `_`, which CGI-style stacks fold into `-`) is
 //! dropped so a client can never choose its own identity headers. `X-Forwarded-Host` is the
 //! authority the gateway decided on.
@@ -89,6 +89,8 @@ impl Upstream {
         // verified goes on (MCP Authorization: no token passthrough).
         if !self.forward_token || seen.token.is_none() {
             headers.remove(AUTHORIZATION);
+            // A DPoP proof (RFC 9449) goes with its token or not at all.
+            headers.remove(portcullis_wire::dpop::DPOP);
         }
         let spoofed: Vec<HeaderName> = headers.keys().filter(|k| is_spoofable(k)).cloned().collect();
         for name in spoofed.into_iter().chain(CLIENT_FORWARDING.map(HeaderName::from_static)) {

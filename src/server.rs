@@ -174,6 +174,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
             resource_metadata: config.resource_metadata_url(),
             scope: config.oauth.scopes_supported.join(" "),
             accept_signature: stages.accept_signature().to_owned(),
+            dpop_algs: if config.oauth.dpop.is_some() { portcullis_wire::dpop::ACCEPTED_ALGS.to_owned() } else { String::new() },
         },
         upstream: Upstream::new(&config.upstream, config.oauth.forward_token),
         stages,
@@ -437,6 +438,7 @@ impl Shared {
                 signed,
                 keyid: seen.agent.as_ref().map(|a| a.keyid()),
                 sub: seen.token.as_ref().and_then(|t| t.sub()),
+                binding: seen.binding.map(|b| b.as_str()),
                 mcp_method: seen.mcp.as_ref().and_then(|m| m.first_method()),
                 tool: seen.mcp.as_ref().and_then(|m| m.first_tool()),
                 rule: seen.policy.as_ref().and_then(|p| p.rule.as_deref()),
@@ -594,6 +596,12 @@ fn protected_resource_metadata(config: &Config) -> (Bytes, Vec<String>) {
     });
     if !oauth.scopes_supported.is_empty() {
         doc["scopes_supported"] = serde_json::json!(oauth.scopes_supported);
+    }
+    // RFC 9728 §2: the proof algorithms accepted; tokens need not be DPoP-bound unless
+    // `oauth.require_sender_constrained` says so.
+    if oauth.dpop.is_some() {
+        doc["dpop_signing_alg_values_supported"] = serde_json::json!(portcullis_wire::dpop::ACCEPTED_ALGS.split(' ').collect::<Vec<_>>());
+        doc["dpop_bound_access_tokens_required"] = serde_json::json!(oauth.require_sender_constrained);
     }
     let root = "/.well-known/oauth-protected-resource".to_owned();
     let mut paths = vec![root.clone()];

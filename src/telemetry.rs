@@ -228,6 +228,11 @@ struct ResultLabels {
     result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BindingLabels {
+    binding: &'static str,
+}
+
 /// Counters of the token stage (stage 7): verified-token cache hits and misses, JWKS fetches by
 /// result. Made by the stage, registered by [`Metrics::register_token`].
 #[derive(Clone, Debug, Default)]
@@ -235,6 +240,7 @@ pub struct TokenMetrics {
     cache: Family<ResultLabels, Counter>,
     jwks_fetches: Family<ResultLabels, Counter>,
     jwks_budget_exhausted: Counter,
+    bindings: Family<BindingLabels, Counter>,
 }
 
 impl TokenMetrics {
@@ -258,6 +264,16 @@ impl TokenMetrics {
         self.jwks_budget_exhausted.inc();
     }
 
+    /// Counts one accepted token by how it is bound to its request (`none`, `dpop`, `agent_key`).
+    pub fn binding(&self, binding: &'static str) {
+        self.bindings.get_or_create(&BindingLabels { binding }).inc();
+    }
+
+    /// How many accepted tokens had `binding`.
+    pub fn binding_count(&self, binding: &'static str) -> u64 {
+        self.bindings.get_or_create(&BindingLabels { binding }).get()
+    }
+
     /// How many unknown-`kid` refetches the budget refused.
     pub fn jwks_budget_exhausted_count(&self) -> u64 {
         self.jwks_budget_exhausted.get()
@@ -274,6 +290,7 @@ impl Metrics {
             "Tokens refused because an unknown-kid JWKS refetch would exceed oauth.jwks_refetch_budget",
             m.jwks_budget_exhausted.clone(),
         );
+        self.registry.register("token_bindings", "Accepted tokens by binding to their request (none, dpop, agent_key)", m.bindings.clone());
     }
 }
 
@@ -343,6 +360,8 @@ pub struct DecisionRecord<'a> {
     pub keyid: Option<&'a str>,
     /// The verified token's `sub`.
     pub sub: Option<&'a str>,
+    /// How the verified token is bound to the request: `none`, `dpop`, `agent_key`.
+    pub binding: Option<&'static str>,
     /// The JSON-RPC method, when the body was parsed.
     pub mcp_method: Option<&'a str>,
     /// The tool name of a `tools/call`.

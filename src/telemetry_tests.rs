@@ -23,6 +23,7 @@ fn record(request_id: &str) -> DecisionRecord<'_> {
         signed: false,
         keyid: None,
         sub: None,
+        binding: None,
         mcp_method: None,
         tool: None,
         rule: None,

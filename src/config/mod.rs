@@ -25,7 +25,7 @@ pub use approvals::{Approvals, MIN_STATE_KEY};
 pub use modes::{Group, Modes, RawMode};
 pub use portcullis_wire::time::parse_duration;
 pub use raw::*;
-pub use sections::{normalize_origin, Context, Directory, Introspection, OAuth, PolicySettings, Signatures, StateSettings, StaticKey, Store};
+pub use sections::{normalize_origin, Context, Directory, Dpop, Introspection, OAuth, PolicySettings, Signatures, StateSettings, StaticKey, Store};
 pub use tools::{CatalogProtocol, CatalogSource, Tools, Unpinned};
 pub use units::{parse_size, ByteSize, HumanDuration};
 

@@ -323,6 +323,14 @@ pub struct RawOAuth {
     pub jwks_refetch_budget: u32,
     /// `[oauth.introspection]`: RFC 7662 introspection for opaque (non-JWT) tokens.
     pub introspection: Option<RawIntrospection>,
+    /// Accept `Authorization: DPoP <token>` with a `DPoP` proof (RFC 9449).
+    pub dpop: bool,
+    /// How long after its `iat` a DPoP proof is accepted (plus `clock_skew`).
+    pub dpop_max_age: HumanDuration,
+    /// Refuse tokens that are not sender-constrained (no `cnf`).
+    pub require_sender_constrained: bool,
+    /// Refuse DPoP proofs made with any key but the one of the request's HTTP Message Signature.
+    pub require_agent_key_binding: bool,
 }
 
 impl Default for RawOAuth {
@@ -341,6 +349,10 @@ impl Default for RawOAuth {
             jwks_refetch_interval: HumanDuration(Duration::from_secs(30)),
             jwks_refetch_budget: 10,
             introspection: None,
+            dpop: false,
+            dpop_max_age: HumanDuration(Duration::from_secs(300)),
+            require_sender_constrained: false,
+            require_agent_key_binding: false,
         }
     }
 }

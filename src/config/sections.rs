@@ -290,6 +290,22 @@ pub struct OAuth {
     pub jwks_refetch_budget: u32,
     /// RFC 7662 introspection for opaque tokens.
     pub introspection: Option<Introspection>,
+    /// RFC 9449 DPoP: `None` when `oauth.dpop` is off.
+    pub dpop: Option<Dpop>,
+    /// Refuse tokens without `cnf` (bearer tokens).
+    pub require_sender_constrained: bool,
+}
+
+/// Validated DPoP settings (`oauth.dpop = true`).
+#[derive(Debug, Clone)]
+pub struct Dpop {
+    /// How long after its `iat` a proof is accepted (plus `oauth.clock_skew`).
+    pub max_age: Duration,
+    /// Only proofs made with the key of the request's HTTP Message Signature.
+    pub require_agent_key_binding: bool,
+    /// The origins (`scheme://authority`) a proof's `htu` may name: `listen.public_url`'s.
+    /// The gateway adds `signatures.authority` (same scheme) when it builds the stage.
+    pub origins: Vec<String>,
 }
 
 /// Validated `[oauth.introspection]`.
@@ -334,6 +350,20 @@ impl OAuth {
         }
         errs.positive("oauth.fetch_timeout", raw.fetch_timeout.0);
         errs.at_least_one("oauth.jwks_refetch_budget", raw.jwks_refetch_budget, " (refetches per minute)");
+        if raw.dpop_max_age.0.is_zero() || raw.dpop_max_age.0 > Duration::from_secs(3600) {
+            errs.push("oauth.dpop_max_age", "must be more than 0s and at most 1h");
+        }
+        if raw.require_agent_key_binding && !raw.dpop {
+            errs.push("oauth.require_agent_key_binding", "needs oauth.dpop = true (the agent's key is proven by a DPoP proof)");
+        }
+        if raw.require_sender_constrained && !raw.dpop {
+            errs.push("oauth.require_sender_constrained", "needs oauth.dpop = true (DPoP is the sender constraint the gateway verifies)");
+        }
+        let dpop = raw.dpop.then(|| Dpop {
+            max_age: raw.dpop_max_age.0,
+            require_agent_key_binding: raw.require_agent_key_binding,
+            origins: ctx.public_url.map(|u| u.origin().ascii_serialization()).into_iter().collect(),
+        });
         let introspection = match (raw.introspection, introspection_url) {
             (Some(i), Some(url)) => Some(Introspection { url, client_id: i.client_id, client_secret: i.client_secret }),
             _ => None,
@@ -352,6 +382,8 @@ impl OAuth {
             jwks_refetch_interval: raw.jwks_refetch_interval.0,
             jwks_refetch_budget: raw.jwks_refetch_budget,
             introspection,
+            dpop,
+            require_sender_constrained: raw.require_sender_constrained,
         })
     }
 

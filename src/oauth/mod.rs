@@ -10,15 +10,23 @@
 //! `exp` (bounded, moka), so a repeated token costs one hash and one lookup; the time window is
 //! re-checked against each request's `now` on every hit.
 //!
+//! With `oauth.dpop`, `Authorization: DPoP <token>` and a `DPoP` proof are accepted too
+//! (RFC 9449 §7.1, `dpop`): a token bound to a key (`cnf.jkt`) is spent only with a proof by
+//! that key, never as a bearer token (§7.2). The binding is checked on every request, cache
+//! hit or not, since it depends on the request ([`Binding`]).
+//!
 //! Malformed `Authorization` (not `Bearer <token68>`, sent twice) and query tokens are
 //! RFC 6750 §3.1 `invalid_request` (400, the MCP Authorization spec's "malformed
 //! authorization request"), not `invalid_token`: the client sent no token we could judge.
 
+mod dpop;
 mod introspection;
 mod issuer;
 mod jwks;
 pub mod relying_party;
 mod token;
+
+pub use dpop::{Binding, Presented};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,9 +36,12 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::config::{self, FieldError};
+use crate::state::replay::{MemoryReplayStore, ReplayStore};
+use crate::state::StoreError;
 use crate::telemetry::TokenMetrics;
 use crate::tls;
-use portcullis_wire::jose::{self, CompactError};
+use portcullis_wire::dpop::DpopError;
+use portcullis_wire::jose::{self, CompactError, Scheme};
 use portcullis_wire::UnixTime;
 
 /// Most verified introspection results are trusted for, even if `exp` is later: revocation at
@@ -131,6 +142,28 @@ pub enum TokenError {
     /// Introspection says the token is not active (revoked, expired, unknown).
     #[error("token is not active")]
     Inactive,
+    /// A token bound to a key (`cnf.jkt`) was sent as a bearer token (RFC 9449 §7.2).
+    #[error("token is bound to a key (cnf.jkt): send it with Authorization: DPoP and a DPoP proof")]
+    BoundTokenAsBearer,
+    /// `oauth.require_sender_constrained`: the token has no `cnf`.
+    #[error("token is not sender-constrained (no cnf); only DPoP-bound tokens are accepted")]
+    NotSenderConstrained,
+    /// `Authorization: DPoP` with a token that is not bound to a key (no `cnf.jkt`).
+    #[error("token is not DPoP-bound (no cnf.jkt); send it with Authorization: Bearer")]
+    NotDpopBound,
+    /// The DPoP proof's key is not the key the token is bound to (RFC 9449 §7.1, Figure 16).
+    #[error("DPoP proof key does not match the token's cnf.jkt")]
+    KeyBindingMismatch,
+    /// `cnf` names a proof-of-possession key the gateway cannot check (no `jkt`: `jwk`,
+    /// `x5t#S256`…): ignoring it would make a bound token a bearer token.
+    #[error("token is bound by a confirmation method the gateway cannot verify (cnf without jkt)")]
+    UnsupportedConfirmation,
+    /// The DPoP proof is invalid (RFC 9449 §4.3): `invalid_dpop_proof`.
+    #[error("{0}")]
+    Dpop(#[from] DpopError),
+    /// The replay store could not record the proof's `jti`: fail closed.
+    #[error("DPoP replay store: {0}")]
+    ProofStore(StoreError),
     /// The issuer's metadata, JWKS or introspection endpoint could not be used; fail closed.
     #[error("issuer {issuer} unavailable: {reason}")]
     IssuerUnavailable {
@@ -183,6 +216,8 @@ struct Inner {
     exp: u64,
     nbf: Option<u64>,
     iat: Option<u64>,
+    /// `cnf.jkt`: the thumbprint of the key the token is bound to (RFC 9449 §6.1).
+    jkt: Option<String>,
 }
 
 impl VerifiedToken {
@@ -197,8 +232,9 @@ impl VerifiedToken {
         exp: u64,
         nbf: Option<u64>,
         iat: Option<u64>,
+        jkt: Option<String>,
     ) -> Self {
-        VerifiedToken(Arc::new(Inner { iss, sub, aud, scopes, claims, policy_claims: std::sync::OnceLock::new(), client_id, exp, nbf, iat }))
+        VerifiedToken(Arc::new(Inner { iss, sub, aud, scopes, claims, policy_claims: std::sync::OnceLock::new(), client_id, exp, nbf, iat, jkt }))
     }
 
     /// The issuer (always the configured one).
@@ -233,6 +269,10 @@ impl VerifiedToken {
     /// Expiry, seconds since the epoch.
     pub fn exp(&self) -> u64 {
         self.0.exp
+    }
+    /// `cnf.jkt`: the RFC 7638 thumbprint of the key the token is bound to, if it is bound.
+    pub fn jkt(&self) -> Option<&str> {
+        self.0.jkt.as_deref()
     }
 
     /// The time window at `now` with `skew` seconds of tolerance (RFC 7519 §4.1.4–4.1.6).
@@ -273,6 +313,18 @@ pub struct TokenVerifier {
     introspection: Option<introspection::Introspector>,
     cache: Option<moka::sync::Cache<[u8; 32], Cached>>,
     metrics: TokenMetrics,
+    /// `oauth.dpop`: the DPoP scheme is accepted and its proofs checked.
+    dpop: Option<dpop::DpopCheck>,
+    require_sender_constrained: bool,
+}
+
+/// A verified token and how it is bound to this request.
+#[derive(Debug, Clone)]
+pub struct Authenticated {
+    /// The verified token (shared with the cache).
+    pub token: VerifiedToken,
+    /// How it is tied to whoever presented it, for this request.
+    pub binding: Binding,
 }
 
 impl std::fmt::Debug for TokenVerifier {
@@ -295,6 +347,8 @@ impl TokenVerifier {
             .as_ref()
             .map(|i| introspection::Introspector::new(issuer_client.clone(), i.url.clone(), i.client_id.clone(), i.client_secret.clone()));
         let cache = (cfg.token_cache_size > 0).then(|| moka::sync::Cache::builder().max_capacity(cfg.token_cache_size).expire_after(CachedExpiry).build());
+        // A store of its own until the gateway shares its replay store ([`Self::with_proof_store`]).
+        let dpop = cfg.dpop.as_ref().map(|d| dpop::DpopCheck::new(d, cfg.clock_skew, Arc::new(MemoryReplayStore::new(100_000))));
         Ok(TokenVerifier {
             is_required: cfg.required,
             rules: token::Rules { issuer, audience: cfg.audience.clone(), skew_secs: cfg.clock_skew.as_secs() },
@@ -302,7 +356,23 @@ impl TokenVerifier {
             introspection,
             cache,
             metrics,
+            dpop,
+            require_sender_constrained: cfg.require_sender_constrained,
         })
+    }
+
+    /// Records DPoP proofs' `jti`s in `store` (the gateway's replay store: with Redis, a proof
+    /// is accepted once across every instance).
+    pub fn with_proof_store(mut self, store: Arc<dyn ReplayStore>) -> TokenVerifier {
+        if let Some(d) = &mut self.dpop {
+            d.set_store(store);
+        }
+        self
+    }
+
+    /// Whether `Authorization: DPoP` is accepted (`oauth.dpop`).
+    pub fn accepts_dpop(&self) -> bool {
+        self.dpop.is_some()
     }
 
     /// The stage's counters (token cache, JWKS fetches), for the metrics registry.
@@ -320,19 +390,43 @@ impl TokenVerifier {
         Ok(())
     }
 
-    /// Verifies the bearer token in `headers` at `now`. `Ok(None)`: no token was sent and
-    /// none is required. A token that is sent is always verified, required or not.
+    /// [`Self::check`] for a `POST /` by an unsigned agent: the token alone, for tests and
+    /// benches of the token's own checks.
     pub async fn authenticate(&self, headers: &HeaderMap, now: UnixTime) -> Result<Option<VerifiedToken>, TokenError> {
-        let Some(token) = bearer_token(headers)? else {
+        let req = Presented { method: "POST", path: "/", headers, now, agent_jkt: None };
+        Ok(self.check(&req).await?.map(|a| a.token))
+    }
+
+    /// Verifies the token of `req` (`Authorization: Bearer`, or `DPoP` with its proof when
+    /// `oauth.dpop` is on) and its binding to this request. `Ok(None)`: no token was sent and
+    /// none is required. A token that is sent is always verified, required or not.
+    pub async fn check(&self, req: &Presented<'_>) -> Result<Option<Authenticated>, TokenError> {
+        let Some((scheme, token)) = jose::credentials(req.headers, self.dpop.is_some())? else {
             return if self.is_required { Err(TokenError::Missing) } else { Ok(None) };
         };
+        let verified = self.verify(token, req.now).await?;
+        // Every request, cached token or not: the binding depends on the request.
+        let binding = match (scheme, &self.dpop) {
+            (Scheme::Dpop, Some(dpop)) => dpop.check(token, &verified, req).await?,
+            // RFC 9449 §7.2: a bound token is never a bearer token, DPoP enabled or not.
+            _ if verified.jkt().is_some() => return Err(TokenError::BoundTokenAsBearer),
+            _ if self.require_sender_constrained => return Err(TokenError::NotSenderConstrained),
+            _ => Binding::None,
+        };
+        self.metrics.binding(binding.as_str());
+        Ok(Some(Authenticated { token: verified, binding }))
+    }
+
+    /// The token's own checks (signature or introspection, claims, time), from the cache when
+    /// it was verified before.
+    async fn verify(&self, token: &str, now: UnixTime) -> Result<VerifiedToken, TokenError> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Some(cache) = &self.cache {
             if let Some(hit) = cache.get(&key) {
                 self.metrics.token_cache(true);
                 // The cache evicts on the wall clock; the window is decided by `now`.
                 hit.token.check_time(now, self.rules.skew_secs)?;
-                return Ok(Some(hit.token));
+                return Ok(hit.token);
             }
             self.metrics.token_cache(false);
         }
@@ -350,7 +444,7 @@ impl TokenVerifier {
                 cache.insert(key, Cached { token: verified.clone(), ttl });
             }
         }
-        Ok(Some(verified))
+        Ok(verified)
     }
 
     async fn verify_jwt(&self, token: &str, now: UnixTime) -> Result<VerifiedToken, TokenError> {
@@ -370,6 +464,7 @@ impl TokenVerifier {
 
 /// The token of `Authorization: Bearer <token68>` (`jose::bearer_token`). `Ok(None)` when
 /// there is no `Authorization` header.
+#[cfg(test)]
 pub(crate) fn bearer_token(headers: &HeaderMap) -> Result<Option<&str>, TokenError> {
     Ok(jose::bearer_token(headers)?)
 }

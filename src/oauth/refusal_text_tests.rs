@@ -32,7 +32,8 @@ use portcullis_wire::signature::parse::{parse_signature_agent, parse_signatures}
 const THRESHOLD: usize = crate::signature::MAX_SHOWN_NAME + 1;
 
 /// The parsers' own words: the modules whose texts the reasons below are made of.
-const VOCABULARY: [&str; 11] = [
+const VOCABULARY: [&str; 12] = [
+    include_str!("../../crates/wire/src/dpop.rs"),
     include_str!("../../crates/wire/src/signature/error.rs"),
     include_str!("../../crates/wire/src/signature/parse.rs"),
     include_str!("../../crates/wire/src/signature/base.rs"),
@@ -51,6 +52,7 @@ const VOCABULARY: [&str; 11] = [
 const TARGETS: [&str; 11] = [
     "content_digest",
     "directory_keys",
+    "dpop_proof",
     "issuer_documents",
     "jwt_compact",
     "mcp_parse",
@@ -139,6 +141,45 @@ fn jwt_variants(data: &[u8]) -> Vec<Vec<u8>> {
             out.push(format!("Bearer {}.{c}.{s}", b64url(shape.as_bytes())).into_bytes());
         }
     }
+    out
+}
+
+/// DPoP proofs whose header or claims carry the canary where a refusal could name it: `typ`,
+/// `alg`, the key's members, the claims' values. Signed with a fixed Ed25519 key, so the
+/// claims are reached.
+fn dpop_variants() -> Vec<Vec<u8>> {
+    use ed25519_dalek::Signer as _;
+    let key = ed25519_dalek::SigningKey::from_bytes(&[5; 32]);
+    let x = b64url(key.verifying_key().as_bytes());
+    let okp = serde_json::json!({"kty": "OKP", "crv": "Ed25519", "x": x});
+    let proof = |header: serde_json::Value, claims: serde_json::Value| {
+        let input = format!("{}.{}", b64url(header.to_string().as_bytes()), b64url(claims.to_string().as_bytes()));
+        format!("{input}.{}", b64url(&key.sign(input.as_bytes()).to_bytes())).into_bytes()
+    };
+    let header = |alg: &str, typ: &str, jwk: serde_json::Value| serde_json::json!({"typ": typ, "alg": alg, "jwk": jwk});
+    let claims = serde_json::json!({"jti": "j", "htm": "POST", "htu": "https://mcp.example.com/mcp", "iat": 1});
+    let mut out = vec![
+        proof(header(CANARY, "dpop+jwt", okp.clone()), claims.clone()),
+        proof(header("EdDSA", CANARY, okp.clone()), claims.clone()),
+        proof(header("EdDSA", "dpop+jwt", serde_json::json!({"kty": CANARY, "crv": "Ed25519", "x": x})), claims.clone()),
+        proof(header("EdDSA", "dpop+jwt", serde_json::json!({"kty": "OKP", "crv": CANARY, "x": x})), claims.clone()),
+        proof(header("EdDSA", "dpop+jwt", serde_json::json!({"kty": "OKP", "crv": "Ed25519", "x": x, "alg": CANARY, "use": CANARY})), claims.clone()),
+        proof(header("EdDSA", "dpop+jwt", serde_json::json!({"kty": "OKP", "crv": "Ed25519", "x": CANARY})), claims.clone()),
+        proof(header("ES256", "dpop+jwt", serde_json::json!({"kty": "EC", "crv": CANARY, "x": CANARY, "y": CANARY})), claims.clone()),
+        proof(header("RS256", "dpop+jwt", serde_json::json!({"kty": "RSA", "n": CANARY, "e": CANARY})), claims.clone()),
+        proof(header("EdDSA", "dpop+jwt", serde_json::json!(CANARY)), claims.clone()),
+    ];
+    for (claim, value) in [
+        ("jti", serde_json::json!(CANARY.repeat(8))),
+        ("htm", serde_json::json!([CANARY])),
+        ("iat", serde_json::json!(CANARY)),
+        ("htu", serde_json::json!({CANARY: 1})),
+    ] {
+        let mut c = claims.clone();
+        c[claim] = value;
+        out.push(proof(header("EdDSA", "dpop+jwt", okp.clone()), c));
+    }
+    out.push(proof(header("EdDSA", "dpop+jwt", okp), serde_json::json!(CANARY)));
     out
 }
 
@@ -257,6 +298,29 @@ fn reasons(target: &str, data: &[u8]) -> Vec<String> {
             }
         }
         "signature_base" => out.extend(base_reasons(text)),
+        "dpop_proof" => {
+            let reason = |e: portcullis_wire::dpop::DpopError| TokenError::Dpop(e).to_string();
+            if let Some(t) = text {
+                if let Err(e) = portcullis_wire::dpop::parse(t) {
+                    out.push(reason(e));
+                }
+            }
+            let mut headers = HeaderMap::new();
+            for line in data.split(|b| *b == b'\n') {
+                if let Ok(v) = HeaderValue::from_bytes(line) {
+                    headers.append(portcullis_wire::dpop::DPOP, v);
+                }
+            }
+            match portcullis_wire::dpop::proof_header(&headers) {
+                Ok(Some(proof)) => {
+                    if let Err(e) = portcullis_wire::dpop::parse(proof) {
+                        out.push(reason(e));
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => out.push(reason(e)),
+            }
+        }
         "mcp_parse" => {
             let (headers, body) = header_lines(data);
             if let Err(e) = mcp::parse(&Method::POST, &headers, &Bytes::copy_from_slice(body)) {
@@ -442,7 +506,7 @@ fn no_refusal_reason_quotes_the_input() {
         for (path, data) in corpus(target) {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             inputs.extend(mutations(&data).into_iter().map(|v| (name.clone(), v)));
-            if target == "jwt_compact" {
+            if target == "jwt_compact" || target == "dpop_proof" {
                 inputs.extend(jwt_variants(&data).into_iter().map(|v| (format!("{name} (re-encoded)"), v)));
             }
         }
@@ -451,6 +515,7 @@ fn no_refusal_reason_quotes_the_input() {
             "signature_fields" => signature_fields_variants(),
             "signature_base" => signature_base_variants(),
             "mcp_parse" => mcp_variants(),
+            "dpop_proof" => dpop_variants(),
             _ => Vec::new(),
         };
         inputs.extend(crafted.into_iter().map(|v| ("crafted".to_owned(), v)));

@@ -130,9 +130,26 @@ pub(crate) fn validate_claims(claims: Map<String, Value>, rules: &Rules, now: Un
         Some(c) => Some(c.to_owned()),
         None => string_claim(&claims, "azp")?.map(str::to_owned),
     };
-    let token = VerifiedToken::new(rules.issuer.clone(), sub, aud, scopes(&claims)?, claims, client_id, exp, nbf, iat);
+    let jkt = confirmation(&claims)?;
+    let token = VerifiedToken::new(rules.issuer.clone(), sub, aud, scopes(&claims)?, claims, client_id, exp, nbf, iat, jkt);
     token.check_time(now, rules.skew_secs)?;
     Ok(token)
+}
+
+/// `cnf.jkt` (RFC 7800 §3.1, RFC 9449 §6.1): `Some` for a DPoP-bound token. A `cnf` that binds
+/// the token some other way is refused: ignoring it would make a bound token a bearer token.
+fn confirmation(claims: &Map<String, Value>) -> Result<Option<String>, TokenError> {
+    let cnf = match claims.get("cnf") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(cnf)) => cnf,
+        Some(_) => return Err(TokenError::InvalidClaim { claim: "cnf" }),
+    };
+    match cnf.get("jkt") {
+        // A SHA-256 thumbprint is 32 bytes: 43 base64url characters.
+        Some(Value::String(jkt)) if jkt.len() == 43 && jkt.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') => Ok(Some(jkt.clone())),
+        Some(_) => Err(TokenError::InvalidClaim { claim: "cnf" }),
+        None => Err(TokenError::UnsupportedConfirmation),
+    }
 }
 
 fn string_claim<'a>(claims: &'a Map<String, Value>, name: &'static str) -> Result<Option<&'a str>, TokenError> {

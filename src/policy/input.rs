@@ -35,6 +35,8 @@ pub struct TokenView<'a> {
     pub aud: &'a [String],
     /// Granted scopes.
     pub scopes: &'a [String],
+    /// How the token is bound to the request: `none`, `dpop` or `agent_key`.
+    pub binding: &'a str,
     /// Every claim (policy may read custom ones), converted once per verified token
     /// ([`crate::oauth::VerifiedToken::policy_claims`]).
     pub claims: &'a Value,
@@ -118,6 +120,7 @@ impl PolicyInput<'_> {
                 ("sub", s(t.sub)),
                 ("aud", strings(t.aud)),
                 ("scopes", strings(t.scopes)),
+                ("binding", s(t.binding)),
                 // A shared reference to the converted claims, not a copy.
                 ("claims", t.claims.clone()),
             ]),

@@ -81,7 +81,7 @@ fn verified_views_reach_the_policy() {
     let claims = regorus::Value::new_object();
     let scopes = vec!["payments:write".to_owned(), "tools:write".to_owned()];
     let aud = vec!["https://mcp.example.com/mcp".to_owned()];
-    let token = TokenView { iss: "https://auth.example.com", sub: "user-1842", aud: &aud, scopes: &scopes, claims: &claims };
+    let token = TokenView { iss: "https://auth.example.com", sub: "user-1842", aud: &aud, scopes: &scopes, binding: "none", claims: &claims };
     let agent = AgentView { id: "https://partner.example", keyid: "k", tag: "web-bot-auth" };
     let d = decide_with(&bundled(), &one(call("payments.send", json!({"amount": 250}))), Some(agent), Some(token)).expect("decided");
     assert!(d.verdict.allow, "{d:?}");
@@ -224,8 +224,8 @@ fn rvm_evaluator_agrees_with_the_interpreter_on_the_shipped_policies() {
     let (all, read_only) = (vec!["payments:write".to_owned(), "tools:write".to_owned(), "tools:read".to_owned()], vec!["tools:read".to_owned()]);
     let tokens = [
         None,
-        Some(TokenView { iss: "i", sub: "user-1", aud: &aud, scopes: &all, claims: &claims }),
-        Some(TokenView { iss: "i", sub: "user-1", aud: &aud, scopes: &read_only, claims: &claims }),
+        Some(TokenView { iss: "i", sub: "user-1", aud: &aud, scopes: &all, binding: "none", claims: &claims }),
+        Some(TokenView { iss: "i", sub: "user-1", aud: &aud, scopes: &read_only, binding: "none", claims: &claims }),
     ];
     let agents = [
         None,

@@ -174,6 +174,7 @@ fn refuse(shared: &Shared, arrival: &Arrival, denial: Result<Denial, BoxError>) 
         signed: false,
         keyid: None,
         sub: None,
+        binding: None,
         mcp_method: None,
         tool: None,
         rule: None,

@@ -341,7 +341,7 @@ impl PendingSignature {
         }
         key.verify_strict(&self.base, &Signature::from_bytes(&self.signature))
             .map_err(|_| SignatureError::BadSignature { keyid: self.params.keyid.clone() })?;
-        Ok(VerifiedSignature { label: self.label, params: self.params, agent: agent_id.to_owned(), signature: self.signature })
+        Ok(VerifiedSignature { label: self.label, params: self.params, agent: agent_id.to_owned(), signature: self.signature, key: *key })
     }
 }
 
@@ -353,12 +353,20 @@ pub struct VerifiedSignature {
     params: Params,
     agent: String,
     signature: [u8; 64],
+    /// The key that verified it.
+    key: VerifyingKey,
 }
 
 impl VerifiedSignature {
     /// The `keyid` that verified.
     pub fn keyid(&self) -> &str {
         &self.params.keyid
+    }
+
+    /// The RFC 7638 thumbprint of the key that verified, computed from the key itself (never
+    /// the `keyid` the client sent): what a DPoP proof by the same key has as its `jkt`.
+    pub fn key_thumbprint(&self) -> String {
+        portcullis_wire::signature::ed25519_thumbprint(&self.key)
     }
 
     /// The agent identity the caller resolved the key for.

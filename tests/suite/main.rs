@@ -20,6 +20,7 @@ mod decision_log;
 mod demo;
 mod deploy;
 mod docs;
+mod dpop;
 mod example_backend;
 mod exhaustion;
 mod idempotency;

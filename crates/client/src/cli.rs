@@ -69,6 +69,14 @@ pub struct RequestArgs {
     /// A file holding the bearer token.
     #[arg(long)]
     pub token_file: Option<PathBuf>,
+    /// Send the token as `Authorization: DPoP` with a DPoP proof made with the agent's key
+    /// (for a token bound to it, `cnf.jkt` = the keyid).
+    #[arg(long)]
+    pub dpop: bool,
+    /// With `--dpop`: the gateway's public URL, when the request goes to another address (the
+    /// proof's `htu`; default: the request URL).
+    #[arg(long, requires = "dpop")]
+    pub dpop_htu: Option<String>,
     /// The method (default: POST with a body, GET without).
     #[arg(short = 'X', long = "request")]
     pub method: Option<String>,
@@ -180,6 +188,11 @@ pub async fn request(args: &RequestArgs) -> Result<RequestOutput, RequestError> 
     if let Some(t) = token {
         agent = agent.with_token(t);
     }
+    match (&args.dpop_htu, args.dpop) {
+        (Some(htu), _) => agent = agent.with_dpop_public_url(htu.clone()),
+        (None, true) => agent = agent.with_dpop(),
+        (None, false) => {}
+    }
     let body = body(args)?;
     let mut headers = HeaderMap::new();
     if body.is_some() {
@@ -202,7 +215,17 @@ pub async fn request(args: &RequestArgs) -> Result<RequestOutput, RequestError> 
     if args.verbose {
         trace.push_str(&format!("> {} {}\n", signed.request.method(), signed.request.uri()));
         for (name, value) in signed.request.headers() {
-            let shown = if name == http::header::AUTHORIZATION { "Bearer [redacted]" } else { value.to_str().unwrap_or("[binary]") };
+            let shown = if name == http::header::AUTHORIZATION {
+                if args.dpop {
+                    "DPoP [redacted]"
+                } else {
+                    "Bearer [redacted]"
+                }
+            } else if name.as_str() == portcullis_wire::dpop::DPOP {
+                "[proof]"
+            } else {
+                value.to_str().unwrap_or("[binary]")
+            };
             trace.push_str(&format!("> {name}: {shown}\n"));
         }
         trace.push_str("* signature base:\n");

@@ -1,6 +1,8 @@
 //! The agent side, for Rust agents and the `portcullis request` CLI: sign each request freshly
 //! (Content-Digest, Signature-Input, Signature, Signature-Agent) with an Ed25519 key, attach
-//! an OAuth bearer token, and send it with reqwest.
+//! an OAuth token (bearer, or DPoP-bound with [`Agent::with_dpop`]: each request then carries
+//! a DPoP proof made with the same Ed25519 key, so one key proves both the agent and its
+//! right to the token), and send it with reqwest.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -30,6 +32,7 @@ use serde_json::Value;
 
 pub use keys::{directory_document, keygen, load_private_jwk, private_jwk, GeneratedKey, KeyError};
 
+use portcullis_wire::dpop;
 use portcullis_wire::signature::{SignError, Signer};
 use portcullis_wire::UnixTime;
 
@@ -73,6 +76,16 @@ pub struct Agent {
     signer: Signer,
     token: Option<SecretString>,
     http: reqwest::Client,
+    dpop: Option<Htu>,
+}
+
+/// What a DPoP proof's `htu` names.
+#[derive(Debug, Clone)]
+enum Htu {
+    /// The request's own URL, without query and fragment.
+    RequestUrl,
+    /// The gateway's public URL, when it is reached at another address.
+    Fixed(String),
 }
 
 impl std::fmt::Debug for Agent {
@@ -92,12 +105,27 @@ impl Agent {
     /// An agent around a configured [`Signer`] (tag, components, lifetime, nonce).
     pub fn from_signer(signer: Signer) -> Agent {
         let http = reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()).timeout(Duration::from_secs(30)).build();
-        Agent { signer, token: None, http: http.unwrap_or_default() }
+        Agent { signer, token: None, http: http.unwrap_or_default(), dpop: None }
     }
 
     /// Sends `Authorization: Bearer <token>` with every request.
     pub fn with_token(mut self, token: impl Into<String>) -> Agent {
         self.token = Some(SecretString::from(token.into()));
+        self
+    }
+
+    /// Sends the token as `Authorization: DPoP <token>` with a fresh DPoP proof (RFC 9449,
+    /// `alg` EdDSA) made with the agent's signing key: for a token bound to that key
+    /// (`cnf.jkt` = the agent's keyid). The proof's `htu` is the request URL.
+    pub fn with_dpop(mut self) -> Agent {
+        self.dpop = Some(Htu::RequestUrl);
+        self
+    }
+
+    /// As [`Agent::with_dpop`], for a gateway reached at another address than its public URL
+    /// (`listen.public_url`): proofs name `public_url` as their `htu`.
+    pub fn with_dpop_public_url(mut self, public_url: impl Into<String>) -> Agent {
+        self.dpop = Some(Htu::Fixed(public_url.into()));
         self
     }
 
@@ -126,9 +154,24 @@ impl Agent {
             req.headers_mut().append(name, value.clone());
         }
         if let Some(token) = &self.token {
+            let scheme = if self.dpop.is_some() { "DPoP" } else { "Bearer" };
             let value =
-                HeaderValue::from_str(&format!("Bearer {}", token.expose_secret())).map_err(|_| ClientError::InvalidHeader("authorization".to_owned()))?;
+                HeaderValue::from_str(&format!("{scheme} {}", token.expose_secret())).map_err(|_| ClientError::InvalidHeader("authorization".to_owned()))?;
             req.headers_mut().insert(AUTHORIZATION, value);
+            if let Some(htu) = &self.dpop {
+                let htu = match htu {
+                    Htu::Fixed(u) => u.clone(),
+                    // `sign` checked that the URL is absolute http(s).
+                    Htu::RequestUrl => {
+                        let uri = req.uri();
+                        format!("{}://{}{}", uri.scheme_str().unwrap_or("https"), uri.authority().map_or("", |a| a.as_str()), uri.path())
+                    }
+                };
+                let now = UnixTime::now().secs();
+                let proof = dpop::ed25519_proof(self.signer.signing_key(), req.method().as_str(), &htu, token.expose_secret(), now);
+                let value = HeaderValue::from_str(&proof).map_err(|_| ClientError::InvalidHeader("dpop".to_owned()))?;
+                req.headers_mut().insert(dpop::DPOP, value);
+            }
         }
         let (mut parts, body) = req.into_parts();
         let signature_base = self.signer.sign_parts_with_base(&mut parts, &body, UnixTime::now())?;

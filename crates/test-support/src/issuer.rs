@@ -141,6 +141,12 @@ impl Issuer {
                "client_id": "agent-app", "jti": format!("jti-{now}"), "scope": "mcp:tools files:read"})
     }
 
+    /// `claims(audience)` bound to the key of thumbprint `jkt` (`cnf.jkt`, RFC 9449 §6.1): a
+    /// DPoP-bound token.
+    pub fn bound_claims(&self, audience: &str, jkt: &str) -> Value {
+        self.claims_with(audience, json!({"cnf": {"jkt": jkt}}))
+    }
+
     /// `claims(audience)` with `changes` merged in.
     pub fn claims_with(&self, audience: &str, changes: Value) -> Value {
         let mut c = self.claims(audience);

@@ -99,6 +99,40 @@ impl SigningKey {
     pub fn sign_with(&self, header: &Header, claims: &Value) -> String {
         jsonwebtoken::encode(header, claims, &self.encoding).unwrap()
     }
+
+    /// A DPoP proof (RFC 9449 §4.2) for `htm htu` presenting `access_token`, made by
+    /// jsonwebtoken with this key (`typ: dpop+jwt`, the public JWK in the header): proofs from
+    /// an implementation that is not the gateway's. `jti` is a random UUID.
+    pub fn dpop_proof(&self, htm: &str, htu: &str, access_token: &str, iat: u64) -> String {
+        let claims = serde_json::json!({
+            "jti": uuid::Uuid::new_v4().to_string(),
+            "htm": htm,
+            "htu": htu,
+            "iat": iat,
+            "ath": ath(access_token),
+        });
+        self.dpop_proof_with(&self.dpop_header(), &claims)
+    }
+
+    /// The header of [`SigningKey::dpop_proof`], to change before [`SigningKey::dpop_proof_with`].
+    pub fn dpop_header(&self) -> Header {
+        let mut h = Header::new(self.alg);
+        h.typ = Some("dpop+jwt".into());
+        h.jwk = Some(jsonwebtoken::jwk::Jwk::from_encoding_key(&self.encoding, self.alg).expect("public JWK"));
+        h
+    }
+
+    /// A proof with this header and these claims, signed with this key.
+    pub fn dpop_proof_with(&self, header: &Header, claims: &Value) -> String {
+        jsonwebtoken::encode(header, claims, &self.encoding).expect("signed proof")
+    }
+
+    /// The RFC 7638 SHA-256 thumbprint of this key, by jsonwebtoken: the `cnf.jkt` of tokens
+    /// bound to it.
+    pub fn thumbprint(&self) -> String {
+        let jwk = jsonwebtoken::jwk::Jwk::from_encoding_key(&self.encoding, self.alg).expect("public JWK");
+        jwk.thumbprint(jsonwebtoken::jwk::ThumbprintHash::SHA256).expect("thumbprint")
+    }
 }
 
 /// A JWK Set document of `keys`.
@@ -119,6 +153,11 @@ pub fn hmac(kid: &str, secret: &[u8], claims: &Value) -> String {
     h.typ = Some("at+jwt".into());
     h.kid = Some(kid.to_owned());
     jsonwebtoken::encode(&h, claims, &EncodingKey::from_secret(secret).unwrap()).unwrap()
+}
+
+/// `ath` for `token`: base64url(SHA-256(token)) (RFC 9449 §4.2), by aws-lc-rs.
+pub fn ath(token: &str) -> String {
+    b64(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes()).as_ref())
 }
 
 /// base64url without padding.
