@@ -49,7 +49,7 @@ const VOCABULARY: [&str; 12] = [
 
 /// Every fuzz target this test knows the parsers of. A corpus folder for any other target fails
 /// the test: add its parsers to [`reasons`].
-const TARGETS: [&str; 11] = [
+const TARGETS: [&str; 12] = [
     "content_digest",
     "directory_keys",
     "dpop_proof",
