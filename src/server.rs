@@ -487,6 +487,7 @@ impl Shared {
             signed: false,
             keyid: None,
             sub: Some(sub.as_str()),
+            binding: None,
             mcp_method: None,
             tool: None,
             rule: None,
