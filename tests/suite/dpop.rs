@@ -451,3 +451,45 @@ fn the_dpop_settings_are_checked_naming_the_field() {
         assert!(err.contains(field), "{oauth}: {err}");
     }
 }
+
+#[tokio::test]
+async fn the_agent_library_binds_its_users_token_to_its_own_key() {
+    let s = Setup::start("require_agent_key_binding = true").await;
+    let token = s.bound_token(&ed25519_thumbprint(&s.agent.verifying_key()));
+    // The gateway is reached at 127.0.0.1; its public URL is what proofs name.
+    let agent = portcullis_client::Agent::new(s.agent.clone(), AGENT).unwrap().with_token(token.clone()).with_dpop_public_url(HTU);
+    let resp = agent.post_json(&s.gw.url("/mcp"), &serde_json::from_str(BODY).unwrap()).await.unwrap();
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    // Every call makes a new proof: the same call again is not a replay.
+    assert_eq!(agent.post_json(&s.gw.url("/mcp"), &serde_json::from_str(BODY).unwrap()).await.unwrap().status(), 200);
+    let lines = s.log_lines(2).await;
+    assert!(lines.iter().all(|l| l["binding"] == "agent_key"), "{lines:?}");
+    // Without the public URL the proof names the address it was sent to: not this resource.
+    let stray = portcullis_client::Agent::new(s.agent.clone(), AGENT).unwrap().with_token(token).with_dpop();
+    let resp = stray.post_json(&s.gw.url("/mcp"), &serde_json::from_str(BODY).unwrap()).await.unwrap();
+    assert_eq!(resp.status(), 401);
+    assert_eq!(resp.json::<Value>().await.unwrap()["reason"], "invalid DPoP proof: htu does not match the request");
+}
+
+#[tokio::test]
+async fn portcullis_request_dpop_sends_an_eddsa_proof_by_the_agents_key() {
+    let s = Setup::start("require_agent_key_binding = true").await;
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("agent.jwk");
+    std::fs::write(&key_file, portcullis_client::private_jwk(&s.agent).to_string()).unwrap();
+    let token = s.bound_token(&ed25519_thumbprint(&s.agent.verifying_key()));
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, &token).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["request", "-v", "--key", key_file.to_str().unwrap(), "--agent", AGENT, "--token-file", token_file.to_str().unwrap()])
+        .args(["--dpop", "--dpop-htu", HTU, "--mcp", "tools/list", &s.gw.url("/mcp")])
+        .output()
+        .await
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.starts_with("HTTP/1.1 200 OK\n"), "{stdout}");
+    assert!(stderr.contains("authorization: DPoP [redacted]") && stderr.contains("dpop: [proof]"), "{stderr}");
+    assert!(!stderr.contains(&token), "the token is never printed");
+    assert_eq!(s.log_lines(1).await[0]["binding"], "agent_key");
+}
