@@ -108,6 +108,7 @@ fn check_refusal(e: &McpError) {
         McpError::InvalidRequest { .. } => (-32600, "invalid_request", "Invalid Request"),
         McpError::BatchTooLarge { .. } => (-32600, "batch_too_large", "Invalid Request"),
         McpError::HeaderMismatch { .. } => (-32020, "header_mismatch", "Header mismatch"),
+        McpError::UnsupportedVersion { .. } => (-32022, "unsupported_protocol_version", "Unsupported protocol version"),
     };
     assert_eq!((e.jsonrpc_code(), e.code(), e.jsonrpc_message()), expected);
     let id = e.id();

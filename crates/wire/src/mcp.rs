@@ -52,6 +52,17 @@ pub enum McpError {
         /// The configured bound.
         limit: usize,
     },
+    /// The request's protocol version (`MCP-Protocol-Version`, else `_meta`) is not one of
+    /// `mcp.versions` (MCP 2026-07-28 -32022). The version is in `data.requested`, not the reason.
+    #[error("protocol version not supported by this gateway (mcp.versions)")]
+    UnsupportedVersion {
+        /// The message's id.
+        id: Option<Value>,
+        /// The version asked for.
+        requested: String,
+        /// The versions accepted.
+        supported: Vec<String>,
+    },
     /// `Mcp-Method`/`Mcp-Name`/`MCP-Protocol-Version` disagree with the body, are missing
     /// where the 2026-07-28 transport requires them, or are not decodable (MCP -32020). The
     /// reason names the header, never its value or the body's (tool names and URIs are body
@@ -73,6 +84,7 @@ impl McpError {
             McpError::InvalidRequest { .. } => "invalid_request",
             McpError::BatchTooLarge { .. } => "batch_too_large",
             McpError::HeaderMismatch { .. } => "header_mismatch",
+            McpError::UnsupportedVersion { .. } => "unsupported_protocol_version",
         }
     }
 
@@ -82,6 +94,7 @@ impl McpError {
             McpError::NotJson(_) => -32700,
             McpError::InvalidRequest { .. } | McpError::BatchTooLarge { .. } => -32600,
             McpError::HeaderMismatch { .. } => -32020,
+            McpError::UnsupportedVersion { .. } => -32022,
         }
     }
 
@@ -91,6 +104,7 @@ impl McpError {
             McpError::NotJson(_) => "Parse error",
             McpError::InvalidRequest { .. } | McpError::BatchTooLarge { .. } => "Invalid Request",
             McpError::HeaderMismatch { .. } => "Header mismatch",
+            McpError::UnsupportedVersion { .. } => "Unsupported protocol version",
         }
     }
 
@@ -98,7 +112,9 @@ impl McpError {
     pub fn id(&self) -> Value {
         match self {
             McpError::NotJson(_) | McpError::BatchTooLarge { .. } => Value::Null,
-            McpError::InvalidRequest { id, .. } | McpError::HeaderMismatch { id, .. } => id.clone().unwrap_or(Value::Null),
+            McpError::InvalidRequest { id, .. } | McpError::HeaderMismatch { id, .. } | McpError::UnsupportedVersion { id, .. } => {
+                id.clone().unwrap_or(Value::Null)
+            }
         }
     }
 }
@@ -145,6 +161,9 @@ pub struct McpMessage {
     pub prompt: Option<String>,
     /// `params._meta["io.modelcontextprotocol/protocolVersion"]`, when present.
     pub meta_version: Option<String>,
+    /// What the client says it is: `params._meta["io.modelcontextprotocol/clientInfo"]`
+    /// (2026-07-28), or `params.clientInfo` of `initialize`. Self-reported: never an identity.
+    pub client_info: Option<Value>,
 }
 
 impl McpMessage {
@@ -220,6 +239,23 @@ pub fn parse_bounded(method: &Method, headers: &HeaderMap, body: &Bytes, max_bat
     Ok(req)
 }
 
+/// Every published MCP protocol version: the default of `mcp.versions`.
+pub const PUBLISHED_VERSIONS: [&str; 5] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"];
+
+/// The request's protocol version (`MCP-Protocol-Version`, else the first `_meta`
+/// protocolVersion) must be one of `supported` (MCP 2026-07-28: -32022 with `data.supported`
+/// and `data.requested`). A request that names none passes: 2025-11-25 sessions send the
+/// header only after `initialize`, whose own version is negotiated by the server.
+pub fn check_version(req: &McpRequest, supported: &[String]) -> Result<(), McpError> {
+    let requested = req.protocol_version.as_deref().or_else(|| req.messages.iter().find_map(|m| m.meta_version.as_deref()));
+    match requested {
+        Some(v) if !supported.iter().any(|s| s == v) => {
+            Err(McpError::UnsupportedVersion { id: req.messages.first().and_then(|m| m.id.clone()), requested: v.to_owned(), supported: supported.to_vec() })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// One element: a JSON-RPC 2.0 request, notification or response.
 fn message(v: Value) -> Result<McpMessage, McpError> {
     let Value::Object(mut obj) = v else {
@@ -239,7 +275,8 @@ fn message(v: Value) -> Result<McpMessage, McpError> {
         Some(Value::String(m)) => Some(m),
         Some(_) => return Err(invalid(&id, "method must be a string")),
     };
-    let mut msg = McpMessage { kind: MessageKind::Request, method, id, tool: None, arguments: None, uri: None, prompt: None, meta_version: None };
+    let mut msg =
+        McpMessage { kind: MessageKind::Request, method, id, tool: None, arguments: None, uri: None, prompt: None, meta_version: None, client_info: None };
     let Some(method) = msg.method.as_deref() else {
         if msg.id.is_some() && (obj.contains_key("result") || obj.contains_key("error")) {
             msg.kind = MessageKind::Response;
@@ -256,7 +293,13 @@ fn message(v: Value) -> Result<McpMessage, McpError> {
         Some(Value::Array(_)) => Map::new(),
         Some(_) => return Err(invalid(&msg.id, "params must be an object or an array")),
     };
-    msg.meta_version = params.get("_meta").and_then(|m| m.get("io.modelcontextprotocol/protocolVersion")).and_then(Value::as_str).map(str::to_owned);
+    let meta = params.get("_meta");
+    msg.meta_version = meta.and_then(|m| m.get("io.modelcontextprotocol/protocolVersion")).and_then(Value::as_str).map(str::to_owned);
+    msg.client_info = meta
+        .and_then(|m| m.get("io.modelcontextprotocol/clientInfo"))
+        .or_else(|| params.get("clientInfo").filter(|_| method == "initialize"))
+        .filter(|v| v.is_object())
+        .cloned();
     match method {
         "tools/call" => {
             msg.tool = take_string(&mut params, "name");
@@ -321,11 +364,18 @@ fn decoded_header(headers: &HeaderMap, name: &str) -> Result<Option<String>, Mcp
     let Some(raw) = headers.get(name) else { return Ok(None) };
     let bad = |what: &str| McpError::HeaderMismatch { id: None, reason: format!("{name} header {what}") };
     let text = raw.to_str().map_err(|_| bad("is not visible ASCII"))?;
+    decode_header_value(text).map(Some).map_err(bad)
+}
+
+/// A header value's text with its `=?base64?…?=` form decoded (MCP 2026-07-28 §Value Encoding:
+/// non-ASCII, control characters, surrounding spaces). The error says what is wrong with it,
+/// never the value.
+pub fn decode_header_value(text: &str) -> Result<String, &'static str> {
     let Some(inner) = text.strip_prefix("=?base64?").and_then(|t| t.strip_suffix("?=")) else {
-        return Ok(Some(text.to_owned()));
+        return Ok(text.to_owned());
     };
-    let bytes = base64::engine::general_purpose::STANDARD.decode(inner).map_err(|_| bad("has invalid =?base64?…?= encoding"))?;
-    String::from_utf8(bytes).map(Some).map_err(|_| bad("decodes to invalid UTF-8"))
+    let bytes = base64::engine::general_purpose::STANDARD.decode(inner).map_err(|_| "has invalid =?base64?…?= encoding")?;
+    String::from_utf8(bytes).map_err(|_| "decodes to invalid UTF-8")
 }
 
 fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
