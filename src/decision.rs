@@ -113,6 +113,12 @@ pub fn idempotency_log(verdict: &Verdict) -> Option<&'static str> {
     }
 }
 
+/// Whether `tools/list` answers are filtered (`tools.filter_list`): when the policy group, which
+/// the catalog belongs to, enforces. In monitor mode they pass whole.
+pub fn filters_lists(modes: &Modes) -> bool {
+    modes.is_enforcing(Group::Policy)
+}
+
 /// What a refusal found on the response side (a session binding that cannot be made) does
 /// to an answer already on its way: withheld in enforce mode, passed on in monitor mode (the
 /// mode of the finding's stage group).
@@ -277,15 +283,19 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
     }
     let body = match denial {
         // A JSON-RPC client expects a JSON-RPC error object (JSON-RPC 2.0 §5.1, MCP -32020).
-        Denial::Mcp(e) => serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": e.id(),
-            "error": {
-                "code": e.jsonrpc_code(),
-                "message": e.jsonrpc_message(),
-                "data": {"error": denial.code(), "reason": denial.reason(), "request_id": request_id},
-            },
-        }),
+        Denial::Mcp(e) => {
+            let mut data = serde_json::json!({"error": denial.code(), "reason": denial.reason(), "request_id": request_id});
+            // MCP 2026-07-28 -32022: what the gateway accepts and what was asked.
+            if let portcullis_wire::mcp::McpError::UnsupportedVersion { requested, supported, .. } = e {
+                data["supported"] = serde_json::json!(supported);
+                data["requested"] = serde_json::json!(requested);
+            }
+            serde_json::json!({
+                "jsonrpc": "2.0",
+                "id": e.id(),
+                "error": {"code": e.jsonrpc_code(), "message": e.jsonrpc_message(), "data": data},
+            })
+        }
         // RFC 8785 consequences for the journal: arguments it cannot fingerprint are the
         // JSON-RPC "Invalid params" of the call.
         Denial::Idempotency(crate::idempotency::IdempotencyError::InvalidCall { id, .. }) => serde_json::json!({
@@ -299,6 +309,13 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         }),
         // MCP URL elicitation (2025-11-25): the client shows the link and retries the call.
         Denial::ApprovalRequired(link) => link.answer(request_id),
+        // MCP: arguments that fail the inputSchema are a tool execution error the model can
+        // correct, with the call's id; the backend executed nothing.
+        Denial::Catalog(crate::catalog::CatalogError::InvalidArguments { id, .. }) => serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "result": {"isError": true, "content": [{"type": "text", "text": denial.reason()}]},
+        }),
         _ => serde_json::json!({
             "error": denial.code(),
             "reason": denial.reason(),
@@ -320,6 +337,10 @@ pub enum UpstreamError {
     /// The backend broke the HTTP exchange.
     #[error("upstream failed: {0}")]
     Failed(String),
+    /// An answer the gateway must rewrite (`tools.filter_list`) could not be read within
+    /// `limits.max_inspected_response`: withheld rather than passed unfiltered.
+    #[error("upstream answer withheld: {0}")]
+    Uninspectable(String),
 }
 
 impl UpstreamError {
@@ -329,6 +350,7 @@ impl UpstreamError {
             UpstreamError::Unreachable(_) => "upstream_unavailable",
             UpstreamError::Timeout(_) => "upstream_timeout",
             UpstreamError::Failed(_) => "upstream_failed",
+            UpstreamError::Uninspectable(_) => "upstream_answer_uninspectable",
         }
     }
 
@@ -339,13 +361,16 @@ impl UpstreamError {
             UpstreamError::Unreachable(_) => "the MCP server could not be reached".to_owned(),
             UpstreamError::Timeout(d) => format!("the MCP server did not answer within {d:?}"),
             UpstreamError::Failed(_) => "the MCP server broke off the exchange".to_owned(),
+            UpstreamError::Uninspectable(_) => {
+                "the MCP server's tools/list answer could not be filtered for this caller (limits.max_inspected_response)".to_owned()
+            }
         }
     }
 
     /// 502 or 504.
     pub fn status(&self) -> StatusCode {
         match self {
-            UpstreamError::Unreachable(_) | UpstreamError::Failed(_) => StatusCode::BAD_GATEWAY,
+            UpstreamError::Unreachable(_) | UpstreamError::Failed(_) | UpstreamError::Uninspectable(_) => StatusCode::BAD_GATEWAY,
             UpstreamError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
         }
     }

@@ -145,7 +145,7 @@ pub enum Denial {
     /// The tool catalog refused the call: the tool's definition drifted from its pin, it has no
     /// pin where one is required, or there is no catalog yet to vouch for it (docs/catalog.md).
     #[error("{0}")]
-    Catalog(#[from] CatalogError),
+    Catalog(CatalogError),
     /// The shared state store (replay cache, sessions, quotas) cannot be reached; fail closed.
     #[error("state store unavailable: {reason}")]
     StateUnavailable {
@@ -320,6 +320,16 @@ impl From<TokenError> for Denial {
             | TokenError::NotDpopBound
             | TokenError::KeyBindingMismatch
             | TokenError::UnsupportedConfirmation => Denial::InvalidToken(e),
+        }
+    }
+}
+
+impl From<CatalogError> for Denial {
+    fn from(e: CatalogError) -> Denial {
+        match e {
+            // An Mcp-Param-* header that disagrees with the arguments is the MCP stage's -32020.
+            CatalogError::HeaderMismatch { id, reason } => Denial::Mcp(McpError::HeaderMismatch { id, reason }),
+            other => Denial::Catalog(other),
         }
     }
 }

@@ -131,6 +131,8 @@ pub struct Stages {
     is_policy_enabled: bool,
     /// `limits.max_batch`, for stage 8.
     max_batch: usize,
+    /// `mcp.versions`, for stage 8.
+    versions: Vec<String>,
     quotas: Quotas,
     /// The idempotency journal.
     idempotency: crate::idempotency::Idempotency,
@@ -195,6 +197,7 @@ impl Stages {
             policy,
             is_policy_enabled: config.policy.enabled,
             max_batch: config.limits.max_batch,
+            versions: config.mcp.versions.clone(),
             quotas: Quotas::new(stores.quota.clone()),
             idempotency: crate::idempotency::Idempotency::new(&config.idempotency, &stores),
             catalog,
@@ -305,15 +308,19 @@ async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
     }
     // Stage 8: JSON only now, after the identity stages passed on the raw bytes (or, for a
     // group in monitor mode, were judged: the body is forwarded anyway).
-    let parsed = timings.timed(Stage::Mcp, || mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch));
+    let parsed = timings.timed(Stage::Mcp, || {
+        mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch).and_then(|p| mcp::check_version(&p, &stages.versions).map(|()| p))
+    });
     let Some(parsed) = judge.judge(FindingStage::Mcp, parsed)? else { return Ok(()) };
     seen.mcp = Some(parsed);
     // The tool catalog, before policy: policy reads what the gateway knows of the tool.
     if let (Some(catalog), Some(mcp)) = (&stages.catalog, &seen.mcp) {
-        let looked = timings.timed_async(Stage::Catalog, catalog.check(mcp)).await;
+        let looked = timings.timed_async(Stage::Catalog, catalog.check(mcp, &req.head.headers)).await;
         let verdict = looked.verdict();
         seen.tool_definitions = looked.definitions;
-        judge.judge(FindingStage::Catalog, verdict)?;
+        // An Mcp-Param-* header that disagrees with the arguments is the MCP stage's finding.
+        let stage = if matches!(verdict, Err(crate::catalog::CatalogError::HeaderMismatch { .. })) { FindingStage::Mcp } else { FindingStage::Catalog };
+        judge.judge(stage, verdict)?;
     }
     let authorized = {
         // A batch or a large body is decided off the async workers, one per core at a time;
@@ -370,6 +377,52 @@ pub async fn settle_session(
     }
     let owner = session::owner(seen);
     Ok(timings.timed_async(Stage::Session, stages.sessions.settle(exchange, status, headers, &owner)).await?)
+}
+
+/// Filtered lists (`tools.filter_list`, docs/catalog.md): for the answer to a single
+/// `tools/list` request, the tools this caller could call — those the pins let through, each
+/// allowed by the policy asked as if the caller called it (`input.mcp.listing = true`, no
+/// arguments; an approval or quota in that decision does not hide it, missing scopes do).
+/// `None` when the answer is not to be filtered. Without a catalog nothing is shown: the
+/// gateway cannot vouch for any tool; nor for a tool the catalog does not know.
+pub fn list_filter(stages: &Stages, req: &Inbound, seen: &Evidence, max_inspected: usize) -> Option<crate::catalog::filter::ListFilter> {
+    let catalog = stages.catalog.as_ref().filter(|c| c.filter_list)?;
+    let mcp = seen.mcp.as_ref().filter(|m| !m.is_batch && m.messages.len() == 1)?;
+    let message = &mcp.messages[0];
+    let id = message.id.clone().filter(|_| message.method.as_deref() == Some("tools/list"))?;
+    let claims = seen.token.as_ref().map(|t| t.policy_claims()).transpose().ok()?;
+    let agent = seen.agent.as_ref().map(|a| AgentView { id: a.agent(), keyid: a.keyid(), tag: a.tag() });
+    let token = seen.token.as_ref().zip(claims.as_ref()).map(|(t, claims)| TokenView {
+        iss: t.iss(),
+        sub: t.sub().unwrap_or(""),
+        aud: t.aud(),
+        scopes: t.scopes(),
+        claims,
+    });
+    let request = RequestView { method: req.head.method.as_str(), path: req.head.uri.path(), host: &req.authority };
+    let mut visible = std::collections::HashSet::new();
+    for (name, view) in catalog.callable_tools() {
+        let call = mcp::McpMessage {
+            kind: mcp::MessageKind::Request,
+            method: Some("tools/call".to_owned()),
+            id: None,
+            tool: Some(name.clone()),
+            arguments: None,
+            uri: None,
+            prompt: None,
+            meta_version: None,
+            client_info: message.client_info.clone(),
+        };
+        let asked = McpRequest { messages: vec![call], session: mcp.session.clone(), protocol_version: mcp.protocol_version.clone(), ..McpRequest::default() };
+        let definitions = [(name, view)];
+        let input = PolicyInput { request, agent, token, mcp: &asked, catalog: CatalogView { definitions: &definitions, is_listing: true }, now: req.now };
+        let allowed = stages.policy.decide(&input).is_ok_and(|d| d.verdict.allow && check_scopes(&d.verdict.required_scopes, token.as_ref()).is_ok());
+        if allowed {
+            let [(name, _)] = definitions;
+            visible.insert(name);
+        }
+    }
+    Some(crate::catalog::filter::ListFilter { visible, id, max_inspected })
 }
 
 /// Stages 3–5: parse and check the signature, resolve its key, verify it. `Ok(None)`: the

@@ -392,9 +392,14 @@ impl Shared {
                             findings = fwd.findings().to_vec();
                             let (outcome, summary) = forward_summary(&fwd);
                             let exchange = crate::session::Exchange::of(&inbound.head);
+                            let listing = pipeline::list_filter(&self.stages, &inbound, fwd.evidence(), self.config.limits.max_inspected_response);
                             let started = Instant::now();
                             let result = self.upstream.forward(inbound, &fwd).instrument(stage_span(Stage::Upstream)).await;
                             timings.record(Stage::Upstream, started.elapsed());
+                            let result = match (result, listing) {
+                                (Ok(resp), Some(filter)) => self.filter_list(resp, filter).await,
+                                (other, _) => other,
+                            };
                             seen = fwd.into_evidence();
                             let resp = match result {
                                 // A first idempotent call: its answer is recorded as it streams.
@@ -507,6 +512,22 @@ impl Shared {
     fn refuse(&self, denial: &Denial, request_id: &str) -> (Outcome, Option<(&'static str, String)>, Response<ResponseBody>) {
         tracing::debug!(error.code = denial.code(), "Request refused");
         (Outcome::Deny, Some((denial.code(), denial.reason())), decision::respond(denial, request_id, &self.challenge))
+    }
+
+    /// `tools.filter_list`: the `tools/list` answer loses the tools this caller could not call
+    /// (the policy group enforcing); in monitor mode it passes whole and the count it would have
+    /// lost is logged. An answer too large to inspect is withheld, never passed unfiltered.
+    async fn filter_list(
+        &self,
+        resp: Response<ResponseBody>,
+        filter: crate::catalog::filter::ListFilter,
+    ) -> Result<Response<ResponseBody>, decision::UpstreamError> {
+        if !decision::filters_lists(&self.config.mode) {
+            let known = self.stages.catalog.as_ref().and_then(|c| c.snapshot()).map_or(0, |s| s.len());
+            info!(would_hide = known.saturating_sub(filter.visible.len()), "monitor mode: tools/list passed unfiltered");
+            return Ok(resp);
+        }
+        crate::catalog::filter::rewrite(resp, filter).await.map_err(|e| decision::UpstreamError::Uninspectable(e.to_string()))
     }
 
     /// Decision 9: binds a session id the backend just issued to the request's identity before

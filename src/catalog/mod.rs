@@ -15,7 +15,9 @@
 //! once per fetch; a request only looks them up.
 
 pub mod fetch;
+pub mod filter;
 pub mod pins;
+pub mod schema;
 pub mod tooling;
 
 use std::collections::HashMap;
@@ -51,6 +53,30 @@ pub enum CatalogError {
     /// The MCP server does not list the tool and `tools.unpinned = "deny"`.
     #[error("the MCP server does not list this tool, so it cannot be pinned")]
     NotListed,
+    /// `tools.validate_arguments` and the tool's `inputSchema` cannot be compiled (unknown
+    /// dialect, external `$ref`, invalid schema).
+    #[error("the tool's inputSchema cannot be used to check arguments: {0}")]
+    SchemaUnsupported(String),
+    /// The arguments fail the tool's `inputSchema`: answered as a tool execution error the
+    /// model can correct (HTTP 200, `isError: true`); the backend gets nothing.
+    #[error("invalid arguments: {}: {problem}", if pointer.is_empty() { "(the arguments)" } else { pointer.as_str() })]
+    InvalidArguments {
+        /// The call's JSON-RPC id.
+        id: Value,
+        /// RFC 6901 pointer into the arguments.
+        pointer: String,
+        /// What is wrong; never the value.
+        problem: String,
+    },
+    /// An `Mcp-Param-*` header disagrees with the arguments (MCP 2026-07-28): a -32020
+    /// refusal of the MCP stage.
+    #[error("{reason}")]
+    HeaderMismatch {
+        /// The call's JSON-RPC id.
+        id: Option<Value>,
+        /// Which header and how; never a value.
+        reason: String,
+    },
 }
 
 impl CatalogError {
@@ -60,6 +86,9 @@ impl CatalogError {
             CatalogError::Unavailable => "catalog_unavailable",
             CatalogError::DefinitionChanged => "tool_definition_changed",
             CatalogError::NotPinned | CatalogError::NotListed => "tool_not_pinned",
+            CatalogError::SchemaUnsupported(_) => "tool_schema_unsupported",
+            CatalogError::InvalidArguments { .. } => "invalid_arguments",
+            CatalogError::HeaderMismatch { .. } => "header_mismatch",
         }
     }
 
@@ -67,7 +96,10 @@ impl CatalogError {
     pub fn status(&self) -> StatusCode {
         match self {
             CatalogError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            CatalogError::DefinitionChanged | CatalogError::NotPinned | CatalogError::NotListed => StatusCode::FORBIDDEN,
+            CatalogError::DefinitionChanged | CatalogError::NotPinned | CatalogError::NotListed | CatalogError::SchemaUnsupported(_) => StatusCode::FORBIDDEN,
+            // MCP: input validation errors are tool execution errors, not protocol errors.
+            CatalogError::InvalidArguments { .. } => StatusCode::OK,
+            CatalogError::HeaderMismatch { .. } => StatusCode::BAD_REQUEST,
         }
     }
 }
@@ -94,6 +126,10 @@ pub struct Entry {
     pub pin: PinState,
     /// `input.mcp.tool_definition`.
     pub policy_view: regorus::Value,
+    /// The compiled `inputSchema` (`tools.validate_arguments`).
+    pub schema: Option<Arc<schema::ArgumentSchema>>,
+    /// Its `x-mcp-header` parameters.
+    pub header_params: Vec<schema::HeaderParam>,
 }
 
 /// One fetch's catalog.
@@ -189,6 +225,9 @@ pub struct Catalog {
     fetcher: Fetcher,
     refresh: Duration,
     unpinned: Unpinned,
+    validate_arguments: bool,
+    /// `tools.filter_list`.
+    pub filter_list: bool,
     pins_path: Option<PathBuf>,
     current: ArcSwap<Current>,
     /// One fetch at a time; the time of the last fetch caused by an unknown tool.
@@ -214,6 +253,8 @@ impl Catalog {
             fetcher,
             refresh: tools.refresh,
             unpinned: tools.unpinned,
+            validate_arguments: tools.validate_arguments,
+            filter_list: tools.filter_list,
             pins_path: tools.pins.clone(),
             current: ArcSwap::from_pointee(Current { snapshot: None, pins: Arc::new(pins), last_error: None }),
             unknown_fetch: tokio::sync::Mutex::new(None),
@@ -300,8 +341,11 @@ impl Catalog {
                 Some(p) => PinState::Changed(p.to_owned()),
             };
             let policy_view = policy_view(&def, &digest, pin == PinState::Pinned);
+            // Compiled once per fetch, never per call.
+            let schema = self.validate_arguments.then(|| Arc::new(schema::ArgumentSchema::compile(&def)));
+            let header_params = schema::header_params(&def);
             order.push(name.clone());
-            tools.insert(name, Entry { definition: Arc::new(def), digest, pin, policy_view });
+            tools.insert(name, Entry { definition: Arc::new(def), digest, pin, policy_view, schema, header_params });
         }
         Ok(Snapshot { tools, order, protocol: fetched.protocol, fetched: Instant::now() })
     }
@@ -335,10 +379,12 @@ impl Catalog {
         let _ = self.refresh().await;
     }
 
-    /// The stage: what the catalog says about each `tools/call` of `mcp`.
-    pub async fn check(&self, mcp: &McpRequest) -> Looked {
+    /// The stage: what the catalog says about each `tools/call` of `mcp` (`headers`: the
+    /// request's, for `Mcp-Param-*`).
+    pub async fn check(&self, mcp: &McpRequest, headers: &http::HeaderMap) -> Looked {
         let mut looked = Looked::default();
         let calls = || mcp.messages.iter().filter(|m| m.method.as_deref() == Some("tools/call")).filter_map(|m| m.tool.as_deref());
+        let uses_headers = mcp.protocol_version.as_deref().is_some_and(|v| v >= portcullis_wire::mcp::STATELESS_VERSION);
         let current = self.current.load();
         let is_known = |c: &Current, tool: &str| c.snapshot.as_ref().is_some_and(|s| s.get(tool).is_some());
         let current = if calls().all(|t| is_known(&current, t)) {
@@ -347,7 +393,8 @@ impl Catalog {
             self.refresh_for_unknown().await;
             self.current.load()
         };
-        for tool in calls() {
+        for message in mcp.messages.iter().filter(|m| m.method.as_deref() == Some("tools/call")) {
+            let Some(tool) = message.tool.as_deref() else { continue };
             let refusal = match current.snapshot.as_ref() {
                 None if self.unpinned == Unpinned::Deny || current.pins.get(tool).is_some() => Some(CatalogError::Unavailable),
                 None => None,
@@ -358,12 +405,7 @@ impl Catalog {
                     None => None,
                     Some(entry) => {
                         looked.definitions.push((tool.to_owned(), entry.policy_view.clone()));
-                        match entry.pin {
-                            PinState::Pinned => None,
-                            PinState::Changed(_) => Some(CatalogError::DefinitionChanged),
-                            PinState::Unpinned if self.unpinned == Unpinned::Deny => Some(CatalogError::NotPinned),
-                            PinState::Unpinned => None,
-                        }
+                        self.judge_call(entry, message, headers, uses_headers).err()
                     }
                 },
             };
@@ -372,6 +414,45 @@ impl Catalog {
             }
         }
         looked
+    }
+
+    /// One call to a known tool: its parameter headers (2026-07-28), its pin, its arguments.
+    fn judge_call(&self, entry: &Entry, message: &portcullis_wire::mcp::McpMessage, headers: &http::HeaderMap, uses_headers: bool) -> Result<(), CatalogError> {
+        if uses_headers {
+            schema::check_headers(&entry.header_params, headers, message.arguments.as_ref())
+                .map_err(|reason| CatalogError::HeaderMismatch { id: message.id.clone(), reason })?;
+        }
+        match entry.pin {
+            PinState::Pinned => {}
+            PinState::Changed(_) => return Err(CatalogError::DefinitionChanged),
+            PinState::Unpinned if self.unpinned == Unpinned::Deny => return Err(CatalogError::NotPinned),
+            PinState::Unpinned => {}
+        }
+        let Some(schema) = &entry.schema else { return Ok(()) };
+        if let Some(why) = schema.unsupported() {
+            return Err(CatalogError::SchemaUnsupported(why.to_owned()));
+        }
+        schema.check(message.arguments.as_ref()).map_err(|invalid| CatalogError::InvalidArguments {
+            id: message.id.clone().unwrap_or(Value::Null),
+            pointer: invalid.pointer,
+            problem: invalid.problem,
+        })
+    }
+
+    /// The tools the pins let a caller call (pinned and unchanged; or unpinned, where allowed),
+    /// with their policy views: what a filtered `tools/list` may show. Empty without a catalog.
+    pub fn callable_tools(&self) -> Vec<(String, regorus::Value)> {
+        let Some(snapshot) = self.snapshot() else { return Vec::new() };
+        snapshot
+            .tools()
+            .filter_map(|(name, _, _)| snapshot.get(name).map(|e| (name, e)))
+            .filter(|(_, e)| match e.pin {
+                PinState::Pinned => true,
+                PinState::Changed(_) => false,
+                PinState::Unpinned => self.unpinned == Unpinned::Allow,
+            })
+            .map(|(name, e)| (name.to_owned(), e.policy_view.clone()))
+            .collect()
     }
 
     /// `/readyz`: `ok`, `stale` (the last fetch failed; the last good catalog is in use) or

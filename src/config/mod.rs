@@ -26,7 +26,7 @@ pub use modes::{Group, Modes, RawMode};
 pub use portcullis_wire::time::parse_duration;
 pub use raw::*;
 pub use sections::{normalize_origin, Context, Directory, Dpop, Introspection, OAuth, PolicySettings, Signatures, StateSettings, StaticKey, Store};
-pub use tools::{CatalogProtocol, CatalogSource, Tools, Unpinned};
+pub use tools::{CatalogProtocol, CatalogSource, McpSettings, Tools, Unpinned};
 pub use units::{parse_size, ByteSize, HumanDuration};
 
 /// The configuration used when no `--config` is given (see README "Embedded defaults").
@@ -137,6 +137,8 @@ pub struct Config {
     pub tools: Tools,
     /// Human approval links.
     pub approvals: Approvals,
+    /// MCP protocol versions accepted.
+    pub mcp: McpSettings,
     /// Admin listener address.
     pub admin: Option<SocketAddr>,
     /// Decision log target.
@@ -211,6 +213,8 @@ pub struct Limits {
     pub max_body_in_flight: u64,
     /// Messages per JSON-RPC batch bound.
     pub max_batch: usize,
+    /// Bytes of a backend answer read to rewrite it.
+    pub max_inspected_response: usize,
     /// Client requests handled at once, over all connections (set, or sized for the machine).
     pub max_in_flight: usize,
     /// Time from a request's admission to its response head.
@@ -359,6 +363,10 @@ impl Config {
             },
         );
         check("limits.max_batch", if !(1..=10_000).contains(&raw.limits.max_batch) { Err("must be between 1 and 10000".into()) } else { Ok(()) });
+        check(
+            "limits.max_inspected_response",
+            if !(1024..=256 << 20).contains(&raw.limits.max_inspected_response.0) { Err("must be between 1KiB and 256MiB".into()) } else { Ok(()) },
+        );
         check("limits.body_timeout", nonzero(raw.limits.body_timeout.0));
         check(
             "limits.max_in_flight",
@@ -405,8 +413,10 @@ impl Config {
         )
         .map_err(|e| errs.extend(e));
 
-        match (listen_addr, public_url, tls, upstream_url, admin, signatures, oauth, policy, state, mode, tools, approvals) {
-            (Ok(addr), Ok(public_url), Ok(tls), Ok(url), Ok(admin), Ok(signatures), Ok(oauth), Ok(policy), Ok(state), Ok(mode), Ok(tools), Ok(approvals))
+        let mcp = McpSettings::from_raw(raw.mcp).map_err(|e| errs.extend(e));
+
+        match (listen_addr, public_url, tls, upstream_url, admin, signatures, oauth, policy, state, mode, tools, approvals, mcp) {
+            (Ok(addr), Ok(public_url), Ok(tls), Ok(url), Ok(admin), Ok(signatures), Ok(oauth), Ok(policy), Ok(state), Ok(mode), Ok(tools), Ok(approvals), Ok(mcp))
                 if errs.is_empty() =>
             {
                 Ok(Config {
@@ -433,6 +443,7 @@ impl Config {
                         max_streams_per_connection: raw.limits.max_streams_per_connection,
                         max_body_in_flight: raw.limits.max_body_in_flight.0,
                         max_batch: raw.limits.max_batch,
+                        max_inspected_response: raw.limits.max_inspected_response.0 as usize,
                         max_in_flight: raw.limits.max_in_flight.unwrap_or_else(default_max_in_flight),
                         request_timeout: raw.limits.request_timeout.0,
                     },
@@ -443,6 +454,7 @@ impl Config {
                     idempotency: raw.idempotency,
                     tools,
                     approvals,
+                    mcp,
                     admin,
                     log: Log { decisions, level: raw.log.level, otlp_endpoint: raw.log.otlp_endpoint },
                     origin: origin.to_owned(),

@@ -55,6 +55,9 @@ pub struct RawConfig {
     /// `[approvals]`
     #[serde(default)]
     pub approvals: RawApprovals,
+    /// `[mcp]`
+    #[serde(default)]
+    pub mcp: RawMcp,
 }
 
 /// A string or a list of strings.
@@ -154,6 +157,9 @@ pub struct RawLimits {
     pub max_body_in_flight: ByteSize,
     /// Most messages in one JSON-RPC batch; more → 400 before policy runs.
     pub max_batch: usize,
+    /// Most bytes of a backend answer the gateway reads to rewrite it (`tools.filter_list`);
+    /// a larger one is withheld, never passed unfiltered.
+    pub max_inspected_response: ByteSize,
     /// Most client requests handled at once over all connections, from arrival until the
     /// response head; past it → 503 `overloaded` at once. Absent: sized for the machine
     /// ([`default_max_in_flight`]).
@@ -181,6 +187,7 @@ impl Default for RawLimits {
             max_body_in_flight: ByteSize(64 << 20),
             // The MCP reference server's own bound.
             max_batch: portcullis_wire::mcp::DEFAULT_MAX_BATCH,
+            max_inspected_response: ByteSize(1 << 20),
             max_in_flight: None,
             // `body_timeout` plus `upstream.response_timeout` at their defaults, so those report their
             // own, more precise errors first; this one catches what nothing else bounds (the queue for a
@@ -547,6 +554,10 @@ pub struct RawTools {
     pub pins: Option<PathBuf>,
     /// `allow` or `deny` calls to tools the pins do not name.
     pub unpinned: super::Unpinned,
+    /// Rewrite `tools/list` answers so they hold only the tools this caller may call.
+    pub filter_list: bool,
+    /// Validate `tools/call` arguments against the tool's `inputSchema`.
+    pub validate_arguments: bool,
     /// `auto`, `2025-11-25` or `2026-07-28`.
     pub protocol: super::CatalogProtocol,
     /// Time allowed for one whole fetch of the catalog (every request and page).
@@ -566,6 +577,8 @@ impl Default for RawTools {
             refresh: HumanDuration(Duration::from_secs(60)),
             pins: None,
             unpinned: super::Unpinned::Allow,
+            filter_list: false,
+            validate_arguments: false,
             protocol: super::CatalogProtocol::Auto,
             timeout: HumanDuration(Duration::from_secs(10)),
             max_tools: 1000,
@@ -608,5 +621,16 @@ impl Default for RawApprovals {
             client_secret_file: None,
             state_key_file: None,
         }
+/// `[mcp]`: which MCP protocol versions clients may speak.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawMcp {
+    /// Protocol versions accepted in `MCP-Protocol-Version` (or `_meta`); another → 400 -32022.
+    pub versions: Vec<String>,
+}
+
+impl Default for RawMcp {
+    fn default() -> Self {
+        RawMcp { versions: portcullis_wire::mcp::PUBLISHED_VERSIONS.map(String::from).to_vec() }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::raw::RawTools;
+use super::raw::{RawMcp, RawTools};
 use super::sections::Context;
 use super::FieldError;
 
@@ -59,6 +59,10 @@ pub struct Tools {
     pub pins: Option<PathBuf>,
     /// Calls to tools without a pin.
     pub unpinned: Unpinned,
+    /// Filter `tools/list` answers per caller.
+    pub filter_list: bool,
+    /// Validate `tools/call` arguments.
+    pub validate_arguments: bool,
     /// The protocol spoken to the backend.
     pub protocol: CatalogProtocol,
     /// Bound on one whole fetch.
@@ -95,6 +99,8 @@ impl Tools {
         let needs = "needs tools.catalog = \"fetch\" (the gateway must know the backend's tools)";
         must("tools.pins", off && raw.pins.is_some(), needs);
         must("tools.unpinned", off && raw.unpinned == Unpinned::Deny, needs);
+        must("tools.filter_list", off && raw.filter_list, needs);
+        must("tools.validate_arguments", off && raw.validate_arguments, needs);
         if !errs.is_empty() {
             return Err(errs);
         }
@@ -103,12 +109,42 @@ impl Tools {
             refresh: raw.refresh.0,
             pins: raw.pins.map(|p| ctx.base_dir.join(p)),
             unpinned: raw.unpinned,
+            filter_list: raw.filter_list,
+            validate_arguments: raw.validate_arguments,
             protocol: raw.protocol,
             timeout: raw.timeout.0,
             max_tools: raw.max_tools,
             max_bytes: raw.max_bytes.0,
             max_pages: raw.max_pages,
         })
+    }
+}
+
+/// Validated `[mcp]`.
+#[derive(Debug, Clone)]
+pub struct McpSettings {
+    /// Protocol versions accepted.
+    pub versions: Vec<String>,
+}
+
+impl McpSettings {
+    /// Checks `[mcp]`: at least one version, each a `YYYY-MM-DD` date as MCP names them.
+    pub fn from_raw(raw: RawMcp) -> Result<McpSettings, Vec<FieldError>> {
+        let is_version = |v: &str| v.len() == 10 && v.bytes().enumerate().all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() });
+        let mut errs = Vec::new();
+        if raw.versions.is_empty() {
+            errs.push(FieldError::new("mcp.versions", "must name at least one protocol version (e.g. \"2025-11-25\")"));
+        }
+        for (i, v) in raw.versions.iter().enumerate() {
+            if !is_version(v) {
+                errs.push(FieldError::new(format!("mcp.versions[{i}]"), format!("{v:?} is not an MCP protocol version (YYYY-MM-DD)")));
+            }
+        }
+        if errs.is_empty() {
+            Ok(McpSettings { versions: raw.versions })
+        } else {
+            Err(errs)
+        }
     }
 }
 
@@ -122,6 +158,16 @@ mod tests {
     }
 
     #[test]
+    fn mcp_versions_default_to_every_published_one_and_bad_ones_are_named() {
+        let ok = McpSettings::from_raw(RawMcp::default()).expect("defaults");
+        assert_eq!(ok.versions.first().map(String::as_str), Some("2024-11-05"));
+        assert!(ok.versions.iter().any(|v| v == "2026-07-28"));
+        let errs = McpSettings::from_raw(RawMcp { versions: vec!["2025-11-25".into(), "latest".into()] }).expect_err("bad");
+        assert_eq!(errs[0].field, "mcp.versions[1]");
+        assert!(McpSettings::from_raw(RawMcp { versions: vec![] }).is_err());
+    }
+
+    #[test]
     fn defaults_keep_the_catalog_off() {
         let t = parse("").expect("defaults");
         assert!(!t.is_enabled());
@@ -130,10 +176,20 @@ mod tests {
 
     #[test]
     fn every_bad_field_is_named() {
-        let errs = parse("refresh = \"10ms\"\ntimeout = \"0s\"\nmax_tools = 0\nmax_bytes = 10\nmax_pages = 0\npins = \"p.json\"\nunpinned = \"deny\"")
+        let errs = parse("refresh = \"10ms\"\ntimeout = \"0s\"\nmax_tools = 0\nmax_bytes = 10\nmax_pages = 0\npins = \"p.json\"\nunpinned = \"deny\"\nfilter_list = true\nvalidate_arguments = true")
             .expect_err("invalid");
         let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
-        for f in ["tools.refresh", "tools.timeout", "tools.max_tools", "tools.max_bytes", "tools.max_pages", "tools.pins", "tools.unpinned"] {
+        for f in [
+            "tools.refresh",
+            "tools.timeout",
+            "tools.max_tools",
+            "tools.max_bytes",
+            "tools.max_pages",
+            "tools.pins",
+            "tools.unpinned",
+            "tools.filter_list",
+            "tools.validate_arguments",
+        ] {
             assert!(fields.contains(&f), "{f} missing from {fields:?}");
         }
         assert!(errs.iter().any(|e| e.reason.contains("tools.catalog = \"fetch\"")), "{errs:?}");

@@ -173,6 +173,9 @@ impl PolicyInput<'_> {
             // A shared reference to the view the catalog prepared, not a copy.
             e.push(("tool_definition", definition.clone()));
         }
+        if let Some(info) = &m.client_info {
+            e.push(("client_info", portcullis_wire::rego_value::json_value(info)?));
+        }
         if self.catalog.is_listing {
             e.push(("listing", Value::from(true)));
         }

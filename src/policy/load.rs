@@ -13,6 +13,7 @@ pub const BUNDLED: &[(&str, &str)] = &[
     ("policies/scopes.rego", include_str!("../../policies/scopes.rego")),
     ("policies/payments.rego", include_str!("../../policies/payments.rego")),
     ("policies/ownership.rego", include_str!("../../policies/ownership.rego")),
+    ("policies/annotations.rego", include_str!("../../policies/annotations.rego")),
 ];
 
 /// The bundled `data.json`.

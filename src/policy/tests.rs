@@ -32,6 +32,7 @@ fn call(tool: &str, args: serde_json::Value) -> McpMessage {
         uri: None,
         prompt: None,
         meta_version: None,
+        client_info: None,
     }
 }
 
@@ -281,4 +282,39 @@ fn runaway_policy_is_stopped_and_refused_as_an_evaluation_error() {
     let (_d, p) = on_disk(&[("p.rego", runaway)]);
     let err = decide_with(&p.expect("compiles"), &one(call("t", json!({}))), None, None).expect_err("time limit");
     assert!(matches!(err, PolicyError::Evaluation { .. }), "{err:?}");
+}
+
+/// The shipped annotations rule decides the same on both evaluators, with and without the
+/// catalog's view of the tool (`input.mcp.tool_definition`).
+#[test]
+fn rvm_and_interpreter_agree_on_fetched_tool_annotations() {
+    let interp = Policy::new(&PolicySettings { evaluator: crate::config::PolicyEvaluator::Interpreter, ..PolicySettings::default() }).expect("compiles");
+    let rvm = Policy::new(&PolicySettings { evaluator: crate::config::PolicyEvaluator::Rvm, ..PolicySettings::default() }).expect("rvm compiles");
+    let claims = regorus::Value::new_object();
+    let aud = vec!["https://mcp.example.com/mcp".to_owned()];
+    let scopes = vec!["tools:read".to_owned()];
+    let token = Some(TokenView { iss: "i", sub: "user-1", aud: &aud, scopes: &scopes, claims: &claims });
+    let view = |read_only: bool| {
+        let v = json!({"digest": "sha256:00", "pinned": true, "annotations": {"readOnlyHint": read_only, "destructiveHint": true, "idempotentHint": false, "openWorldHint": true}});
+        portcullis_wire::rego_value::json_value(&v).expect("converts")
+    };
+    let mcp = one(call("search", json!({"q": "x"})));
+    let mut seen = Vec::new();
+    for definitions in [vec![], vec![("search".to_owned(), view(true))], vec![("search".to_owned(), view(false))]] {
+        let input = |p: &Policy| {
+            let input = PolicyInput {
+                request: RequestView { method: "POST", path: "/mcp", host: "mcp.example.com" },
+                agent: None,
+                token,
+                mcp: &mcp,
+                catalog: CatalogView { definitions: &definitions, is_listing: false },
+                now: UnixTime(Duration::from_secs(1_784_980_800)),
+            };
+            p.decide(&input).expect("decides").verdict
+        };
+        let (a, b) = (input(&interp), input(&rvm));
+        assert_eq!(a, b);
+        seen.push(a.required_scopes);
+    }
+    assert_eq!(seen, [vec!["tools:read".to_owned()], vec!["tools:read".to_owned()], vec!["tools:read".to_owned(), "tools:write".to_owned()]]);
 }

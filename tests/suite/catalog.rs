@@ -72,15 +72,23 @@ async fn catalog_ready(gw: &Gateway) {
 
 /// A `tools/call` through the gateway, with the session (2025-11-25) or the 2026-07-28 headers.
 async fn call(gw: &Gateway, session: Option<&str>, tool: &str) -> reqwest::Response {
+    call_with(gw, session, tool, json!({"city": "Paris"}), &[]).await
+}
+
+/// [`call`] with these arguments and extra headers.
+async fn call_with(gw: &Gateway, session: Option<&str>, tool: &str, arguments: Value, extra: &[(&str, &str)]) -> reqwest::Response {
     let mut req = client()
         .post(gw.url("/mcp"))
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
-        .body(tool_call(7, tool, json!({"city": "Paris"})));
+        .body(tool_call(7, tool, arguments));
     req = match session {
         Some(s) => req.header("mcp-session-id", s).header("mcp-protocol-version", "2025-11-25"),
         None => req.header("mcp-protocol-version", "2026-07-28").header("mcp-method", "tools/call").header("mcp-name", tool),
     };
+    for (name, value) in extra {
+        req = req.header(*name, *value);
+    }
     req.send().await.unwrap()
 }
 
@@ -300,4 +308,260 @@ fn check_names_a_missing_pins_file_and_settings_that_need_the_catalog() {
     let out = Command::new(BIN).args(["check", "--config"]).arg(&path).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("tools.unpinned") && err.contains("tools.catalog = \"fetch\""), "{err}");
+}
+
+/// A tool result's text, from a JSON-RPC answer.
+async fn tool_result(resp: reqwest::Response) -> (u16, Value) {
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn arguments_that_fail_the_schema_are_a_tool_error_the_model_can_correct_and_reach_no_backend() {
+    let mut defs = tools();
+    defs.push(json!({"name": "trip.plan", "inputSchema": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
+        "required": ["city"],
+        "additionalProperties": false,
+    }}));
+    defs.push(json!({"name": "remote.schema", "inputSchema": {"type": "object", "properties": {"a": {"$ref": "https://schemas.example/a.json"}}}}));
+    defs.push(json!({"name": "old.dialect", "inputSchema": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "properties": {"n": {"type": "number"}}}}));
+    let server = ToolServer::start(Protocol::Stateless, defs).await;
+    let policy = PolicyDir::new(&rego(ALLOW));
+    let (_log_dir, log) = common::temp_path("decisions.jsonl");
+    let section = format!("[tools]\ncatalog = \"fetch\"\nvalidate_arguments = true\n{}", policy.toml());
+    let gw = Gateway::start(config_logging(&server.url(), &section, "enforce", &log)).await;
+    catalog_ready(&gw).await;
+
+    let cases = [
+        (json!({"city": "Paris", "days": "zqsecretvalue"}), "invalid arguments: /days: must be of type integer"),
+        (json!({"days": 2}), "invalid arguments: (the arguments): missing required property \"city\""),
+        (json!({"city": "Paris", "zqsecretkey": 1}), "has properties the schema does not allow (additionalProperties)"),
+        (json!({"city": "Paris", "days": 0}), "invalid arguments: /days: must be at least 1"),
+    ];
+    for (arguments, expected) in cases {
+        let (status, body) = tool_result(call_with(&gw, None, "trip.plan", arguments.clone(), &[]).await).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!((body["id"].clone(), body["result"]["isError"].clone()), (json!(7), json!(true)), "{body}");
+        let text = body["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains(expected), "{text}");
+        assert!(!text.contains("zqsecretvalue"), "the value is never quoted: {text}");
+    }
+    assert!(server.calls().is_empty(), "the backend executed nothing");
+    assert_eq!(call_with(&gw, None, "trip.plan", json!({"city": "Paris", "days": 3}), &[]).await.status(), 200);
+    assert_eq!(call_with(&gw, None, "old.dialect", json!({"n": 1.5}), &[]).await.status(), 200, "draft-07 schemas are checked under draft-07");
+    assert_eq!(server.calls().len(), 2);
+
+    let (status, error, reason) = refusal(call_with(&gw, None, "remote.schema", json!({"a": 1}), &[]).await).await;
+    assert_eq!((status, error.as_str()), (403, "tool_schema_unsupported"), "{reason}");
+    assert_eq!(server.calls().len(), 2, "a tool whose schema cannot be used is not called");
+
+    let lines = common::wait_for_decision_lines(&log, 7).await;
+    let first = lines.iter().find(|l| l["tool"] == "trip.plan").unwrap();
+    assert_eq!((first["outcome"].as_str(), first["status"].as_u64(), first["error"].as_str()), (Some("deny"), Some(200), Some("invalid_arguments")), "{first}");
+    assert_eq!(first["findings"][0]["stage"], "catalog");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_monitor_mode_schema_failures_are_forwarded_as_would_deny() {
+    let server = ToolServer::start(Protocol::Stateless, tools()).await;
+    let policy = PolicyDir::new(&rego(ALLOW));
+    let (_log_dir, log) = common::temp_path("decisions.jsonl");
+    let section = format!("[tools]\ncatalog = \"fetch\"\nvalidate_arguments = true\n{}", policy.toml());
+    let gw = Gateway::start(config_logging(&server.url(), &section, "monitor", &log)).await;
+    catalog_ready(&gw).await;
+    assert_eq!(call_with(&gw, None, "weather.get", json!({"city": 12}), &[]).await.status(), 200);
+    assert_eq!(server.calls().len(), 1, "monitor mode forwards");
+    let line = common::wait_for_decision_lines(&log, 1).await.into_iter().find(|l| l["tool"] == "weather.get").unwrap();
+    assert_eq!((line["outcome"].as_str(), line["error"].as_str()), (Some("would_deny"), Some("invalid_arguments")), "{line}");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn parameter_headers_and_protocol_versions_follow_the_2026_transport_rules() {
+    let mut defs = tools();
+    defs.push(json!({"name": "db.query", "inputSchema": {"type": "object", "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "limit": {"type": "integer", "x-mcp-header": "Limit"},
+        "sql": {"type": "string"},
+    }}}));
+    let server = ToolServer::start(Protocol::Stateless, defs).await;
+    let policy = PolicyDir::new(&rego(
+        "default decision := {\"allow\": true}\ndecision := {\"allow\": false, \"reason\": \"client_blocked\"} if input.mcp.client_info.name == \"blocked-client\"\n",
+    ));
+    let section = format!("[tools]\ncatalog = \"fetch\"\n[mcp]\nversions = [\"2025-11-25\", \"2026-07-28\"]\n{}", policy.toml());
+    let gw = Gateway::start(common::config(&server.url(), &section)).await;
+    catalog_ready(&gw).await;
+    let args = json!({"region": "Zürich", "limit": 10, "sql": "select 1"});
+    let ok = call_with(&gw, None, "db.query", args.clone(), &[("mcp-param-region", "=?base64?WsO8cmljaA==?="), ("mcp-param-limit", "10")]).await;
+    assert_eq!(ok.status(), 200);
+    assert_eq!(server.calls().len(), 1);
+    assert_eq!(server.call_headers()[0]["mcp-param-region"], "=?base64?WsO8cmljaA==?=", "the headers go upstream as sent");
+
+    for (headers, expected) in [
+        (vec![("mcp-param-region", "Bern"), ("mcp-param-limit", "10")], "Mcp-Param-Region header does not match the arguments"),
+        (vec![("mcp-param-region", "=?base64?WsO8cmljaA==?=")], "Mcp-Param-Limit header is required"),
+        (vec![("mcp-param-region", "=?base64?WsO8cmljaA==?="), ("mcp-param-limit", "11")], "Mcp-Param-Limit header does not match"),
+    ] {
+        let resp = call_with(&gw, None, "db.query", args.clone(), &headers).await;
+        assert_eq!(resp.status(), 400);
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["error"]["code"], -32020, "{body}");
+        let reason = body["error"]["data"]["reason"].as_str().unwrap();
+        assert!(reason.contains(expected) && !reason.contains("Bern"), "{reason}");
+    }
+    assert_eq!(server.calls().len(), 1, "no mismatched call reached the backend");
+
+    // A version outside mcp.versions: -32022 with what is supported and what was asked.
+    let resp = client()
+        .post(gw.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (json!(3), json!(-32022)), "{body}");
+    assert_eq!(
+        (body["error"]["data"]["supported"].clone(), body["error"]["data"]["requested"].clone()),
+        (json!(["2025-11-25", "2026-07-28"]), json!("2025-06-18"))
+    );
+
+    // _meta's protocolVersion must equal the header; clientInfo reaches the policy.
+    let call = |meta: Value| {
+        json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "weather.get", "arguments": {"city": "x"}, "_meta": meta}}).to_string()
+    };
+    let send = |body: String| {
+        client()
+            .post(gw.url("/mcp"))
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "weather.get")
+            .body(body)
+            .send()
+    };
+    let resp = send(call(json!({"io.modelcontextprotocol/protocolVersion": "2025-11-25"}))).await.unwrap();
+    assert_eq!(resp.status(), 400);
+    assert_eq!(resp.json::<Value>().await.unwrap()["error"]["code"], -32020);
+    let blocked =
+        json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientInfo": {"name": "blocked-client", "version": "1"}});
+    let (status, _, reason) = refusal(send(call(blocked)).await.unwrap()).await;
+    assert_eq!((status, reason.as_str()), (403, "client_blocked"));
+    gw.shutdown().await;
+}
+
+/// A gateway whose callers differ by their token's scopes, in front of `server`.
+struct Scoped {
+    _ca: common::pki::TestCa,
+    issuer: common::issuer::Issuer,
+    gw: Gateway,
+    _policy: PolicyDir,
+}
+
+impl Scoped {
+    async fn start(server: &ToolServer, mode: &str, tools: &str, rego_body: &str) -> Scoped {
+        let ca = common::pki::TestCa::new();
+        let issuer = common::issuer::Issuer::start(&ca).await;
+        let policy = PolicyDir::new(&rego(rego_body));
+        let extra = format!(
+            "[tools]\ncatalog = \"fetch\"\n{tools}\n{}\n[signatures]\nrequired = false\n[oauth]\nrequired = true\nissuer = \"{}\"\nissuer_ca = {:?}\n",
+            policy.toml(),
+            issuer.url(),
+            ca.ca_path()
+        );
+        let text = common::config_toml(&server.url(), &extra).replace("mode = \"enforce\"", &format!("mode = {mode:?}"));
+        let gw = Gateway::start(Config::parse(&text, "catalog test", Path::new(".")).unwrap()).await;
+        Scoped { _ca: ca, issuer, gw, _policy: policy }
+    }
+
+    fn token(&self, scope: &str) -> String {
+        self.issuer.rsa.sign(&self.issuer.claims_with("https://mcp.example.com/mcp", json!({"scope": scope})))
+    }
+
+    /// `tools/list` as a caller with `scope`; the answer's status, content type and body.
+    async fn list(&self, scope: &str) -> (u16, String, String) {
+        let resp = client()
+            .post(self.gw.url("/mcp"))
+            .bearer_auth(self.token(scope))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/list")
+            .body(r#"{"jsonrpc":"2.0","id":"list-1","method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let content_type = resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+        (status, content_type, resp.text().await.unwrap())
+    }
+}
+
+/// Destructive tools (or tools that do not say they are read-only) need tools:write.
+const WRITE_SCOPE_POLICY: &str = "default decision := {\"allow\": true}\n\
+    decision := {\"allow\": true, \"required_scopes\": [\"tools:write\"]} if {\n\
+      input.mcp.method == \"tools/call\"\n\
+      not input.mcp.tool_definition.annotations.readOnlyHint\n\
+    }\n";
+
+fn names(result: &Value) -> Vec<String> {
+    result["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_filtered_list_shows_each_caller_what_it_may_call_and_the_event_stream_stays_valid() {
+    let server = ToolServer::start(Protocol::Stateless, tools()).await;
+    server.set_sse(true);
+    let s = Scoped::start(&server, "enforce", "filter_list = true", WRITE_SCOPE_POLICY).await;
+    catalog_ready(&s.gw).await;
+
+    let (status, content_type, reader) = s.list("tools:read").await;
+    assert_eq!((status, content_type.as_str()), (200, "text/event-stream"));
+    let (events, rest) = portcullis_wire::sse::split(reader.as_bytes(), true);
+    assert_eq!((events.len(), rest.len()), (3, 0), "the notification, the comment and the answer, each whole: {reader}");
+    assert!(reader.starts_with("event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\""), "other events pass untouched: {reader}");
+    let answer: Value = serde_json::from_str(&portcullis_wire::sse::fields(events[2]).data.unwrap()).unwrap();
+    assert_eq!(answer["id"], "list-1");
+    assert_eq!(names(&answer["result"]), ["weather.get"], "only the read-only tool: {answer}");
+    assert_eq!(answer["result"]["cacheScope"], "private", "the list now varies per caller");
+
+    let (_, _, writer) = s.list("tools:read tools:write").await;
+    let (events, _) = portcullis_wire::sse::split(writer.as_bytes(), true);
+    let answer: Value = serde_json::from_str(&portcullis_wire::sse::fields(events[2]).data.unwrap()).unwrap();
+    assert_eq!(names(&answer["result"]), ["weather.get", "files.delete", "notes.add"]);
+
+    // JSON answers too.
+    server.set_sse(false);
+    let (status, content_type, body) = s.list("tools:read").await;
+    assert_eq!((status, content_type.as_str()), (200, "application/json"));
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(names(&answer["result"]), ["weather.get"]);
+    assert_eq!(answer["result"]["ttlMs"], 60_000, "everything else unchanged");
+    s.gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_list_too_large_to_inspect_is_withheld_and_monitor_mode_does_not_filter() {
+    let server = ToolServer::start(Protocol::Stateless, tools()).await;
+    let s = Scoped::start(&server, "enforce", "filter_list = true\n[limits]\nmax_inspected_response = \"2KiB\"", WRITE_SCOPE_POLICY).await;
+    catalog_ready(&s.gw).await;
+    server.set_pad(8 << 10);
+    let (status, _, body) = s.list("tools:read").await;
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("upstream_answer_uninspectable") && !body.contains("notes.add"), "{body}");
+    s.gw.shutdown().await;
+
+    server.set_pad(0);
+    let s = Scoped::start(&server, "monitor", "filter_list = true", WRITE_SCOPE_POLICY).await;
+    catalog_ready(&s.gw).await;
+    let (status, _, body) = s.list("tools:read").await;
+    assert_eq!(status, 200);
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(names(&answer["result"]).len(), 3, "monitor mode passes the list whole");
+    s.gw.shutdown().await;
 }
