@@ -392,11 +392,13 @@ pub fn list_filter(stages: &Stages, req: &Inbound, seen: &Evidence, max_inspecte
     let id = message.id.clone().filter(|_| message.method.as_deref() == Some("tools/list"))?;
     let claims = seen.token.as_ref().map(|t| t.policy_claims()).transpose().ok()?;
     let agent = seen.agent.as_ref().map(|a| AgentView { id: a.agent(), keyid: a.keyid(), tag: a.tag() });
+    let binding = seen.binding.unwrap_or(Binding::None).as_str();
     let token = seen.token.as_ref().zip(claims.as_ref()).map(|(t, claims)| TokenView {
         iss: t.iss(),
         sub: t.sub().unwrap_or(""),
         aud: t.aud(),
         scopes: t.scopes(),
+        binding,
         claims,
     });
     let request = RequestView { method: req.head.method.as_str(), path: req.head.uri.path(), host: &req.authority };

@@ -132,7 +132,8 @@ impl Fetcher {
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(upstream.connect_timeout)
-            .timeout(tools.timeout)
+            // No per-request timeout: `fetch` bounds the whole exchange with tools.timeout, and
+            // one bound gives one error to report.
             .build()
             .map_err(|e| format!("cannot build the catalog client: {e}"))?;
         Ok(Fetcher {

@@ -621,6 +621,9 @@ impl Default for RawApprovals {
             client_secret_file: None,
             state_key_file: None,
         }
+    }
+}
+
 /// `[mcp]`: which MCP protocol versions clients may speak.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -293,7 +293,7 @@ fn rvm_and_interpreter_agree_on_fetched_tool_annotations() {
     let claims = regorus::Value::new_object();
     let aud = vec!["https://mcp.example.com/mcp".to_owned()];
     let scopes = vec!["tools:read".to_owned()];
-    let token = Some(TokenView { iss: "i", sub: "user-1", aud: &aud, scopes: &scopes, claims: &claims });
+    let token = Some(TokenView { iss: "i", sub: "user-1", aud: &aud, scopes: &scopes, binding: "none", claims: &claims });
     let view = |read_only: bool| {
         let v = json!({"digest": "sha256:00", "pinned": true, "annotations": {"readOnlyHint": read_only, "destructiveHint": true, "idempotentHint": false, "openWorldHint": true}});
         portcullis_wire::rego_value::json_value(&v).expect("converts")
