@@ -113,6 +113,13 @@ pub fn idempotency_log(verdict: &Verdict) -> Option<&'static str> {
     }
 }
 
+/// Whether calls are refused while there is no tool catalog yet (`/readyz` says not ready
+/// meanwhile): `tools.unpinned = "deny"` with the policy group, which the catalog belongs to,
+/// enforcing.
+pub fn is_catalog_required(modes: &Modes, unpinned: crate::config::Unpinned) -> bool {
+    unpinned == crate::config::Unpinned::Deny && modes.is_enforcing(Group::Policy)
+}
+
 /// Whether `tools/list` answers are filtered (`tools.filter_list`): when the policy group, which
 /// the catalog belongs to, enforces. In monitor mode they pass whole.
 pub fn filters_lists(modes: &Modes) -> bool {

@@ -138,9 +138,6 @@ pub struct Stages {
     idempotency: crate::idempotency::Idempotency,
     /// The tool catalog (`tools.catalog = "fetch"`).
     pub catalog: Option<Arc<Catalog>>,
-    /// Calls are refused while there is no catalog (`tools.unpinned = "deny"`, the policy
-    /// group enforcing): `/readyz` says not ready meanwhile.
-    pub catalog_fails_closed: bool,
     /// Human approval (public for the approval pages the server serves).
     pub approvals: crate::approval::Approvals,
     /// `mode`: where judging stops (at the first refusal of a group in enforce mode).
@@ -201,7 +198,6 @@ impl Stages {
             quotas: Quotas::new(stores.quota.clone()),
             idempotency: crate::idempotency::Idempotency::new(&config.idempotency, &stores),
             catalog,
-            catalog_fails_closed: config.tools.unpinned == crate::config::Unpinned::Deny && config.mode.is_enforcing(Group::Policy),
             approvals,
             stores,
             modes: config.mode,
@@ -390,7 +386,9 @@ pub fn list_filter(stages: &Stages, req: &Inbound, seen: &Evidence, max_inspecte
     let mcp = seen.mcp.as_ref().filter(|m| !m.is_batch && m.messages.len() == 1)?;
     let message = &mcp.messages[0];
     let id = message.id.clone().filter(|_| message.method.as_deref() == Some("tools/list"))?;
-    let claims = seen.token.as_ref().map(|t| t.policy_claims()).transpose().ok()?;
+    let hide_all = crate::catalog::filter::ListFilter { visible: std::collections::HashSet::new(), id: id.clone(), max_inspected };
+    // Claims the policy cannot be given: nothing can be shown (fail closed).
+    let Ok(claims) = seen.token.as_ref().map(|t| t.policy_claims()).transpose() else { return Some(hide_all) };
     let agent = seen.agent.as_ref().map(|a| AgentView { id: a.agent(), keyid: a.keyid(), tag: a.tag() });
     let binding = seen.binding.unwrap_or(Binding::None).as_str();
     let token = seen.token.as_ref().zip(claims.as_ref()).map(|(t, claims)| TokenView {

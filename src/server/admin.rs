@@ -70,7 +70,8 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<ResponseBod
             let upstream = if shared.config.upstream.health_check { Some(probe_upstream(&shared.config.upstream).await) } else { None };
             let upstream_down = upstream.as_ref().is_some_and(Result::is_err);
             // A stale catalog keeps serving; only one that calls are refused for want of is unready.
-            let catalog = shared.stages.catalog.as_ref().map(|c| c.readiness(shared.stages.catalog_fails_closed));
+            let is_required = crate::decision::is_catalog_required(&shared.config.mode, shared.config.tools.unpinned);
+            let catalog = shared.stages.catalog.as_ref().map(|c| c.readiness(is_required));
             let catalog_down = catalog.as_ref().is_some_and(|c| !c.is_ready);
             let status = if upstream_down || catalog_down { StatusCode::SERVICE_UNAVAILABLE } else { status };
             let upstream = match upstream {
