@@ -279,6 +279,7 @@ async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
             method: req.head.method.as_str(),
             path: req.head.uri.path(),
             headers: &req.head.headers,
+            body: &req.body,
             now: req.now,
             agent_jkt: agent_jkt.as_deref(),
         };

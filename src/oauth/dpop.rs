@@ -56,6 +56,8 @@ pub struct Presented<'a> {
     pub path: &'a str,
     /// The request headers (`Authorization`, `DPoP`).
     pub headers: &'a HeaderMap,
+    /// The raw body (a proof's `content_digest`, MCP DPoP extension).
+    pub body: &'a [u8],
     /// The request's one clock reading.
     pub now: UnixTime,
     /// The RFC 7638 thumbprint of the key that verified the request's HTTP Message Signature
@@ -97,8 +99,15 @@ impl DpopCheck {
         let text = dpop::proof_header(req.headers)?.ok_or(DpopError::Missing)?;
         let proof = dpop::parse(text)?;
         let uris: Vec<String> = self.origins.iter().filter_map(|o| dpop::normalise_htu(&format!("{o}{}", req.path))).collect();
-        let request =
-            dpop::Request { method: req.method, uris: &uris, access_token: token, now: req.now, max_age_secs: self.max_age_secs, skew_secs: self.skew_secs };
+        let request = dpop::Request {
+            method: req.method,
+            uris: &uris,
+            access_token: token,
+            body: req.body,
+            now: req.now,
+            max_age_secs: self.max_age_secs,
+            skew_secs: self.skew_secs,
+        };
         proof.check(&request)?;
         let jkt = verified.jkt().ok_or(TokenError::NotDpopBound)?;
         if jkt != proof.jkt() {

@@ -142,6 +142,9 @@ pub enum DpopError {
     /// `ath` is not the hash of the presented access token (§4.3 check 12).
     #[error("ath does not match the access token")]
     WrongTokenHash,
+    /// `content_digest` (the MCP DPoP extension draft) does not match the request body.
+    #[error("content_digest does not match the request body")]
+    WrongContentDigest,
     /// This proof's `jti` was already used (§11.1).
     #[error("proof jti was already used")]
     Replayed,
@@ -209,6 +212,7 @@ pub struct Proof {
     htu: String,
     iat: u64,
     ath: Option<String>,
+    content_digest: Option<String>,
 }
 
 impl Proof {
@@ -251,6 +255,19 @@ impl Proof {
         if ath != access_token_hash(request.access_token) {
             return Err(DpopError::WrongTokenHash);
         }
+        // The MCP DPoP extension (a draft) binds the proof to the body with an RFC 9530 value;
+        // optional here (the request's HTTP Message Signature covers Content-Digest), checked
+        // when present.
+        if let Some(value) = &self.content_digest {
+            let mut headers = HeaderMap::new();
+            let value = http::HeaderValue::from_str(value).map_err(|_| DpopError::InvalidClaim { claim: "content_digest" })?;
+            headers.insert(crate::digest::CONTENT_DIGEST, value);
+            match crate::digest::DigestCheck::new(false).verify(&headers, request.body) {
+                Ok(_) => {}
+                Err(crate::digest::DigestError::Mismatch { .. }) => return Err(DpopError::WrongContentDigest),
+                Err(_) => return Err(DpopError::InvalidClaim { claim: "content_digest" }),
+            }
+        }
         Ok(())
     }
 
@@ -271,6 +288,8 @@ pub struct Request<'a> {
     pub uris: &'a [String],
     /// The access token of `Authorization: DPoP <token>`.
     pub access_token: &'a str,
+    /// The raw request body (for a proof's `content_digest`).
+    pub body: &'a [u8],
     /// The request's one clock reading.
     pub now: UnixTime,
     /// How long after `iat` a proof is accepted.
@@ -346,8 +365,9 @@ pub fn parse(proof: &str) -> Result<Proof, DpopError> {
         },
         Some(_) => return Err(DpopError::InvalidClaim { claim: "iat" }),
     };
-    let ath = string_claim(&claims, "ath")?;
-    Ok(Proof { alg, jkt, jti: jti.to_owned(), htm: htm.to_owned(), htu: htu.to_owned(), iat, ath: ath.map(str::to_owned) })
+    let ath = string_claim(&claims, "ath")?.map(str::to_owned);
+    let content_digest = string_claim(&claims, "content_digest")?.map(str::to_owned);
+    Ok(Proof { alg, jkt, jti: jti.to_owned(), htm: htm.to_owned(), htu: htu.to_owned(), iat, ath, content_digest })
 }
 
 /// `htu` or a request URI in the form §4.3 compares: RFC 3986 §6.2.2 (scheme and host in lower

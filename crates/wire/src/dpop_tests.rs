@@ -9,6 +9,7 @@ use serde_json::json;
 const NOW: u64 = 1_800_000_000;
 const HTU: &str = "https://mcp.example.com/mcp";
 const TOKEN: &str = "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJ1c2VyIn0.c2ln";
+const BODY: &[u8] = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
 
 fn key() -> SigningKey {
     SigningKey::from_bytes(&[7; 32])
@@ -37,7 +38,7 @@ fn claims() -> Value {
 }
 
 fn request(uris: &[String]) -> Request<'_> {
-    Request { method: "POST", uris, access_token: TOKEN, now: UnixTime(std::time::Duration::from_secs(NOW)), max_age_secs: 300, skew_secs: 30 }
+    Request { method: "POST", uris, access_token: TOKEN, body: BODY, now: UnixTime(std::time::Duration::from_secs(NOW)), max_age_secs: 300, skew_secs: 30 }
 }
 
 fn uris() -> Vec<String> {
@@ -69,6 +70,7 @@ fn every_constructed_request_variation_is_accepted_or_refused_as_the_vectors_say
             method: r["method"].as_str().unwrap(),
             uris: &uris,
             access_token: r["token"].as_str().unwrap(),
+            body: b"",
             now: UnixTime(std::time::Duration::from_secs(r["now"].as_u64().unwrap())),
             max_age_secs: r["max_age"].as_u64().unwrap(),
             skew_secs: r["skew"].as_u64().unwrap(),
@@ -203,6 +205,22 @@ fn request_checks_method_uri_window_and_token_hash() {
     let mut c = claims();
     c["ath"] = json!(access_token_hash("another token"));
     assert_eq!(proof(c).check(&request(&uris)).unwrap_err(), DpopError::WrongTokenHash);
+}
+
+#[test]
+fn a_content_digest_claim_must_match_the_body() {
+    let k = key();
+    let uris = uris();
+    let with = |digest: &str| {
+        let mut c = claims();
+        c["content_digest"] = json!(digest);
+        parse(&signed(&k, &header(&k), &c)).unwrap()
+    };
+    let right = format!("sha-256=:{}:", base64::engine::general_purpose::STANDARD.encode(Sha256::digest(BODY)));
+    with(&right).check(&request(&uris)).expect("the MCP DPoP extension's body binding");
+    let wrong = format!("sha-256=:{}:", base64::engine::general_purpose::STANDARD.encode(Sha256::digest(b"another body")));
+    assert_eq!(with(&wrong).check(&request(&uris)).unwrap_err(), DpopError::WrongContentDigest);
+    assert_eq!(with("md5=:AAAA:").check(&request(&uris)).unwrap_err(), DpopError::InvalidClaim { claim: "content_digest" });
 }
 
 #[test]
