@@ -11,6 +11,7 @@ use crate::config::Group;
 const ALLOW: &str = "#2e7d32";
 const WOULD_DENY: &str = "#f9a825";
 const DENY: &str = "#c62828";
+const HELD: &str = "#1565c0";
 const BAR: &str = "#3f51b5";
 const P99: &str = "#9fa8da";
 
@@ -44,9 +45,16 @@ fn label_width(rows: &[Row]) -> f64 {
     (chars as f64 * 7.2 + 16.0).max(120.0)
 }
 
+/// Width the notes right of the bars need, likewise: a count of many digits is not clipped.
+fn note_width(rows: &[Row]) -> f64 {
+    let chars = rows.iter().map(|r| r.note.chars().count()).max().unwrap_or(0);
+    (chars as f64 * 7.2 + 16.0).max(60.0)
+}
+
 /// A horizontal bar chart as an inline SVG element.
 fn bar_chart(id: &str, title: &str, rows: &[Row]) -> String {
     let label_w = label_width(rows);
+    let note_w = note_width(rows);
     let bar_w = 420.0;
     let row_h = 22.0;
     let height = 30.0 + row_h * rows.len().max(1) as f64;
@@ -56,7 +64,7 @@ fn bar_chart(id: &str, title: &str, rows: &[Row]) -> String {
         svg,
         r#"<div class="scroll"><svg id="{id}" class="chart" role="img" aria-label="{t}" width="{w}" height="{height}" viewBox="0 0 {w} {height}" xmlns="http://www.w3.org/2000/svg"><text x="0" y="16" class="title">{t}</text>"#,
         t = escape(title),
-        w = label_w + bar_w + 200.0
+        w = label_w + bar_w + note_w
     );
     if rows.is_empty() {
         let _ = write!(svg, r#"<text x="0" y="44">no data</text>"#);
@@ -86,7 +94,7 @@ fn bar_chart(id: &str, title: &str, rows: &[Row]) -> String {
 fn outcome_row(label: &str, c: &Counts) -> Row {
     Row {
         label: label.to_owned(),
-        segments: vec![(c.allow, "allow", ALLOW), (c.would_deny, "would_deny", WOULD_DENY), (c.deny, "deny", DENY)],
+        segments: vec![(c.allow, "allow", ALLOW), (c.would_deny, "would_deny", WOULD_DENY), (c.deny, "deny", DENY), (c.held, "approval_required", HELD)],
         note: format!("{} ({} refused or would be)", c.total(), c.refused()),
     }
 }
@@ -100,7 +108,7 @@ pub fn render_html(r: &Report) -> String {
         body,
         r#"<h1>Portcullis rollout report</h1><p class="meta">{} requests{}{}</p>
 <div class="cards"><div class="card"><b>{:.1}%</b>allowed</div><div class="card warn"><b>{:.1}%</b>would be denied</div><div class="card bad"><b>{:.1}%</b>denied</div><div class="card"><b>{:.1}%</b>unsigned</div><div class="card"><b>{:.1}%</b>signed, unverified</div></div>
-<p class="legend"><span style="background:{ALLOW}"></span>allow <span style="background:{WOULD_DENY}"></span>would_deny <span style="background:{DENY}"></span>deny</p>"#,
+<p class="legend"><span style="background:{ALLOW}"></span>allow <span style="background:{WOULD_DENY}"></span>would_deny <span style="background:{DENY}"></span>deny <span style="background:{HELD}"></span>waiting for approval</p>"#,
         r.requests,
         match (&r.first_time, &r.last_time) {
             (Some(a), Some(b)) => format!(", {} – {}", escape(a), escape(b)),
@@ -141,6 +149,16 @@ pub fn render_html(r: &Report) -> String {
         })
         .collect();
     body.push_str(&bar_chart("groups", "Requests each stage group refuses or would refuse", &groups));
+    // Who the next step would refuse, as the text report lists it.
+    if let Some((g, i)) = r.next_group().and_then(|g| Some((g, r.groups.get(&g)?))).filter(|(_, i)| i.would_refuse > 0) {
+        for (id, by, map) in [("next-agents", "agent", &i.by_agent), ("next-tools", "tool", &i.by_tool)] {
+            let rows: Vec<Row> = Report::ranked_counts(map, 10)
+                .into_iter()
+                .map(|(k, n)| Row { label: k.to_owned(), segments: vec![(n, "would_deny", WOULD_DENY)], note: n.to_string() })
+                .collect();
+            body.push_str(&bar_chart(id, &format!("Enforcing {g} would refuse, by {by}"), &rows));
+        }
+    }
     let reasons: Vec<Row> = r
         .top_reasons(12)
         .into_iter()

@@ -28,6 +28,9 @@ pub const UNSIGNED: &str = "(unsigned)";
 /// Agent label prefix for signed requests whose signature did not verify (followed by the
 /// agent they claimed, when they named one).
 pub const UNVERIFIED: &str = "(unverified)";
+/// A signed request whose identity no stage judged (the request was refused before, e.g. a
+/// body over `limits.max_body`, or its signature has no tag the gateway checks).
+pub const NOT_CHECKED: &str = "identity not checked";
 /// Label for requests without a tool (not a `tools/call`, or a body that did not parse).
 pub const NO_TOOL: &str = "(no tool)";
 const OTHER: &str = "(other)";
@@ -41,6 +44,8 @@ pub struct Counts {
     pub deny: u64,
     /// Forwarded in monitor mode although a stage refused it.
     pub would_deny: u64,
+    /// Answered with an approval link (`approval_required`): held until a person approves.
+    pub held: u64,
 }
 
 impl Counts {
@@ -49,13 +54,14 @@ impl Counts {
             "allow" => self.allow += 1,
             "deny" => self.deny += 1,
             "would_deny" => self.would_deny += 1,
+            "approval_required" => self.held += 1,
             _ => {}
         }
     }
 
     /// All requests counted.
     pub fn total(&self) -> u64 {
-        self.allow + self.deny + self.would_deny
+        self.allow + self.deny + self.would_deny + self.held
     }
 
     /// Requests enforcement refuses (denied now, or would be).
@@ -229,8 +235,13 @@ impl Report {
                 a.to_owned()
             }
             None if signed => {
-                let error = findings.iter().find(|(s, _)| group_of(s) == Some(Group::Identity)).map(|(_, e)| *e).or(text(&rec, "error")).unwrap_or("unknown");
-                bump(&mut self.identity.unverified, error).add(outcome);
+                // Stage and error: digest, signature, key and replay failures share one error
+                // code, and which of them fails is what a rollout needs to know.
+                let why = match findings.iter().find(|(s, _)| group_of(s) == Some(Group::Identity)) {
+                    Some((stage, error)) => format!("{stage}: {error}"),
+                    None => NOT_CHECKED.to_owned(),
+                };
+                bump(&mut self.identity.unverified, &why).add(outcome);
                 if let Some(c) = claimed {
                     *bump_count(&mut self.unverified_agents, c) += 1;
                 }
@@ -268,7 +279,9 @@ impl Report {
                 }
             }
         }
-        for g in groups_found {
+        // A call held for approval is neither refused nor forwarded: no group refused it.
+        let is_refusal = matches!(outcome, "deny" | "would_deny");
+        for g in groups_found.into_iter().filter(|_| is_refusal) {
             let impact = self.groups.entry(g).or_default();
             impact.found += 1;
             if outcome == "would_deny" {
@@ -386,6 +399,9 @@ impl Report {
             o.deny,
             pct(o.deny)
         );
+        if o.held > 0 {
+            let _ = writeln!(s, "          waiting for approval {} ({:.1}%)", o.held, pct(o.held));
+        }
         let enforcing: Vec<&str> = self.enforcing.iter().map(|g| g.as_str()).collect();
         let _ = writeln!(s, "Enforcing: {}", if enforcing.is_empty() { "nothing (monitor mode)".to_owned() } else { enforcing.join(", ") });
 

@@ -25,12 +25,12 @@ fn counts_outcomes_agents_tools_and_reasons() {
     ]);
     assert_eq!(r.requests, 4);
     assert_eq!(r.skipped_lines, 2);
-    assert_eq!(r.outcomes, Counts { allow: 1, deny: 1, would_deny: 2 });
-    assert_eq!(r.by_agent["https://a.example"], Counts { allow: 1, deny: 1, would_deny: 0 });
+    assert_eq!(r.outcomes, Counts { allow: 1, deny: 1, would_deny: 2, held: 0 });
+    assert_eq!(r.by_agent["https://a.example"], Counts { allow: 1, deny: 1, would_deny: 0, held: 0 });
     assert_eq!(r.by_agent[UNSIGNED].would_deny, 2);
     assert_eq!(r.by_tool["payments.send"].would_deny, 2);
     assert_eq!(r.by_tool[NO_TOOL].deny, 1);
-    assert_eq!(r.top_reasons(1), vec![("invalid_agent_credentials", "signature is missing", &Counts { allow: 0, deny: 0, would_deny: 2 })]);
+    assert_eq!(r.top_reasons(1), vec![("invalid_agent_credentials", "signature is missing", &Counts { allow: 0, deny: 0, would_deny: 2, held: 0 })]);
     assert!((r.unsigned_share() - 0.5).abs() < 1e-9);
     assert_eq!(r.total_latency.max(), 100);
     assert_eq!(r.stages["digest"].count(), 4);
@@ -86,16 +86,16 @@ fn a_mixed_log_gives_each_number() {
         record("would_deny", true, a, None, Some("files.read"), None, &[("token", "oauth_required")]),
     ]);
     assert_eq!(r.requests, 8);
-    assert_eq!(r.outcomes, Counts { allow: 2, deny: 4, would_deny: 2 });
-    assert_eq!(r.identity.unsigned, Counts { allow: 0, deny: 2, would_deny: 0 });
+    assert_eq!(r.outcomes, Counts { allow: 2, deny: 4, would_deny: 2, held: 0 });
+    assert_eq!(r.identity.unsigned, Counts { allow: 0, deny: 2, would_deny: 0, held: 0 });
     assert_eq!(r.identity.unverified_total(), 2);
-    assert_eq!(r.identity.unverified["invalid_agent_credentials"].deny, 1);
-    assert_eq!(r.identity.unverified["replayed_signature"].deny, 1);
+    assert_eq!(r.identity.unverified["key: invalid_agent_credentials"].deny, 1);
+    assert_eq!(r.identity.unverified["replay: replayed_signature"].deny, 1);
     assert_eq!(r.identity.verified.total(), 4);
-    assert_eq!(r.by_agent["https://a.example"], Counts { allow: 2, deny: 0, would_deny: 2 });
+    assert_eq!(r.by_agent["https://a.example"], Counts { allow: 2, deny: 0, would_deny: 2, held: 0 });
     assert_eq!(r.by_agent["(unverified) https://stranger.example"].deny, 1);
     assert_eq!(r.by_agent["(unverified) https://a.example"].deny, 1, "a replayed copy is not the verified agent");
-    assert_eq!(r.by_tool["payments.send"], Counts { allow: 0, deny: 1, would_deny: 1 });
+    assert_eq!(r.by_tool["payments.send"], Counts { allow: 0, deny: 1, would_deny: 1, held: 0 });
     assert_eq!(r.by_tool["weather.get"].total(), 5);
     assert_eq!(r.by_rule["no_payments"].total(), 2);
     assert_eq!(r.by_rule["allow_reads"].allow, 2);
@@ -175,18 +175,45 @@ fn approvals_are_counted_and_page_events_are_not_requests() {
         serde_json::from_str::<serde_json::Value>(&line("allow", Some("https://a.example"), Some("payments.send"), None, None, 9)).expect("json");
     approved["approval_id"] = "a1".into();
     let event = |outcome: &str| serde_json::json!({"time": "2026-11-30T10:00:01.000Z", "request_id": "p", "outcome": outcome, "approval_id": "a1"}).to_string();
-    let r = report(&[
-        line("approval_required", Some("https://a.example"), Some("payments.send"), Some("approval_required"), Some("Send?"), 5),
-        line("approval_required", Some("https://a.example"), Some("payments.send"), Some("approval_required"), Some("Send?"), 5),
-        event("approval_wrong_user"),
-        event("approval_approved"),
-        approved.to_string(),
-        event("approval_denied"),
-    ]);
+    // As the gateway logs it: the approval stage's finding (policy group) on a held call.
+    let mut held = serde_json::from_str::<serde_json::Value>(&line(
+        "approval_required",
+        Some("https://a.example"),
+        Some("payments.send"),
+        Some("approval_required"),
+        Some("Send?"),
+        5,
+    ))
+    .expect("json");
+    held["findings"] = serde_json::json!([{"stage": "approval", "error": "approval_required", "reason": "Send?"}]);
+    let r =
+        report(&[held.to_string(), held.to_string(), event("approval_wrong_user"), event("approval_approved"), approved.to_string(), event("approval_denied")]);
     assert_eq!(r.requests, 3, "page events are not agent requests");
+    assert_eq!(r.outcomes, Counts { allow: 1, deny: 0, would_deny: 0, held: 2 }, "every request is in one outcome");
+    assert!(r.groups.values().all(|g| g.found == 0), "a held call is not a refusal: {:?}", r.groups);
+    assert!(r.render_text().contains("waiting for approval 2 (66.7%)"), "{}", r.render_text());
     assert_eq!(r.approvals, ApprovalCounts { links: 2, approved: 1, denied: 1, wrong_user: 1, forwarded: 1 });
     let text = r.render_text();
     assert!(text.contains("Approvals: 2 links issued, 1 approved, 1 denied, 1 opened by another account, 1 approved calls forwarded"), "{text}");
     assert!(crate::report::html::render_html(&r).contains("2 links issued"));
     assert!(!report(&[line("allow", None, None, None, None, 1)]).render_text().contains("Approvals:"));
+}
+
+#[test]
+fn notes_right_of_the_bars_are_never_clipped() {
+    // A busy log: the note "123456 (123456 refused or would be)" is wider than a fixed margin.
+    let lines: Vec<String> =
+        std::iter::repeat_with(|| line("deny", None, None, Some("invalid_agent_credentials"), Some("signature is missing"), 1)).take(123_456).collect();
+    let html = render_html(&report(&lines));
+    let note = "123456 (123456 refused or would be)";
+    let svg = html.split("<svg id=\"outcomes\"").nth(1).expect("outcomes chart");
+    let width: f64 = svg.split("width=\"").nth(1).and_then(|w| w.split('"').next()).and_then(|w| w.parse().ok()).expect("width");
+    let x: f64 = svg
+        .split(&format!(">{note}</text>"))
+        .next()
+        .and_then(|t| t.rsplit("x=\"").next())
+        .and_then(|x| x.split('"').next())
+        .and_then(|x| x.parse().ok())
+        .expect("note x");
+    assert!(x + note.len() as f64 * 7.2 <= width, "note at {x} of width {width} is clipped");
 }
