@@ -423,7 +423,7 @@ impl Shared {
             };
             let status = resp.status().as_u16();
             if matches!(outcome, Outcome::WouldDeny) {
-                monitor_notice(&self.config.log.decisions);
+                monitor_notice(&self.config.mode, &self.config.log.decisions);
             }
             let record = DecisionRecord {
                 time: rfc3339(wall),
@@ -576,21 +576,36 @@ impl Shared {
 }
 
 /// Tells a newcomer what monitor mode is doing, on the first would-be refusal and then at most
-/// once per [`crate::throttle::Throttle::INTERVAL`]: nothing is blocked, how many requests
-/// would have been, and how to see which.
-fn monitor_notice(sink: &crate::config::DecisionSink) {
+/// once per [`crate::throttle::Throttle::INTERVAL`]: what is not blocked, how many requests
+/// would have been, and how to see which. With some groups enforcing (`[mode]`), it names the
+/// groups that only log: the others do refuse.
+fn monitor_notice(modes: &crate::config::Modes, sink: &crate::config::DecisionSink) {
     static WOULD_DENY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
     let n = WOULD_DENY.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     if THROTTLE.admit().is_none() {
         return;
     }
+    info!(would_deny = n, "{}", monitor_notice_text(modes, sink, n));
+}
+
+/// The text of [`monitor_notice`].
+fn monitor_notice_text(modes: &crate::config::Modes, sink: &crate::config::DecisionSink, n: u64) -> String {
     let how = match sink {
         crate::config::DecisionSink::File(path) => format!("run `portcullis report {}`", path.display()),
         crate::config::DecisionSink::Off => "turn on log.decisions and run `portcullis report FILE`".to_owned(),
         _ => "save the decision log (log.decisions) and run `portcullis report FILE`".to_owned(),
     };
-    info!(would_deny = n, "monitor mode: nothing is blocked; {n} requests would have been refused so far — {how}");
+    let watched: Vec<&str> = crate::config::Group::ALL.into_iter().filter(|g| !modes.is_enforcing(*g)).map(crate::config::Group::as_str).collect();
+    if modes.enforcing().is_empty() {
+        format!("monitor mode: nothing is blocked; {n} requests would have been refused so far — {how}")
+    } else {
+        format!(
+            "staged mode: {} only log, {} refuse; {n} requests would have been refused so far by the groups that only log — {how}",
+            watched.join(", "),
+            modes.enforcing().join(", ")
+        )
+    }
 }
 
 /// The outcome and the decision log's `error`/`reason` of a forwarded request.
@@ -678,5 +693,22 @@ pub fn shutdown_signal() -> impl Future<Output = ()> {
     #[cfg(not(unix))]
     async {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod notice_tests {
+    use super::monitor_notice_text;
+    use crate::config::{DecisionSink, Group, Mode, Modes};
+
+    #[test]
+    fn the_first_run_notice_says_what_is_blocked_in_each_mode() {
+        let sink = DecisionSink::File("decisions.jsonl".into());
+        let monitor = monitor_notice_text(&Modes::uniform(Mode::Monitor), &sink, 3);
+        assert_eq!(monitor, "monitor mode: nothing is blocked; 3 requests would have been refused so far — run `portcullis report decisions.jsonl`");
+        // Identity enforced: unknown agents are refused, so "nothing is blocked" would be false.
+        let staged = monitor_notice_text(&Modes::uniform(Mode::Monitor).with(Group::Identity, Mode::Enforce), &sink, 2);
+        assert!(!staged.contains("nothing is blocked"), "{staged}");
+        assert!(staged.starts_with("staged mode: token, policy, default only log, identity refuse; 2 requests"), "{staged}");
     }
 }
