@@ -263,8 +263,14 @@ async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
     // Stages 3–5 (signature, key, signature): the finding names the one that refused.
     if let Some(agent) = judge.judge_any(timings.timed_async(Stage::Signature, verify_signature(req, stages)).await)?.flatten() {
         // Stage 6. In monitor mode a replayed copy is noted, not recorded again (the store keeps
-        // the first use), and it must not carry the identity upstream.
-        let fresh = judge.judge(FindingStage::Replay, timings.timed_async(Stage::Replay, stages.replay.check_once(&agent, req.now)).await)?;
+        // the first use), and it must not carry the identity upstream. A copy whose body does
+        // not match its digest (a finding already, in monitor mode) is not recorded either: a
+        // tampered copy that arrives first must not turn the real request into a replay.
+        let fresh = if judge.has_found(Group::Identity) {
+            None
+        } else {
+            judge.judge(FindingStage::Replay, timings.timed_async(Stage::Replay, stages.replay.check_once(&agent, req.now)).await)?
+        };
         // Only a complete identity names the agent: a signature over a body that does not match
         // its digest, or a replayed one, is not this agent's request.
         if fresh.is_some() && !judge.has_found(Group::Identity) {
@@ -305,11 +311,13 @@ async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
     }
     // Stage 8: JSON only now, after the identity stages passed on the raw bytes (or, for a
     // group in monitor mode, were judged: the body is forwarded anyway).
-    let parsed = timings.timed(Stage::Mcp, || {
-        mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch).and_then(|p| mcp::check_version(&p, &stages.versions).map(|()| p))
-    });
+    let parsed = timings.timed(Stage::Mcp, || mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch));
     let Some(parsed) = judge.judge(FindingStage::Mcp, parsed)? else { return Ok(()) };
+    // A protocol version outside mcp.versions is a finding of its own: in monitor mode the
+    // log still names the method and tool the body asks for.
+    let version = mcp::check_version(&parsed, &stages.versions);
     seen.mcp = Some(parsed);
+    judge.judge(FindingStage::Mcp, version)?;
     // The tool catalog, before policy: policy reads what the gateway knows of the tool.
     if let (Some(catalog), Some(mcp)) = (&stages.catalog, &seen.mcp) {
         let looked = timings.timed_async(Stage::Catalog, catalog.check(mcp, &req.head.headers)).await;

@@ -155,6 +155,25 @@ async fn monitor_mode_judges_every_stage_and_logs_the_tool() {
     assert_eq!(lines[1]["rule"], "no_payments", "the policy ran for the unsigned call: {}", lines[1]);
 }
 
+/// A copy of a signed request whose body was changed on the way arrives first: in monitor mode
+/// it is a digest finding, and it must not use up the real request's signature, which then
+/// passes as a verified first use.
+#[tokio::test]
+async fn a_tampered_copy_does_not_use_up_the_real_signature_in_monitor_mode() {
+    let s = Setup::start("mode = \"monitor\"").await;
+    let token = s.token();
+    let weather = tool_call(1, "weather.get", serde_json::json!({"city": "Oslo"}));
+    let headers = s.request(&weather, Some(&s.trusted), Some(&token));
+    let tampered = weather.replace("Oslo", "Rome");
+    assert_eq!(s.send_headers(&tampered, headers.clone()).await, 200, "tampered copy: only logged");
+    assert_eq!(s.send_headers(&weather, headers).await, 200, "the real request");
+    let (lines, _) = s.lines().await;
+    assert_eq!(findings(&lines[0]), pairs(&[("digest", "invalid_agent_credentials")]), "{}", lines[0]);
+    assert!(lines[0]["agent"].is_null(), "{}", lines[0]);
+    assert_eq!(lines[1]["outcome"], "allow", "the real request is not a replay: {}", lines[1]);
+    assert!(lines[1]["agent"].is_string(), "{}", lines[1]);
+}
+
 #[tokio::test]
 async fn identity_enforced_while_policies_are_watched() {
     let s = Setup::start("[mode]\ndefault = \"monitor\"\nidentity = \"enforce\"\n").await;
