@@ -60,6 +60,25 @@ fn check_names_every_invalid_field() {
     assert!(err.contains("upstream.url") && err.contains("upstream.connect_timeout"), "{err}");
 }
 
+/// A `[mode]` table: `check` shows each group's mode, and names a group or mode it does not know.
+#[test]
+fn check_shows_the_mode_of_each_group_and_names_a_wrong_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let staged = base_config("http://127.0.0.1:3001").replace("mode = \"enforce\"", "[mode]\ndefault = \"monitor\"\nidentity = \"enforce\"\n");
+    let path = write_config(&dir, &staged);
+    let out = Command::new(BIN).args(["check", "--config"]).arg(&path).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("identity=enforce token=monitor policy=monitor default=monitor"), "{stdout}");
+    for (bad, named) in [("identiy = \"enforce\"", "identiy"), ("policy = \"block\"", "\"block\" is not a mode")] {
+        let path = write_config(&dir, &staged.replace("identity = \"enforce\"", bad));
+        let out = Command::new(BIN).args(["check", "--config"]).arg(&path).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains(named), "{bad}: {err}");
+    }
+}
+
 #[test]
 fn missing_config_file_is_named() {
     let out = Command::new(BIN).args(["run", "--config", "/nonexistent/portcullis.toml"]).output().unwrap();
