@@ -23,6 +23,18 @@ redis-server --version
 need chromium chromium "the report render check"
 chromium --version
 
+# The DPoP interop test makes proofs with panva's `dpop` package for JavaScript (a maintained
+# implementation that is not ours), pinned, in target/interop.
+need node nodejs "the DPoP interop test"
+need npm npm "the DPoP interop test"
+interop="$PWD/target/interop"
+if [ ! -f "$interop/node_modules/dpop/package.json" ] || ! grep -q '"version": "2.1.2"' "$interop/node_modules/dpop/package.json"; then
+  mkdir -p "$interop"
+  npm install --silent --no-audit --no-fund --no-save --no-package-lock --prefix "$interop" dpop@2.1.2
+fi
+export PORTCULLIS_INTEROP_NODE_MODULES="$interop/node_modules"
+node --version
+
 # Every crate of the workspace: the root package alone is the default (default-members), which
 # would leave out the wire and client crates' unit tests.
 cargo test --workspace --locked "$@"

@@ -118,7 +118,9 @@ impl DpopCheck {
         if self.require_agent_key && !is_agent_key {
             return Err(DpopError::NotAgentKey.into());
         }
-        let until = Duration::from_secs(proof.usable_until(self.max_age_secs, self.skew_secs));
+        // Kept one clock skew longer than this instance's clock says the proof is usable: an
+        // instance whose clock runs behind by up to the skew still finds the record.
+        let until = Duration::from_secs(proof.usable_until(self.max_age_secs, self.skew_secs).saturating_add(self.skew_secs));
         let ttl = until.saturating_sub(req.now.0).max(MIN_TTL);
         // Hashed: a long jti costs the store no more than a short one (§11.1).
         let key = format!("dpop:{}:{}", proof.jkt(), URL_SAFE_NO_PAD.encode(Sha256::digest(proof.jti().as_bytes())));

@@ -124,7 +124,9 @@ impl PolicyInput<'_> {
                 // A shared reference to the converted claims, not a copy.
                 ("claims", t.claims.clone()),
             ]),
-            None => obj(vec![("verified", Value::from(false))]),
+            // `binding` is always there, so `input.token.binding != "agent_key"` holds for a
+            // call without a verified token instead of being undefined (a rule that never fires).
+            None => obj(vec![("verified", Value::from(false)), ("binding", Value::from("none"))]),
         };
         let time = obj(vec![("unix", Value::from(self.now.secs()))]);
         vec![("request", request), ("agent", agent), ("token", token), ("time", time)]

@@ -493,3 +493,44 @@ async fn portcullis_request_dpop_sends_an_eddsa_proof_by_the_agents_key() {
     assert!(!stderr.contains(&token), "the token is never printed");
     assert_eq!(s.log_lines(1).await[0]["binding"], "agent_key");
 }
+
+/// `node tests/interop/dpop-proof.mjs ARGS` with panva's `dpop` package; `None` (the test is
+/// skipped, saying so) where scripts/test.sh has not installed it, except in CI, which must run it.
+fn node_dpop(args: &[&str]) -> Option<String> {
+    let modules = std::env::var_os("PORTCULLIS_INTEROP_NODE_MODULES").filter(|m| std::path::Path::new(m).join("dpop").is_dir());
+    let Some(modules) = modules else {
+        assert!(std::env::var_os("CI").is_none(), "CI runs the DPoP interop test: scripts/test.sh installs node and the dpop package");
+        println!("SKIPPED the node DPoP interop check: run scripts/test.sh, which installs node and the dpop package");
+        return None;
+    };
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/dpop-proof.mjs");
+    let out = std::process::Command::new("node").arg(script).args(args).env("PORTCULLIS_INTEROP_NODE_MODULES", modules).output().expect("node runs");
+    assert!(out.status.success(), "node {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    Some(String::from_utf8(out.stdout).unwrap())
+}
+
+/// Proofs made by a maintained DPoP implementation we did not write (panva's `dpop` for
+/// JavaScript, which names Ed25519 by its RFC 9864 name): one with the agent's own Web Bot
+/// Auth key, which binds the token to the agent, and one ES256 proof with a key of its own.
+#[tokio::test]
+async fn proofs_made_by_the_dpop_package_for_javascript_are_accepted() {
+    let s = Setup::start("").await;
+    let agent_jwk = portcullis_client::private_jwk(&s.agent);
+    let token = s.bound_token(&ed25519_thumbprint(&s.agent.verifying_key()));
+    let request = json!({"jwk": agent_jwk, "alg": "Ed25519", "htu": HTU, "htm": "POST", "token": token}).to_string();
+    let Some(proof) = node_dpop(&["proof", &request]) else { return };
+    let header: Value = serde_json::from_slice(&base64_decode(proof.split('.').next().unwrap())).unwrap();
+    assert_eq!(header["alg"], "Ed25519", "the package names the algorithm as RFC 9864 does: {header}");
+    let resp = s.dpop(&token, &proof, true).await;
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+
+    let ec: Value = serde_json::from_str(&node_dpop(&["keygen", "ES256"]).unwrap()).unwrap();
+    let public = json!({"kty": ec["kty"], "crv": ec["crv"], "x": ec["x"], "y": ec["y"]});
+    let ec_token = s.bound_token(&portcullis_wire::signature::jwk_thumbprint(&public).unwrap());
+    let request = json!({"jwk": ec, "alg": "ES256", "htu": HTU, "htm": "POST", "token": ec_token}).to_string();
+    let resp = s.dpop(&ec_token, &node_dpop(&["proof", &request]).unwrap(), false).await;
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    assert_eq!(s.upstream.seen().len(), 2);
+    let lines = s.log_lines(2).await;
+    assert_eq!((lines[0]["binding"].as_str(), lines[1]["binding"].as_str()), (Some("agent_key"), Some("dpop")), "{lines:?}");
+}

@@ -64,14 +64,15 @@ pub struct RequestArgs {
     #[arg(long)]
     pub agent: String,
     /// A bearer token (prefer `--token-file`: command lines are visible to other users).
-    #[arg(long, conflicts_with = "token_file")]
+    #[arg(long, conflicts_with = "token_file", group = "token_source")]
     pub token: Option<String>,
     /// A file holding the bearer token.
-    #[arg(long)]
+    #[arg(long, group = "token_source")]
     pub token_file: Option<PathBuf>,
     /// Send the token as `Authorization: DPoP` with a DPoP proof made with the agent's key
-    /// (for a token bound to it, `cnf.jkt` = the keyid).
-    #[arg(long)]
+    /// (for a token bound to it, `cnf.jkt` = the keyid). Needs `--token` or `--token-file`: a
+    /// proof without a token proves nothing to the gateway.
+    #[arg(long, requires = "token_source")]
     pub dpop: bool,
     /// With `--dpop`: the gateway's public URL, when the request goes to another address (the
     /// proof's `htu`; default: the request URL).

@@ -375,6 +375,13 @@ pub fn parse(proof: &str) -> Result<Proof, DpopError> {
 /// dot segments removed) and §6.2.3 (default port dropped, empty path `/`), without query and
 /// fragment. `None` when it is not an absolute http(s) URI.
 pub fn normalise_htu(uri: &str) -> Option<String> {
+    // The WHATWG parser is lenient where RFC 3986 is not: it reads `\` as `/`, drops tabs and
+    // newlines and takes `https:host/…` without `//`. Such a value has one reading here and
+    // another elsewhere: refuse it instead.
+    let after_scheme = uri.split_once(':').map(|(_, rest)| rest)?;
+    if !after_scheme.starts_with("//") || uri.bytes().any(|b| b == b'\\' || b <= b' ' || b == 0x7f) {
+        return None;
+    }
     // The url crate (WHATWG) lowercases scheme and host, drops the default port, removes dot
     // segments and makes an empty path `/`; percent-encodings it leaves as they are.
     let mut url = url::Url::parse(uri).ok()?;

@@ -237,6 +237,24 @@ fn htu_normalisation_follows_rfc_3986_6_2_2_and_6_2_3() {
     assert_eq!(n("https://user@a.example/mcp"), None, "no userinfo");
 }
 
+/// Spellings the WHATWG parser accepts and RFC 3986 does not: each would have a reading here
+/// (the gateway's URL) that another parser does not share, so none is an `htu`.
+#[test]
+fn htu_spellings_only_a_lenient_parser_reads_are_refused() {
+    for lenient in [
+        "https:a.example/mcp",
+        "https:/a.example/mcp",
+        "https://a.example\\mcp",
+        "https://a.example/m\tcp",
+        "https://a.example/mcp\n",
+        " https://a.example/mcp",
+        "https://a.ex ample/mcp",
+    ] {
+        assert_eq!(normalise_htu(lenient), None, "{lenient:?}");
+    }
+    assert!(normalise_htu("https://a.example/mcp").is_some());
+}
+
 #[test]
 fn the_dpop_field_is_read_once() {
     let mut headers = HeaderMap::new();
