@@ -41,14 +41,18 @@ struct Row {
 /// Width in pixels the labels of a chart need at 12px (generous for wide glyphs): labels are
 /// never clipped, the chart grows instead (the page scrolls sideways on a narrow screen).
 fn label_width(rows: &[Row]) -> f64 {
-    let chars = rows.iter().map(|r| r.label.chars().count()).max().unwrap_or(0);
-    (chars as f64 * 7.2 + 16.0).max(120.0)
+    text_width(rows.iter().map(|r| r.label.as_str()), 120.0)
 }
 
 /// Width the notes right of the bars need, likewise: a count of many digits is not clipped.
 fn note_width(rows: &[Row]) -> f64 {
-    let chars = rows.iter().map(|r| r.note.chars().count()).max().unwrap_or(0);
-    (chars as f64 * 7.2 + 16.0).max(60.0)
+    text_width(rows.iter().map(|r| r.note.as_str()), 60.0)
+}
+
+/// Width at 12px of the longest of `texts`, at least `min`.
+fn text_width<'a>(texts: impl Iterator<Item = &'a str>, min: f64) -> f64 {
+    let chars = texts.map(|t| t.chars().count()).max().unwrap_or(0);
+    (chars as f64 * 7.2 + 16.0).max(min)
 }
 
 /// A horizontal bar chart as an inline SVG element.
