@@ -299,7 +299,10 @@ impl Shared {
         let wall = SystemTime::now();
         let now = UnixTime::now();
         let request_id = admission::request_id(&req);
-        let span = info_span!("request", request_id = %request_id, method = %req.method(), path = %req.uri().path());
+        // An approval link's path holds its code, a bearer secret: the span (which every log
+        // line inside it quotes) names the page, never the code.
+        let span_path = if self.stages.approvals.serves(req.uri().path()) { self.stages.approvals.redacted_path() } else { req.uri().path() };
+        let span = info_span!("request", request_id = %request_id, method = %req.method(), path = %span_path);
         let _in_flight = self.metrics.in_flight();
         async move {
             if let Some(resp) = self.well_known(&req) {
@@ -393,6 +396,12 @@ impl Shared {
                             let (outcome, summary) = forward_summary(&fwd);
                             let exchange = crate::session::Exchange::of(&inbound.head);
                             let listing = pipeline::list_filter(&self.stages, &inbound, fwd.evidence(), self.config.limits.max_inspected_response);
+                            // A list the gateway rewrites must come uncompressed: a compressed one
+                            // could not be read, so it would be withheld.
+                            let mut inbound = inbound;
+                            if listing.is_some() {
+                                inbound.head.headers.insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
+                            }
                             let started = Instant::now();
                             let result = self.upstream.forward(inbound, &fwd).instrument(stage_span(Stage::Upstream)).await;
                             timings.record(Stage::Upstream, started.elapsed());

@@ -179,6 +179,8 @@ pub struct Approvals {
     seal: Seal,
     login: Option<RelyingParty>,
     metrics: ApprovalMetrics,
+    /// `settings.path` + "/…", what logs name instead of a page's path.
+    redacted: String,
 }
 
 impl std::fmt::Debug for Approvals {
@@ -191,7 +193,8 @@ impl Approvals {
     /// Builds the stage; the login is only built when approvals are enabled.
     pub fn new(settings: &config::Approvals, oauth: &config::OAuth, store: Arc<dyn ApprovalStore>) -> Result<Approvals, FieldError> {
         let login = if settings.enabled { Some(RelyingParty::new(oauth, &settings.client_id, settings.client_secret.clone())?) } else { None };
-        Ok(Approvals { seal: Seal::new(settings.state_key.as_ref()), settings: settings.clone(), store, login, metrics: ApprovalMetrics::default() })
+        let redacted = format!("{}/…", settings.path);
+        Ok(Approvals { seal: Seal::new(settings.state_key.as_ref()), settings: settings.clone(), store, login, metrics: ApprovalMetrics::default(), redacted })
     }
 
     /// The counters, to register with the metrics.
@@ -200,6 +203,12 @@ impl Approvals {
     }
 
     /// Whether `path` is one of the approval pages.
+    /// What logs say for any path [`Self::serves`]: the pages' prefix, without the code.
+    pub fn redacted_path(&self) -> &str {
+        &self.redacted
+    }
+
+    /// Whether `path` is one of the approval pages'.
     pub fn serves(&self, path: &str) -> bool {
         self.settings.enabled && path.strip_prefix(self.settings.path.as_str()).is_some_and(|rest| rest.starts_with('/'))
     }
