@@ -173,6 +173,12 @@ scopes_supported = ["tools:read", "tools:write", "payments:write"]
 [policy]
 paths = ["policies"]
 watch = false
+[approvals]
+# Payments over 100 USD wait for the paying user's approval (policies/payments.rego): the
+# link's page logs the user in at the demo issuer.
+enabled = true
+client_id = "portcullis-demo"
+state_key_file = "approvals-state.key"
 [state]
 store = "memory"
 [admin]
@@ -200,6 +206,8 @@ impl Demo {
         let directory = KeyDirectory::try_start(&ca, &[agent_key.verifying_key()]).await?;
         let issuer = Issuer::try_start(&ca).await?;
         write_policies(&dir, directory.origin())?;
+        // The approval pages' cookie and requestState key (approvals.state_key_file).
+        write_secret(&dir.join("approvals-state.key"), &rand::random::<[u8; 32]>().iter().map(|b| format!("{b:02x}")).collect::<String>())?;
         let [monitor, identity, identity_token, enforce] = ROLLOUT.map(|(name, _, setting)| (name, setting));
         let issuer_url = issuer.url();
         let gateway = |(name, setting)| Self::gateway(&dir, name, setting, backend.addr, directory.origin(), &issuer_url);

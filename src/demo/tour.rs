@@ -131,6 +131,25 @@ impl Step<'_> {
         self.record(label, enforce_status, resp).await
     }
 
+    /// [`Self::send`], keeping the answer's JSON body (`Null` when it is not JSON).
+    async fn send_keeping(&mut self, label: &str, enforce_status: u16, signed: &SignedRequest) -> Result<Value, DemoError> {
+        let (method, uri, headers, body) =
+            (signed.request.method().clone(), signed.request.uri().to_string(), signed.request.headers().clone(), signed.request.body().clone());
+        let resp = self.http.request(method, uri).headers(headers).body(body).send().await;
+        let resp = resp.map_err(|e| DemoError::Tour { step: label.to_owned(), detail: e.to_string() })?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let bytes = resp.bytes().await.map_err(|e| DemoError::Tour { step: label.to_owned(), detail: e.to_string() })?;
+        let mut rebuilt = http::Response::builder().status(status);
+        if let Some(h) = rebuilt.headers_mut() {
+            *h = headers;
+        }
+        let answer = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let rebuilt = rebuilt.body(bytes).map_err(|e| DemoError::Tour { step: label.to_owned(), detail: e.to_string() })?;
+        self.record(label, enforce_status, Ok(reqwest::Response::from(rebuilt))).await?;
+        Ok(answer)
+    }
+
     async fn record(&mut self, label: &str, enforce_status: u16, resp: Result<reqwest::Response, reqwest::Error>) -> Result<u16, DemoError> {
         let resp = resp.map_err(|e| DemoError::Tour { step: label.to_owned(), detail: e.to_string() })?;
         let status = resp.status().as_u16();
@@ -147,8 +166,9 @@ impl Step<'_> {
             outcome: field("outcome"),
             error: field("error"),
             // A call the journal answered (or, in monitor mode, would have) says so.
-            reason: match line.get("idempotency").and_then(Value::as_str) {
-                Some(i @ ("replayed" | "would_replay")) => format!("idempotency: {i}"),
+            reason: match (line.get("idempotency").and_then(Value::as_str), line.get("approved_by").and_then(Value::as_str)) {
+                (Some(i @ ("replayed" | "would_replay")), _) => format!("idempotency: {i}"),
+                (_, Some(by)) => format!("approved by {by}"),
                 _ => field("reason"),
             },
         });
@@ -230,7 +250,72 @@ async fn run_on(demo: &Demo, gw: &DemoGateway) -> Result<Vec<TourRow>, DemoError
     step.send(RETRY_ROW, 200, &pay(30, PAYMENTS_PER_HOUR)?).await?;
     let over = pay(10 + PAYMENTS_PER_HOUR as u64 + 1, PAYMENTS_PER_HOUR + 1)?;
     step.send(&format!("payments.send 20 USD, call {}", PAYMENTS_PER_HOUR + 1), 429, &over).await?;
+
+    // A payment over 100 USD waits for the paying user's approval. Another user pays (the
+    // tour user's quota is spent above): the enforce gateway answers with a link (HTTP 200,
+    // JSON-RPC -32042), the tour approves it through the real page as that user (logging in
+    // at the demo issuer), and the same call retried is forwarded, once. The monitor gateway
+    // issues no link: it forwards the first call, logged would_deny.
+    let payer = agent_for(demo, APPROVING_USER)?;
+    let big = |id: u64, label: &str| -> Result<SignedRequest, DemoError> {
+        let mut signed = sign(&payer, label, tool_call(id, "payments.send", json!({"to": "carol", "amount": 150})))?;
+        let key = http::HeaderValue::from_str(&format!("\"tour-{}-approval-{id}\"", gw.mode))
+            .map_err(|e| tour_err("approval")(ClientError::InvalidHeader(e.to_string())))?;
+        signed.request.headers_mut().insert("idempotency-key", key);
+        Ok(signed)
+    };
+    let answer = step.send_keeping(HELD_ROW, 200, &big(40, HELD_ROW)?).await?;
+    if gw.mode != "monitor" {
+        let link = answer["error"]["data"]["elicitations"][0]["url"].as_str().ok_or_else(|| DemoError::Tour {
+            step: HELD_ROW.to_owned(),
+            detail: format!("no approval link in the answer (error code {})", answer["error"]["code"]),
+        })?;
+        demo.issuer.log_in_as(APPROVING_USER, portcullis_test_support::issuer::unix_now());
+        approve_on_page(demo, gw, link).await?;
+        step.send(APPROVED_ROW, 200, &big(41, APPROVED_ROW)?).await?;
+    }
     Ok(step.rows)
+}
+
+/// The user whose payment waits for approval.
+const APPROVING_USER: &str = "tour-approver";
+/// The row of the held payment.
+pub const HELD_ROW: &str = "payments.send 150 USD (over 100) → waits for approval, a link";
+/// The row of the retry after the approval.
+pub const APPROVED_ROW: &str = "the same payment, approved on the page, retried → forwarded once";
+
+/// The trusted agent with a token for `sub`.
+fn agent_for(demo: &Demo, sub: &str) -> Result<Agent, DemoError> {
+    let token = super::services::mint(&demo.issuer, super::DEMO_RESOURCE, sub, 300)?;
+    Ok(Agent::new(demo.agent_key.clone(), demo.agent_url()).map_err(tour_err("agent"))?.with_token(token))
+}
+
+/// Opens `link` as a browser would (redirects followed, cookies kept; the gateway's public
+/// origin is the demo gateway's address), logs in at the issuer, and presses Approve.
+async fn approve_on_page(demo: &Demo, gw: &DemoGateway, link: &str) -> Result<(), DemoError> {
+    let fail = |detail: String| DemoError::Tour { step: "approval page".to_owned(), detail };
+    let root = reqwest::Certificate::from_pem(demo.ca.ca_pem.as_bytes()).map_err(|e| fail(e.to_string()))?;
+    let http = reqwest::Client::builder()
+        .add_root_certificate(root)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .map_err(|e| fail(e.to_string()))?;
+    let public = url::Url::parse(super::DEMO_RESOURCE).map_err(|e| fail(e.to_string()))?.origin().ascii_serialization();
+    let mut browser = Browser { http, public, local: gw.url.trim_end_matches("/mcp").to_owned(), cookies: Vec::new() };
+    let (status, page) = browser.open(reqwest::Method::GET, link, None).await.map_err(&fail)?;
+    if status != 200 {
+        return Err(fail(format!("the page answered {status}")));
+    }
+    let marker = "name=\"csrf\" value=\"";
+    let csrf = page.split_once(marker).and_then(|(_, rest)| rest.split('"').next()).ok_or_else(|| fail("no CSRF field on the page".to_owned()))?;
+    let form = url::form_urlencoded::Serializer::new(String::new()).append_pair("csrf", csrf).append_pair("decision", "approve").finish();
+    let (status, _) = browser.open(reqwest::Method::POST, link, Some(form)).await.map_err(&fail)?;
+    if status != 200 {
+        return Err(fail(format!("approving answered {status}")));
+    }
+    Ok(())
 }
 
 /// The table: one line per step, with `ok` when the status is the expected one.
@@ -290,4 +375,54 @@ fn columns(headers: &[String], cells: &[Vec<String>]) -> String {
         out.push_str(&line(row));
     }
     out
+}
+
+/// Just enough of a browser for the approval page: redirects followed, the gateway's cookies
+/// kept, its public origin mapped onto the demo gateway's address.
+struct Browser {
+    http: reqwest::Client,
+    public: String,
+    local: String,
+    cookies: Vec<(String, String)>,
+}
+
+impl Browser {
+    /// The final page's status and body.
+    async fn open(&mut self, method: reqwest::Method, url: &str, form: Option<String>) -> Result<(u16, String), String> {
+        let (mut method, mut url, mut form) = (method, url.to_owned(), form);
+        for _ in 0..8 {
+            let (target, ours) = match url.strip_prefix(&self.public) {
+                Some(path) => (format!("{}{path}", self.local), true),
+                None => (url.clone(), false),
+            };
+            let mut req = self.http.request(method.clone(), &target);
+            if ours && !self.cookies.is_empty() {
+                req = req.header("cookie", self.cookies.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; "));
+            }
+            if let Some(f) = form.take() {
+                req = req.header("content-type", "application/x-www-form-urlencoded").body(f);
+            }
+            let resp = req.send().await.map_err(|e| e.to_string())?;
+            if ours {
+                for c in resp.headers().get_all("set-cookie") {
+                    let pair = c.to_str().unwrap_or_default().split(';').next().unwrap_or_default();
+                    if let Some((k, v)) = pair.split_once('=') {
+                        self.cookies.retain(|(n, _)| n != k);
+                        self.cookies.push((k.to_owned(), v.to_owned()));
+                    }
+                }
+            }
+            if resp.status().is_redirection() {
+                url = resp.headers().get("location").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+                if url.starts_with('/') {
+                    url = format!("{}{url}", self.public);
+                }
+                method = reqwest::Method::GET;
+                continue;
+            }
+            let status = resp.status().as_u16();
+            return Ok((status, resp.text().await.map_err(|e| e.to_string())?));
+        }
+        Err("too many redirects".to_owned())
+    }
 }

@@ -32,7 +32,7 @@ async fn tour_gets_the_expected_statuses_in_enforce_and_monitor_mode() {
     std::fs::write(dir.path().join("decisions-monitor.jsonl"), format!("{earlier}\n")).unwrap();
     let demo = Demo::start(dir.path()).await.unwrap();
     let rows = tour::run(&demo).await.unwrap();
-    assert_eq!(rows.len(), 16, "{rows:#?}");
+    assert_eq!(rows.len(), 19, "{rows:#?}");
     let log = std::fs::read_to_string(dir.path().join("decisions-monitor.jsonl")).unwrap();
     assert!(!log.contains("earlier-run"), "each demo run starts with a fresh log");
     assert!(log.lines().count() >= 8, "this run's lines are there: {log}");
@@ -42,8 +42,19 @@ async fn tour_gets_the_expected_statuses_in_enforce_and_monitor_mode() {
     }
     assert_eq!(rows[4].reason, "tool_not_allowed");
     assert_eq!(rows[6].reason, "idempotency: replayed", "the retried payment is answered from the journal");
-    assert_eq!(rows[14].reason, "idempotency: would_replay", "monitor mode forwards the retry and says so");
-    for (row, (request, status, error)) in rows[8..].iter().zip(EXPECTED) {
+    assert_eq!(rows[16].reason, "idempotency: would_replay", "monitor mode forwards the retry and says so");
+    // The payment over 100 USD: held with a link, approved on the real page, forwarded once.
+    let (held, approved) = (&rows[8], &rows[9]);
+    assert_eq!((held.request.as_str(), held.status, held.outcome.as_str()), (tour::HELD_ROW, 200, "approval_required"), "{held:#?}");
+    assert_eq!((approved.request.as_str(), approved.status, approved.outcome.as_str()), (tour::APPROVED_ROW, 200, "allow"), "{approved:#?}");
+    assert_eq!(approved.reason, "approved by tour-approver");
+    let enforce_log = std::fs::read_to_string(dir.path().join("decisions-enforce.jsonl")).unwrap();
+    let forwarded_approved = enforce_log.lines().filter(|l| l.contains("\"approved_by\":\"tour-approver\"") && l.contains("\"outcome\":\"allow\"")).count();
+    assert_eq!(forwarded_approved, 1, "the approved payment is forwarded once: {enforce_log}");
+    let monitor_held = &rows[18];
+    assert_eq!((monitor_held.mode, monitor_held.request.as_str(), monitor_held.status), ("monitor", tour::HELD_ROW, 200));
+    assert_eq!((monitor_held.outcome.as_str(), monitor_held.reason.as_str()), ("would_deny", "human_approval_required"), "monitor mode issues no link");
+    for (row, (request, status, error)) in rows[10..18].iter().zip(EXPECTED) {
         assert_eq!((row.mode, row.request.as_str(), row.status, row.error.as_str()), ("monitor", request, 200, error), "monitor forwards everything: {row:#?}");
         assert_eq!(row.outcome, if status == 200 { "allow" } else { "would_deny" });
     }
