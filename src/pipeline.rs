@@ -384,18 +384,17 @@ pub async fn settle_session(
     Ok(timings.timed_async(Stage::Session, stages.sessions.settle(exchange, status, headers, &owner)).await?)
 }
 
-/// Filtered lists (`tools.filter_list`, docs/catalog.md): for the answer to a single
-/// `tools/list` request, the tools this caller could call — those the pins let through, each
+/// Filtered lists (`tools.filter_list`, docs/catalog.md): for the answer to a request holding
+/// `tools/list` (alone or in a batch), the tools this caller could call — those the pins let through, each
 /// allowed by the policy asked as if the caller called it (`input.mcp.listing = true`, no
 /// arguments; an approval or quota in that decision does not hide it, missing scopes do).
 /// `None` when the answer is not to be filtered. Without a catalog nothing is shown: the
 /// gateway cannot vouch for any tool; nor for a tool the catalog does not know.
 pub fn list_filter(stages: &Stages, req: &Inbound, seen: &Evidence, max_inspected: usize) -> Option<crate::catalog::filter::ListFilter> {
     let catalog = stages.catalog.as_ref().filter(|c| c.filter_list)?;
-    let mcp = seen.mcp.as_ref().filter(|m| !m.is_batch && m.messages.len() == 1)?;
-    let message = &mcp.messages[0];
-    let id = message.id.clone().filter(|_| message.method.as_deref() == Some("tools/list"))?;
-    let hide_all = crate::catalog::filter::ListFilter { visible: std::collections::HashSet::new(), id: id.clone(), max_inspected };
+    let mcp = seen.mcp.as_ref()?;
+    let message = mcp.messages.iter().find(|m| m.method.as_deref() == Some("tools/list"))?;
+    let hide_all = crate::catalog::filter::ListFilter { visible: std::collections::HashMap::new(), max_inspected };
     // Claims the policy cannot be given: nothing can be shown (fail closed).
     let Ok(claims) = seen.token.as_ref().map(|t| t.policy_claims()).transpose() else { return Some(hide_all) };
     let agent = seen.agent.as_ref().map(|a| AgentView { id: a.agent(), keyid: a.keyid(), tag: a.tag() });
@@ -409,8 +408,8 @@ pub fn list_filter(stages: &Stages, req: &Inbound, seen: &Evidence, max_inspecte
         claims,
     });
     let request = RequestView { method: req.head.method.as_str(), path: req.head.uri.path(), host: &req.authority };
-    let mut visible = std::collections::HashSet::new();
-    for (name, view) in catalog.callable_tools() {
+    let mut visible = std::collections::HashMap::new();
+    for (name, digest, view) in catalog.callable_tools() {
         let call = mcp::McpMessage {
             kind: mcp::MessageKind::Request,
             method: Some("tools/call".to_owned()),
@@ -428,10 +427,10 @@ pub fn list_filter(stages: &Stages, req: &Inbound, seen: &Evidence, max_inspecte
         let allowed = stages.policy.decide(&input).is_ok_and(|d| d.verdict.allow && check_scopes(&d.verdict.required_scopes, token.as_ref()).is_ok());
         if allowed {
             let [(name, _)] = definitions;
-            visible.insert(name);
+            visible.insert(name, digest);
         }
     }
-    Some(crate::catalog::filter::ListFilter { visible, id, max_inspected })
+    Some(crate::catalog::filter::ListFilter { visible, max_inspected })
 }
 
 /// Stages 3–5: parse and check the signature, resolve its key, verify it. `Ok(None)`: the

@@ -1,8 +1,10 @@
 use super::*;
 use serde_json::json;
 
+/// A filter vouching for the tools named, as [`answer`] lists them.
 fn filter(visible: &[&str]) -> ListFilter {
-    ListFilter { visible: visible.iter().map(|s| (*s).to_owned()).collect(), id: json!(5), max_inspected: 4096 }
+    let vouched = |n: &str| super::super::pins::digest(json!({"name": n}).as_object().expect("object")).expect("digest");
+    ListFilter { visible: visible.iter().map(|s| ((*s).to_owned(), vouched(s))).collect(), max_inspected: 4096 }
 }
 
 fn answer(id: Value) -> String {
@@ -32,6 +34,13 @@ fn only_tools_shrink_and_the_cache_scope_becomes_private() {
     assert_eq!(Value::Object(result), json!({"tools": [{"name": "b"}], "nextCursor": "n", "cacheScope": "private"}));
 }
 
+#[test]
+fn a_tool_listed_with_another_definition_than_the_vouched_one_is_hidden() {
+    let Value::Object(mut result) = json!({"tools": [{"name": "a", "description": "now deletes everything"}, {"name": "b"}]}) else { unreachable!() };
+    assert_eq!(filter_result(&mut result, &filter(&["a", "b"]).visible), 1);
+    assert_eq!(result["tools"], json!([{"name": "b"}]));
+}
+
 #[tokio::test]
 async fn a_json_answer_is_rewritten_and_an_oversized_one_withheld() {
     let raw: &'static str = Box::leak(answer(json!(5)).into_boxed_str());
@@ -46,9 +55,58 @@ async fn a_json_answer_is_rewritten_and_an_oversized_one_withheld() {
     let err = rewrite(response("application/json", body_of(vec![raw.as_bytes()])), small).await.expect_err("too large");
     assert_eq!(err, FilterError::TooLarge { limit: 16 });
 
-    let other: &'static str = Box::leak(answer(json!(6)).into_boxed_str());
-    let out = rewrite(response("application/json", body_of(vec![other.as_bytes()])), filter(&[])).await.expect("passed");
-    assert_eq!(text(out).await, other, "an answer to another id is not touched");
+    // An id the gateway did not expect (a client may match it loosely) is filtered all the same.
+    for id in [json!(6), json!(5.0), json!("5")] {
+        let other: &'static str = Box::leak(answer(id.clone()).into_boxed_str());
+        let out = rewrite(response("application/json", body_of(vec![other.as_bytes()])), filter(&[])).await.expect("filtered");
+        let v: Value = serde_json::from_str(&text(out).await).expect("json");
+        assert_eq!(v["result"]["tools"], json!([]), "id {id}");
+    }
+}
+
+#[tokio::test]
+async fn every_list_in_a_batch_answer_is_filtered() {
+    let batch: &'static str = Box::leak(format!("[{},{{\"jsonrpc\":\"2.0\",\"id\":9,\"result\":{{\"content\":[]}}}}]", answer(json!(5))).into_boxed_str());
+    let out = rewrite(response("application/json", body_of(vec![batch.as_bytes()])), filter(&["b"])).await.expect("filtered");
+    let v: Value = serde_json::from_str(&text(out).await).expect("json");
+    assert_eq!(v[0]["result"]["tools"], json!([{"name": "b"}]));
+    assert_eq!(v[1], json!({"jsonrpc": "2.0", "id": 9, "result": {"content": []}}), "other answers unchanged");
+}
+
+#[tokio::test]
+async fn an_answer_the_gateway_cannot_read_is_withheld_and_stale_headers_go() {
+    let raw: &'static str = Box::leak(answer(json!(5)).into_boxed_str());
+    let mut gz = response("application/json", body_of(vec![raw.as_bytes()]));
+    gz.headers_mut().insert(http::header::CONTENT_ENCODING, http::HeaderValue::from_static("gzip"));
+    assert!(matches!(rewrite(gz, filter(&["a"])).await, Err(FilterError::Unreadable(_))), "a compressed list is never passed unread");
+    let html = response("text/html", body_of(vec![b"<p>tools</p>"]));
+    assert!(matches!(rewrite(html, filter(&["a"])).await, Err(FilterError::Unreadable(_))));
+
+    let mut tagged = response("application/json", body_of(vec![raw.as_bytes()]));
+    tagged.headers_mut().insert(http::header::ETAG, http::HeaderValue::from_static("\"v1\""));
+    tagged.headers_mut().insert("content-digest", http::HeaderValue::from_static("sha-256=:AAAA:"));
+    let out = rewrite(tagged, filter(&["a"])).await.expect("filtered");
+    assert!(out.headers().get(http::header::ETAG).is_none() && out.headers().get("content-digest").is_none(), "{:?}", out.headers());
+    let v: Value = serde_json::from_str(&text(out).await).expect("json");
+    assert_eq!(v["result"]["cacheScope"], "private");
+}
+
+#[tokio::test]
+async fn a_list_in_any_event_type_or_beside_a_non_utf8_line_is_filtered() {
+    let custom: &'static str = Box::leak(format!("event: other\ndata: {}\n\n", answer(json!(5))).into_boxed_str());
+    let out = rewrite(response("text/event-stream", body_of(vec![custom.as_bytes()])), filter(&["c"])).await.expect("stream");
+    let text_out = text(out).await;
+    let data: Value = serde_json::from_str(&sse::fields(text_out.as_bytes()).data.expect("data")).expect("json");
+    assert_eq!(data["result"]["tools"], json!([{"name": "c"}]), "{text_out}");
+
+    let mut odd = b": \xff\xfe\n".to_vec();
+    odd.extend_from_slice(format!("data: {}\n\n", answer(json!(5))).as_bytes());
+    let odd: &'static [u8] = Box::leak(odd.into_boxed_slice());
+    let out = rewrite(response("text/event-stream", body_of(vec![odd])), filter(&["a"])).await.expect("stream");
+    let bytes = out.into_body().collect().await.expect("body").to_bytes();
+    assert!(bytes.starts_with(b": \xff\xfe\n"), "the comment is kept byte for byte");
+    let data: Value = serde_json::from_str(&sse::fields(&bytes).data.expect("data")).expect("json");
+    assert_eq!(data["result"]["tools"], json!([{"name": "a"}]));
 }
 
 #[tokio::test]

@@ -440,8 +440,9 @@ impl Catalog {
     }
 
     /// The tools the pins let a caller call (pinned and unchanged; or unpinned, where allowed),
-    /// with their policy views: what a filtered `tools/list` may show. Empty without a catalog.
-    pub fn callable_tools(&self) -> Vec<(String, regorus::Value)> {
+    /// with their digests and policy views: what a filtered `tools/list` may show. Empty
+    /// without a catalog.
+    pub fn callable_tools(&self) -> Vec<(String, String, regorus::Value)> {
         let Some(snapshot) = self.snapshot() else { return Vec::new() };
         snapshot
             .tools()
@@ -451,7 +452,7 @@ impl Catalog {
                 PinState::Changed(_) => false,
                 PinState::Unpinned => self.unpinned == Unpinned::Allow,
             })
-            .map(|(name, e)| (name.to_owned(), e.policy_view.clone()))
+            .map(|(name, e)| (name.to_owned(), e.digest.clone(), e.policy_view.clone()))
             .collect()
     }
 
