@@ -414,6 +414,13 @@ impl Config {
         .map_err(|e| errs.extend(e));
 
         let mcp = McpSettings::from_raw(raw.mcp).map_err(|e| errs.extend(e));
+        // A filtered list shows what the policy allows: without a policy it could only show
+        // everything (a filter that filters nothing) or nothing.
+        if let (Ok(tools), Ok(policy)) = (&tools, &policy) {
+            if tools.filter_list && !policy.enabled {
+                errs.push(FieldError::new("tools.filter_list", "needs policy.enabled = true (the list shows the tools the policy lets this caller call)"));
+            }
+        }
 
         match (listen_addr, public_url, tls, upstream_url, admin, signatures, oauth, policy, state, mode, tools, approvals, mcp) {
             (

@@ -152,3 +152,12 @@ fn oauth_defaults_and_introspection_secret_is_redacted() {
     let debug = format!("{:?}", c.oauth);
     assert!(debug.contains("client_id: \"gw\"") && !debug.contains("hunter2"), "{debug}");
 }
+
+#[test]
+fn a_filtered_list_needs_the_policy() {
+    let text = format!("{MINIMAL}\n[tools]\ncatalog = \"fetch\"\nfilter_list = true\n[policy]\nenabled = false\n");
+    let Err(ConfigError::Invalid { errors, .. }) = parse(&text) else { panic!("expected invalid") };
+    let named: Vec<(&str, &str)> = errors.iter().map(|e| (e.field.as_str(), e.reason.as_str())).collect();
+    assert!(named.iter().any(|(f, p)| *f == "tools.filter_list" && p.contains("policy.enabled")), "{named:?}");
+    assert!(parse(&format!("{MINIMAL}\n[tools]\ncatalog = \"fetch\"\nfilter_list = true\n")).is_ok(), "with the policy on it is fine");
+}
