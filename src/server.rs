@@ -301,7 +301,8 @@ impl Shared {
         let request_id = admission::request_id(&req);
         // An approval link's path holds its code, a bearer secret: the span (which every log
         // line inside it quotes) names the page, never the code.
-        let span_path = if self.stages.approvals.serves(req.uri().path()) { self.stages.approvals.redacted_path() } else { req.uri().path() };
+        let is_approval_page = self.stages.approvals.serves(req.uri().path());
+        let span_path = if is_approval_page { self.stages.approvals.redacted_path() } else { req.uri().path() };
         let span = info_span!("request", request_id = %request_id, method = %req.method(), path = %span_path);
         let _in_flight = self.metrics.in_flight();
         async move {
@@ -309,7 +310,7 @@ impl Shared {
                 return with_request_id(resp, &request_id);
             }
             // The approval pages: a person's browser, not an agent; outside the pipeline.
-            if self.stages.approvals.serves(req.uri().path()) {
+            if is_approval_page {
                 let (resp, event) = self.stages.approvals.page(req, now).await;
                 if let Some(event) = event {
                     self.log_approval_event(&event, wall, &request_id);

@@ -202,7 +202,6 @@ impl Approvals {
         &self.metrics
     }
 
-    /// Whether `path` is one of the approval pages.
     /// What logs say for any path [`Self::serves`]: the pages' prefix, without the code.
     pub fn redacted_path(&self) -> &str {
         &self.redacted

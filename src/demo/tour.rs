@@ -123,38 +123,20 @@ struct Step<'a> {
 }
 
 impl Step<'_> {
-    /// Sends `signed` (or a copy of it), records the row.
-    async fn send(&mut self, label: &str, enforce_status: u16, signed: &SignedRequest) -> Result<u16, DemoError> {
+    /// Sends `signed` (or a copy of it), records the row; returns the answer's JSON body
+    /// (`Null` when it is not JSON).
+    async fn send(&mut self, label: &str, enforce_status: u16, signed: &SignedRequest) -> Result<Value, DemoError> {
         let (method, uri, headers, body) =
             (signed.request.method().clone(), signed.request.uri().to_string(), signed.request.headers().clone(), signed.request.body().clone());
         let resp = self.http.request(method, uri).headers(headers).body(body).send().await;
         self.record(label, enforce_status, resp).await
     }
 
-    /// [`Self::send`], keeping the answer's JSON body (`Null` when it is not JSON).
-    async fn send_keeping(&mut self, label: &str, enforce_status: u16, signed: &SignedRequest) -> Result<Value, DemoError> {
-        let (method, uri, headers, body) =
-            (signed.request.method().clone(), signed.request.uri().to_string(), signed.request.headers().clone(), signed.request.body().clone());
-        let resp = self.http.request(method, uri).headers(headers).body(body).send().await;
-        let resp = resp.map_err(|e| DemoError::Tour { step: label.to_owned(), detail: e.to_string() })?;
-        let status = resp.status();
-        let headers = resp.headers().clone();
-        let bytes = resp.bytes().await.map_err(|e| DemoError::Tour { step: label.to_owned(), detail: e.to_string() })?;
-        let mut rebuilt = http::Response::builder().status(status);
-        if let Some(h) = rebuilt.headers_mut() {
-            *h = headers;
-        }
-        let answer = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        let rebuilt = rebuilt.body(bytes).map_err(|e| DemoError::Tour { step: label.to_owned(), detail: e.to_string() })?;
-        self.record(label, enforce_status, Ok(reqwest::Response::from(rebuilt))).await?;
-        Ok(answer)
-    }
-
-    async fn record(&mut self, label: &str, enforce_status: u16, resp: Result<reqwest::Response, reqwest::Error>) -> Result<u16, DemoError> {
+    async fn record(&mut self, label: &str, enforce_status: u16, resp: Result<reqwest::Response, reqwest::Error>) -> Result<Value, DemoError> {
         let resp = resp.map_err(|e| DemoError::Tour { step: label.to_owned(), detail: e.to_string() })?;
         let status = resp.status().as_u16();
         let rid = resp.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-        let _ = resp.bytes().await;
+        let answer = resp.bytes().await.ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or(Value::Null);
         let line = decision_line(&self.gw.log, &rid).await;
         let field = |k: &str| line.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
         let expected = if self.gw.mode == "monitor" { 200 } else { enforce_status };
@@ -172,7 +154,7 @@ impl Step<'_> {
                 _ => field("reason"),
             },
         });
-        Ok(status)
+        Ok(answer)
     }
 }
 
@@ -264,7 +246,7 @@ async fn run_on(demo: &Demo, gw: &DemoGateway) -> Result<Vec<TourRow>, DemoError
         signed.request.headers_mut().insert("idempotency-key", key);
         Ok(signed)
     };
-    let answer = step.send_keeping(HELD_ROW, 200, &big(40, HELD_ROW)?).await?;
+    let answer = step.send(HELD_ROW, 200, &big(40, HELD_ROW)?).await?;
     if gw.mode != "monitor" {
         let link = answer["error"]["data"]["elicitations"][0]["url"].as_str().ok_or_else(|| DemoError::Tour {
             step: HELD_ROW.to_owned(),
