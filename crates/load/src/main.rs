@@ -4,7 +4,7 @@
 //! ```text
 //! benches/load.sh [--seconds 8] [--rounds 3] [--connections 32,128] [--sizes 1024,65536]
 //!                 [--driver wrk|builtin] [--rate R] [--no-latency] [--soak SECONDS] [--perf DIR]
-//!                 [--pin] [--no-references] [--gateway PATH]
+//!                 [--pin] [--no-references] [--catalog] [--gateway PATH]
 //! ```
 //! (`benches/load.sh` installs wrk when it is missing, builds the gateway with
 //! `cargo build --release -p portcullis` and runs this driver, `cargo run --release -p
@@ -22,7 +22,9 @@
 //! /proc alone. Prints req/s, p50/p99 latency, gateway CPU µs per request, and the ratios
 //! against nginx (the headline: each round's scenarios run back to back, so a ratio compares
 //! like with like on this noisy machine) and (b)/(a), (c)/(a), with min/median/max over the
-//! rounds. `--no-references` leaves nginx and the minimal proxy out.
+//! rounds. `--no-references` leaves nginx and the minimal proxy out. `--catalog` adds (d), the
+//! full chain with the tool catalog on (`tools.catalog = "fetch"`, `validate_arguments`), and
+//! prints what the catalog stage adds per request, (d) − (b) in CPU µs, per round.
 //!
 //! Then, once per round, open loop at half and a quarter of the measured peak of (b) (or
 //! `--rate R` req/s), with min/median/max of the p99 added over the rounds:
@@ -88,6 +90,8 @@ struct Options {
     perf: Option<std::path::PathBuf>,
     /// Measure nginx and the minimal hyper proxy in the same rounds (`--no-references` skips).
     references: bool,
+    /// `--catalog`: also (d), the full chain with the tool catalog (pins off, arguments checked).
+    catalog: bool,
 }
 
 fn options() -> Options {
@@ -103,6 +107,7 @@ fn options() -> Options {
         soak: None,
         perf: None,
         references: true,
+        catalog: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut gateway = std::env::var_os("PORTCULLIS_BIN").map(std::path::PathBuf::from);
@@ -132,6 +137,10 @@ fn options() -> Options {
             }
             "--no-references" => {
                 o.references = false;
+                step = 1;
+            }
+            "--catalog" => {
+                o.catalog = true;
                 step = 1;
             }
             "--no-latency" => {
@@ -167,6 +176,8 @@ enum Scenario {
     Bare,
     Full,
     TokenPolicy,
+    /// (d): the full chain with the tool catalog: the tool looked up, its arguments validated.
+    FullCatalog,
 }
 
 impl Scenario {
@@ -178,6 +189,7 @@ impl Scenario {
             Scenario::Bare => "(a) pass-through",
             Scenario::Full => "(b) full chain",
             Scenario::TokenPolicy => "(c) JWT + Rego",
+            Scenario::FullCatalog => "(d) full + catalog",
         }
     }
 }
@@ -282,7 +294,7 @@ struct Env {
 fn config_for(env: &Env, scenario: Scenario, port: u16) -> String {
     let jwk = ed25519_public_jwk(&env.agent_key.verifying_key());
     let signatures = match scenario {
-        Scenario::Full => format!(
+        Scenario::Full | Scenario::FullCatalog => format!(
             "[signatures]\nrequired = true\nauthority = [\"127.0.0.1:{port}\"]\n[[signatures.keys]]\nagent = {AGENT:?}\njwk = {{ kty = \"OKP\", crv = \"Ed25519\", x = {:?} }}\n",
             jwk["x"].as_str().unwrap()
         ),
@@ -296,8 +308,9 @@ fn config_for(env: &Env, scenario: Scenario, port: u16) -> String {
         Scenario::Bare | Scenario::Direct | Scenario::Nginx | Scenario::Minimal => "[policy]\nenabled = false\n".to_owned(),
         _ => format!("[policy]\npaths = [{:?}]\nwatch = false\n", env.policies.path()),
     };
+    let tools = if scenario == Scenario::FullCatalog { "[tools]\ncatalog = \"fetch\"\nvalidate_arguments = true\n" } else { "" };
     format!(
-        "mode = \"enforce\"\n[listen]\naddr = \"127.0.0.1:{port}\"\npublic_url = {RESOURCE:?}\n[upstream]\nurl = \"http://{}\"\n[limits]\nmax_body = \"1MiB\"\n[admin]\naddr = \"{ADMIN}\"\n[log]\ndecisions = \"off\"\nlevel = \"warn,portcullis=info\"\n{signatures}{oauth}{policy}",
+        "mode = \"enforce\"\n[listen]\naddr = \"127.0.0.1:{port}\"\npublic_url = {RESOURCE:?}\n[upstream]\nurl = \"http://{}\"\n[limits]\nmax_body = \"1MiB\"\n[admin]\naddr = \"{ADMIN}\"\n[log]\ndecisions = \"off\"\nlevel = \"warn,portcullis=info\"\n{signatures}{oauth}{policy}{tools}",
         env.backend
     )
 }
@@ -483,8 +496,8 @@ fn signer(env: &Env) -> Signer {
 fn pool(env: &Env, scenario: Scenario, authority: &str, body: &Bytes, token: &str, n: usize) -> Vec<HeaderMap> {
     let signer = signer(env);
     let now = UnixTime::now();
-    let token = matches!(scenario, Scenario::Full | Scenario::TokenPolicy).then_some(token);
-    let signer = (scenario == Scenario::Full).then_some(&signer);
+    let token = matches!(scenario, Scenario::Full | Scenario::TokenPolicy | Scenario::FullCatalog).then_some(token);
+    let signer = matches!(scenario, Scenario::Full | Scenario::FullCatalog).then_some(&signer);
     (0..n).map(|_| head(signer, authority, body, token, now)).collect()
 }
 
@@ -537,10 +550,18 @@ fn post(uri: http::Uri, headers: HeaderMap, body: Bytes) -> Request<Full<Bytes>>
     req
 }
 
-/// True when the answer is 200 and its body was read to the end.
+/// True when the answer is 200 and its body was read to the end. The first failed answer of the
+/// run is printed (status and the start of its body), so a scenario that errors says why.
 async fn answered_200(resp: http::Response<hyper::body::Incoming>) -> bool {
-    let ok = resp.status() == 200;
-    resp.into_body().collect().await.is_ok() && ok
+    static FIRST_FAILURE: std::sync::Once = std::sync::Once::new();
+    let status = resp.status();
+    let body = resp.into_body().collect().await;
+    let ok = status == 200 && body.is_ok();
+    if !ok {
+        let text = body.map(|b| String::from_utf8_lossy(&b.to_bytes()).chars().take(300).collect::<String>()).unwrap_or_else(|e| format!("body: {e}"));
+        FIRST_FAILURE.call_once(|| eprintln!("load: first failed answer: {status} {text}"));
+    }
+    ok
 }
 
 /// One worker's (or, merged, one run's) answered requests and failures.
@@ -795,6 +816,9 @@ fn scenarios(opts: &Options) -> Vec<Scenario> {
         v.extend([Scenario::Nginx, Scenario::Minimal]);
     }
     v.extend([Scenario::Bare, Scenario::Full, Scenario::TokenPolicy]);
+    if opts.catalog {
+        v.push(Scenario::FullCatalog);
+    }
     v
 }
 
@@ -807,6 +831,7 @@ fn tag(scenario: Scenario) -> &'static str {
         Scenario::Bare => "a",
         Scenario::Full => "b",
         Scenario::TokenPolicy => "c",
+        Scenario::FullCatalog => "d",
     }
 }
 
@@ -823,7 +848,7 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
             let warm = pool(env, scenario, &addr, &body, token, conns * 20);
             let _ = measure_builtin(&addr, Some(pid), Requests::Pool { heads: Arc::new(warm), cycle: false }, body.clone(), conns, 1.0).await;
             // Signed pool: more than the full chain can take in the run on this machine.
-            let cycle = scenario != Scenario::Full;
+            let cycle = !matches!(scenario, Scenario::Full | Scenario::FullCatalog);
             let n = if cycle { 10_000 } else { (opts.seconds.ceil() * 25_000.0) as usize };
             let requests = Requests::Pool { heads: Arc::new(pool(env, scenario, &addr, &body, token, n)), cycle };
             let perf = start_perf(opts, pid, format!("{}-{size}-{conns}-{round}.data", tag(scenario)));
@@ -878,6 +903,13 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
     let bare = index(Scenario::Bare).unwrap();
     ratio(index(Scenario::Full).unwrap(), bare, "(b)/(a)".into());
     ratio(index(Scenario::TokenPolicy).unwrap(), bare, "(c)/(a)".into());
+    if let Some(d) = index(Scenario::FullCatalog) {
+        let full = index(Scenario::Full).unwrap();
+        ratio(d, full, "(d)/(b)".into());
+        let added: Vec<f64> = results[d].iter().zip(&results[full]).map(|(d, b)| d.cpu_us_per_req - b.cpu_us_per_req).collect();
+        let (lo, mid, hi) = min_median_max(&mut added.clone());
+        println!("  the catalog stage's CPU per request, (d) - (b): min {lo:.1} median {mid:.1} max {hi:.1} µs (budget 5 µs)");
+    }
     min_median_max(&mut results[index(Scenario::Full).unwrap()].iter().map(|s| s.rps).collect::<Vec<_>>()).1
 }
 
@@ -1010,7 +1042,7 @@ fn main() {
         // Valid for the whole run (a full run with a soak takes more than half an hour): an
         // expired token would turn every later (b) and (c) request into a 401.
         let exp = unix_now() + 24 * 3600;
-        let token = env.jwt_key.sign(&env.issuer.claims_with(RESOURCE, serde_json::json!({"scope": "tools:read", "exp": exp})));
+        let token = env.jwt_key.sign(&env.issuer.claims_with(RESOURCE, serde_json::json!({"scope": "tools:read tools:write", "exp": exp})));
         println!(
             "load: {}s per run, {} rounds, {:?} driver, gateway and backend in separate processes, {} cores{}",
             opts.seconds,
