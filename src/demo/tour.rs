@@ -285,17 +285,15 @@ async fn approve_on_page(demo: &Demo, gw: &DemoGateway, link: &str) -> Result<()
         .build()
         .map_err(|e| fail(e.to_string()))?;
     let public = url::Url::parse(super::DEMO_RESOURCE).map_err(|e| fail(e.to_string()))?.origin().ascii_serialization();
-    let mut browser = Browser { http, public, local: gw.url.trim_end_matches("/mcp").to_owned(), cookies: Vec::new() };
-    let (status, page) = browser.open(reqwest::Method::GET, link, None).await.map_err(&fail)?;
-    if status != 200 {
-        return Err(fail(format!("the page answered {status}")));
+    let mut browser = portcullis_test_support::browser::Browser::new(http, &public, gw.url.trim_end_matches("/mcp"));
+    let page = browser.get(link).await.map_err(&fail)?;
+    if page.status != 200 {
+        return Err(fail(format!("the page answered {}", page.status)));
     }
-    let marker = "name=\"csrf\" value=\"";
-    let csrf = page.split_once(marker).and_then(|(_, rest)| rest.split('"').next()).ok_or_else(|| fail("no CSRF field on the page".to_owned()))?;
-    let form = url::form_urlencoded::Serializer::new(String::new()).append_pair("csrf", csrf).append_pair("decision", "approve").finish();
-    let (status, _) = browser.open(reqwest::Method::POST, link, Some(form)).await.map_err(&fail)?;
-    if status != 200 {
-        return Err(fail(format!("approving answered {status}")));
+    let csrf = page.csrf().ok_or_else(|| fail("no CSRF field on the page".to_owned()))?.to_owned();
+    let done = browser.post_form(link, &[("csrf", &csrf), ("decision", "approve")]).await.map_err(&fail)?;
+    if done.status != 200 {
+        return Err(fail(format!("approving answered {}", done.status)));
     }
     Ok(())
 }
@@ -357,54 +355,4 @@ fn columns(headers: &[String], cells: &[Vec<String>]) -> String {
         out.push_str(&line(row));
     }
     out
-}
-
-/// Just enough of a browser for the approval page: redirects followed, the gateway's cookies
-/// kept, its public origin mapped onto the demo gateway's address.
-struct Browser {
-    http: reqwest::Client,
-    public: String,
-    local: String,
-    cookies: Vec<(String, String)>,
-}
-
-impl Browser {
-    /// The final page's status and body.
-    async fn open(&mut self, method: reqwest::Method, url: &str, form: Option<String>) -> Result<(u16, String), String> {
-        let (mut method, mut url, mut form) = (method, url.to_owned(), form);
-        for _ in 0..8 {
-            let (target, ours) = match url.strip_prefix(&self.public) {
-                Some(path) => (format!("{}{path}", self.local), true),
-                None => (url.clone(), false),
-            };
-            let mut req = self.http.request(method.clone(), &target);
-            if ours && !self.cookies.is_empty() {
-                req = req.header("cookie", self.cookies.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; "));
-            }
-            if let Some(f) = form.take() {
-                req = req.header("content-type", "application/x-www-form-urlencoded").body(f);
-            }
-            let resp = req.send().await.map_err(|e| e.to_string())?;
-            if ours {
-                for c in resp.headers().get_all("set-cookie") {
-                    let pair = c.to_str().unwrap_or_default().split(';').next().unwrap_or_default();
-                    if let Some((k, v)) = pair.split_once('=') {
-                        self.cookies.retain(|(n, _)| n != k);
-                        self.cookies.push((k.to_owned(), v.to_owned()));
-                    }
-                }
-            }
-            if resp.status().is_redirection() {
-                url = resp.headers().get("location").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-                if url.starts_with('/') {
-                    url = format!("{}{url}", self.public);
-                }
-                method = reqwest::Method::GET;
-                continue;
-            }
-            let status = resp.status().as_u16();
-            return Ok((status, resp.text().await.map_err(|e| e.to_string())?));
-        }
-        Err("too many redirects".to_owned())
-    }
 }

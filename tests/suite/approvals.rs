@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use common::browser::Page;
 use common::issuer::{unix_now, Issuer};
 use common::pki::TestCa;
 use common::redis::RedisServer;
@@ -148,20 +149,9 @@ fn link_of(answer: &Value) -> String {
     e["url"].as_str().unwrap().to_owned()
 }
 
-/// A browser: follows redirects across the gateway (its public origin mapped onto the test
-/// address) and the issuer, keeps cookies per host, remembers every Set-Cookie line.
-struct Browser {
-    http: reqwest::Client,
-    gateway: String,
-    jar: HashMap<String, String>,
-    set_cookies: Vec<String>,
-}
-
-struct Page {
-    status: u16,
-    headers: http::HeaderMap,
-    body: String,
-}
+/// The shared test browser (portcullis-test-support `browser`) for `gw`, whose public origin is
+/// `https://mcp.example.com`, trusting the test CA; a failed request fails the test.
+struct Browser(common::browser::Browser);
 
 impl Browser {
     fn new(ca: &TestCa, gw: &Gateway) -> Browser {
@@ -172,65 +162,21 @@ impl Browser {
             .no_proxy()
             .build()
             .unwrap();
-        Browser { http, gateway: format!("http://{}", gw.addr), jar: HashMap::new(), set_cookies: Vec::new() }
-    }
-
-    fn target(&self, url: &str) -> (String, bool) {
-        match url.strip_prefix("https://mcp.example.com") {
-            Some(path) => (format!("{}{path}", self.gateway), true),
-            None if url.starts_with('/') => (format!("{}{url}", self.gateway), true),
-            None => (url.to_owned(), false),
-        }
+        Browser(common::browser::Browser::new(http, "https://mcp.example.com", &format!("http://{}", gw.addr)))
     }
 
     async fn get(&mut self, url: &str) -> Page {
-        self.request(reqwest::Method::GET, url, None).await
+        self.0.get(url).await.unwrap()
     }
 
     async fn post(&mut self, url: &str, form: &[(&str, &str)]) -> Page {
-        let body = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(form).finish();
-        self.request(reqwest::Method::POST, url, Some(body)).await
-    }
-
-    async fn request(&mut self, method: reqwest::Method, url: &str, form: Option<String>) -> Page {
-        let (mut method, mut url, mut form) = (method, url.to_owned(), form);
-        for _ in 0..10 {
-            let (target, is_gateway) = self.target(&url);
-            let mut req = self.http.request(method.clone(), &target);
-            if is_gateway && !self.jar.is_empty() {
-                req = req.header("cookie", self.jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; "));
-            }
-            if let Some(f) = form.take() {
-                req = req.header("content-type", "application/x-www-form-urlencoded").body(f);
-            }
-            let resp = req.send().await.unwrap();
-            for c in resp.headers().get_all("set-cookie") {
-                let line = c.to_str().unwrap().to_owned();
-                let (name, value) = line.split(';').next().unwrap().split_once('=').unwrap();
-                if value.is_empty() || line.contains("Max-Age=0") {
-                    self.jar.remove(name);
-                } else {
-                    self.jar.insert(name.to_owned(), value.to_owned());
-                }
-                self.set_cookies.push(line);
-            }
-            let status = resp.status().as_u16();
-            if matches!(status, 302 | 303) {
-                url = resp.headers()["location"].to_str().unwrap().to_owned();
-                method = reqwest::Method::GET;
-                continue;
-            }
-            let headers = resp.headers().clone();
-            return Page { status, headers, body: resp.text().await.unwrap() };
-        }
-        panic!("redirect loop at {url}");
+        self.0.post_form(url, form).await.unwrap()
     }
 }
 
 /// The hidden CSRF field of an approval page.
 fn csrf_of(page: &Page) -> String {
-    let at = page.body.find("name=\"csrf\" value=\"").expect("csrf field") + "name=\"csrf\" value=\"".len();
-    page.body[at..].split('"').next().unwrap().to_owned()
+    page.csrf().expect("csrf field").to_owned()
 }
 
 #[tokio::test]
@@ -265,8 +211,8 @@ async fn an_approved_call_is_forwarded_once_after_the_right_person_logs_in() {
     assert_eq!(param("code_challenge_method").as_deref(), Some("S256"));
     assert_eq!(param("redirect_uri").as_deref(), Some("https://mcp.example.com/portcullis/approvals/callback"));
     assert!(param("nonce").is_some() && param("state").is_some() && param("prompt").is_none());
-    assert!(!browser.set_cookies.is_empty());
-    for c in &browser.set_cookies {
+    assert!(!browser.0.set_cookies.is_empty());
+    for c in &browser.0.set_cookies {
         assert!(c.contains("HttpOnly") && c.contains("Secure") && c.contains("SameSite=Lax"), "{c}");
     }
 
@@ -619,4 +565,46 @@ document.body.appendChild(out);
     }
     assert!(png.starts_with(b"\x89PNG") && png.len() > 5_000, "screenshot of {} bytes", png.len());
     gw.shutdown().await;
+}
+
+/// Collects formatted log lines (the test's own subscriber, on this test's thread, where the
+/// in-process gateway's tasks run).
+#[derive(Clone, Default)]
+struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The link's code is a bearer secret: no log line inside the approval page's request span
+/// quotes it (the span names only the `approvals.path` prefix).
+#[tokio::test]
+async fn the_approval_pages_request_span_never_quotes_the_code() {
+    let lines = Lines::default();
+    let sink = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::TRACE)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::NEW | tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let w = World::new().await;
+    let gw = w.gateway("enforce", "", "memory", "span.log").await;
+    let (_, answer) = w.call(&gw, 1, "payments.send", json!({"amount": 500, "to": "ACME"})).await;
+    let url = link_of(&answer);
+    let code = url.rsplit('/').next().unwrap().to_owned();
+    w.issuer.log_in_as(USER, unix_now());
+    let mut browser = Browser::new(&w.ca, &gw);
+    let page = browser.get(&url).await;
+    assert_eq!(page.status, 200, "logged in and shown the call");
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    assert!(text.contains("/portcullis/approvals/…"), "the page's request span is in the log, redacted:\n{text}");
+    assert!(!text.contains(&code), "the link's code is never logged");
 }

@@ -1,0 +1,101 @@
+//! Just enough of a browser for the approval page, shared by the approval tests and the demo
+//! tour: redirects followed (as a browser does, the next request a GET), the gateway's cookies
+//! kept and sent back, and the gateway's public origin (the one its links name, e.g.
+//! `https://mcp.example.com`) mapped onto the address it really listens on.
+
+/// One answered page.
+#[derive(Debug)]
+pub struct Page {
+    /// The final status, after redirects.
+    pub status: u16,
+    /// Its headers.
+    pub headers: http::HeaderMap,
+    /// Its body, as text.
+    pub body: String,
+}
+
+impl Page {
+    /// The value of the page's hidden `csrf` form field.
+    pub fn csrf(&self) -> Option<&str> {
+        let marker = "name=\"csrf\" value=\"";
+        self.body.split_once(marker).and_then(|(_, rest)| rest.split('"').next())
+    }
+}
+
+/// A cookie-keeping, redirect-following client for one gateway.
+pub struct Browser {
+    http: reqwest::Client,
+    public: String,
+    local: String,
+    jar: Vec<(String, String)>,
+    /// Every `Set-Cookie` line the gateway sent, in order.
+    pub set_cookies: Vec<String>,
+}
+
+impl Browser {
+    /// A browser over `http` (build it with redirects off and the test CA trusted) for the
+    /// gateway whose public origin `public` is served at `local` (e.g. `http://127.0.0.1:4000`).
+    pub fn new(http: reqwest::Client, public: &str, local: &str) -> Browser {
+        Browser {
+            http,
+            public: public.trim_end_matches('/').to_owned(),
+            local: local.trim_end_matches('/').to_owned(),
+            jar: Vec::new(),
+            set_cookies: Vec::new(),
+        }
+    }
+
+    /// GET `url`, following redirects.
+    pub async fn get(&mut self, url: &str) -> Result<Page, String> {
+        self.open(reqwest::Method::GET, url, None).await
+    }
+
+    /// POST `form` (url-encoded) to `url`, following redirects.
+    pub async fn post_form(&mut self, url: &str, form: &[(&str, &str)]) -> Result<Page, String> {
+        let body = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(form).finish();
+        self.open(reqwest::Method::POST, url, Some(body)).await
+    }
+
+    async fn open(&mut self, method: reqwest::Method, url: &str, form: Option<String>) -> Result<Page, String> {
+        let (mut method, mut url, mut form) = (method, url.to_owned(), form);
+        for _ in 0..10 {
+            if url.starts_with('/') {
+                url = format!("{}{url}", self.public);
+            }
+            let (target, ours) = match url.strip_prefix(&self.public) {
+                Some(path) => (format!("{}{path}", self.local), true),
+                None => (url.clone(), false),
+            };
+            let mut req = self.http.request(method.clone(), &target);
+            if ours && !self.jar.is_empty() {
+                req = req.header("cookie", self.jar.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; "));
+            }
+            if let Some(f) = form.take() {
+                req = req.header("content-type", "application/x-www-form-urlencoded").body(f);
+            }
+            let resp = req.send().await.map_err(|e| format!("{method} {target}: {e}"))?;
+            if ours {
+                for c in resp.headers().get_all("set-cookie") {
+                    let line = c.to_str().map_err(|_| "a Set-Cookie header that is not text".to_owned())?.to_owned();
+                    if let Some((name, value)) = line.split(';').next().and_then(|pair| pair.split_once('=')) {
+                        self.jar.retain(|(n, _)| n != name);
+                        if !value.is_empty() && !line.contains("Max-Age=0") {
+                            self.jar.push((name.to_owned(), value.to_owned()));
+                        }
+                    }
+                    self.set_cookies.push(line);
+                }
+            }
+            let status = resp.status().as_u16();
+            if (301..=303).contains(&status) {
+                url = resp.headers().get("location").and_then(|v| v.to_str().ok()).ok_or_else(|| format!("a {status} without Location"))?.to_owned();
+                method = reqwest::Method::GET;
+                continue;
+            }
+            let headers = resp.headers().clone();
+            let body = resp.text().await.map_err(|e| e.to_string())?;
+            return Ok(Page { status, headers, body });
+        }
+        Err(format!("too many redirects, at {url}"))
+    }
+}
