@@ -1,7 +1,7 @@
 //! Per-request cost of the shared-state stores: the memory replay, quota and idempotency-journal
-//! stores against Redis
-//! (a real redis-server on loopback, one round trip per check). Run with redis-server
-//! installed (scripts/test.sh installs it).
+//! stores against Redis (a real redis-server on loopback, one round trip per check) and against a
+//! real three-master Redis Cluster on loopback (`redis-cluster`: the same one round trip, to the
+//! key's master). Run with redis-server installed (scripts/test.sh installs it).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::hint::black_box;
@@ -27,10 +27,19 @@ fn stores(c: &mut Criterion) {
         ca_pem: None,
     })
     .unwrap();
+    let cluster_servers = redis_server::RedisCluster::start();
+    let cluster = RedisStore::new(RedisSettings {
+        url: cluster_servers.url(),
+        prefix: "bench:".into(),
+        connect_timeout: Duration::from_secs(1),
+        command_timeout: Duration::from_secs(1),
+        ca_pem: None,
+    })
+    .unwrap();
     let memory = MemoryReplayStore::new(10_000_000);
     let n = AtomicU64::new(0);
     let mut g = c.benchmark_group("replay_first_use");
-    for (name, store) in [("memory", &memory as &dyn ReplayStore), ("redis", &redis as &dyn ReplayStore)] {
+    for (name, store) in [("memory", &memory as &dyn ReplayStore), ("redis", &redis as &dyn ReplayStore), ("redis-cluster", &cluster as &dyn ReplayStore)] {
         g.bench_function(name, |b| {
             b.to_async(&rt).iter(|| {
                 let key = format!("sig:{}", n.fetch_add(1, Ordering::Relaxed));
@@ -40,9 +49,22 @@ fn stores(c: &mut Criterion) {
     }
     g.finish();
 
+    // A signature with a nonce writes two records: one script, one round trip on Redis.
+    let mut g = c.benchmark_group("replay_signature_and_nonce");
+    for (name, store) in [("memory", &memory as &dyn ReplayStore), ("redis", &redis as &dyn ReplayStore), ("redis-cluster", &cluster as &dyn ReplayStore)] {
+        g.bench_function(name, |b| {
+            b.to_async(&rt).iter(|| {
+                let i = n.fetch_add(1, Ordering::Relaxed);
+                let (sig, nonce) = (format!("sig:{{n{i}}}:k:s"), format!("nonce:{{n{i}}}:k"));
+                async move { black_box(store.first_use_then(&sig, Some(&nonce), Duration::from_secs(5)).await.unwrap()) }
+            })
+        });
+    }
+    g.finish();
+
     let memory_quota = MemoryQuotaStore::new(1_000_000);
     let mut g = c.benchmark_group("quota_spend");
-    for (name, store) in [("memory", &memory_quota as &dyn QuotaStore), ("redis", &redis as &dyn QuotaStore)] {
+    for (name, store) in [("memory", &memory_quota as &dyn QuotaStore), ("redis", &redis as &dyn QuotaStore), ("redis-cluster", &cluster as &dyn QuotaStore)] {
         g.bench_function(name, |b| {
             b.to_async(&rt).iter(|| {
                 let key = format!("q:{}", n.fetch_add(1, Ordering::Relaxed) % 1000);
@@ -62,7 +84,9 @@ fn stores(c: &mut Criterion) {
         progress_token: None,
     };
     let mut g = c.benchmark_group("journal_reserve_then_record");
-    for (name, store) in [("memory", &memory_journal as &dyn JournalStore), ("redis", &redis as &dyn JournalStore)] {
+    for (name, store) in
+        [("memory", &memory_journal as &dyn JournalStore), ("redis", &redis as &dyn JournalStore), ("redis-cluster", &cluster as &dyn JournalStore)]
+    {
         let answer = &answer;
         g.bench_function(name, |b| {
             b.to_async(&rt).iter(|| {

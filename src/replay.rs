@@ -68,13 +68,18 @@ impl ReplayGuard {
 
     async fn check_parts(&self, keyid: &str, signature: &[u8], nonce: Option<&str>, expires: i64, now: UnixTime) -> Result<(), ReplayError> {
         let ttl = self.ttl(expires, now);
-        let by_signature = format!("sig:{keyid}:{}", URL_SAFE_NO_PAD.encode(Sha256::digest(signature)));
-        let mut is_first = self.store.first_use(&by_signature, ttl).await?;
-        if let Some(nonce) = nonce.filter(|_| is_first) {
-            // The nonce is hashed so a long nonce costs the store no more than a short one.
-            let by_nonce = format!("nonce:{keyid}:{}", URL_SAFE_NO_PAD.encode(Sha256::digest(nonce.as_bytes())));
-            is_first = self.store.first_use(&by_nonce, ttl).await?;
-        }
+        let signature_digest = URL_SAFE_NO_PAD.encode(Sha256::digest(signature));
+        // The nonce is hashed so a long nonce costs the store no more than a short one. Both
+        // records of a signature share a hash tag, `{…}` (the nonce's digest, else the
+        // signature's), so one script writes both in one round trip, on one Redis Cluster node.
+        // The tag is a function of the signature: the nonce is a covered parameter, so every
+        // copy of a signature carries the same one and lands on the same records.
+        let nonce_digest = nonce.map(|n| URL_SAFE_NO_PAD.encode(Sha256::digest(n.as_bytes())));
+        let (by_signature, by_nonce) = match &nonce_digest {
+            Some(n) => (format!("sig:{{{n}}}:{keyid}:{signature_digest}"), Some(format!("nonce:{{{n}}}:{keyid}"))),
+            None => (format!("sig:{{{signature_digest}}}:{keyid}"), None),
+        };
+        let is_first = self.store.first_use_then(&by_signature, by_nonce.as_deref(), ttl).await?;
         if is_first {
             Ok(())
         } else {

@@ -420,7 +420,8 @@ impl Default for RawPolicy {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawState {
-    /// `memory` or `redis://host:port/db` (`rediss://` for TLS).
+    /// `memory`, `redis://host:port/db` (`rediss://` for TLS) or a Redis Cluster's seed nodes,
+    /// `redis+cluster://host:port,host:port` (`rediss+cluster://` for TLS).
     pub store: String,
     /// Prefix of every Redis key, so several gateways can share one Redis.
     pub prefix: String,

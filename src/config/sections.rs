@@ -478,7 +478,9 @@ impl TryFrom<RawPolicy> for PolicySettings {
 pub enum Store {
     /// In-process, bounded stores (one gateway instance).
     Memory,
-    /// A Redis server, `redis://host:port/db` or `rediss://…` (TLS); the URL as written.
+    /// A Redis server, `redis://host:port/db` or `rediss://…` (TLS), or a Redis Cluster,
+    /// `redis+cluster://host:port,host:port` (seed nodes; `rediss+cluster://` for TLS); the URL
+    /// as written.
     Redis(String),
 }
 
@@ -521,9 +523,15 @@ impl StateSettings {
         let mut errs = Errors::default();
         let store = match raw.store.split_once("://") {
             None if raw.store == "memory" => Store::Memory,
-            Some(("redis" | "rediss", rest)) if !rest.is_empty() => Store::Redis(raw.store.clone()),
+            Some(("redis" | "rediss" | "redis+cluster" | "rediss+cluster", rest)) if !rest.is_empty() => Store::Redis(raw.store.clone()),
             _ => {
-                errs.push("state.store", format!("unsupported store {:?}: use \"memory\" or \"redis://host:port/db\" (\"rediss://\" for TLS)", raw.store));
+                errs.push(
+                    "state.store",
+                    format!(
+                        "unsupported store {:?}: use \"memory\", \"redis://host:port/db\" (\"rediss://\" for TLS) or a Redis Cluster's seed nodes, \"redis+cluster://host:port,host:port\" (\"rediss+cluster://\")",
+                        raw.store
+                    ),
+                );
                 Store::Memory
             }
         };

@@ -128,7 +128,13 @@ fn relative_paths_resolve_against_the_config_folder() {
 
 #[test]
 fn state_store_accepts_memory_and_redis_urls_only() {
-    for ok in ["memory", "redis://127.0.0.1:6379/0", "rediss://redis.internal:6380"] {
+    for ok in [
+        "memory",
+        "redis://127.0.0.1:6379/0",
+        "rediss://redis.internal:6380",
+        "redis+cluster://10.0.0.1:7000,10.0.0.2:7000",
+        "rediss+cluster://r.internal:7000",
+    ] {
         parse(&format!("{MINIMAL}\n[state]\nstore = {ok:?}\n")).unwrap_or_else(|e| panic!("{ok}: {e}"));
     }
     for bad in ["postgres://x", "redis://", "mem"] {

@@ -1,8 +1,12 @@
-//! Approval records on Redis: one hash per binding (`prefix + "approval:" + binding key`, fields
-//! `state`, `code`, `exp`, `by`, `rec`) and one string per code pointing at it
-//! (`prefix + "approval-code:" + SHA-256(code)`). Every operation is one Lua script, so an
+//! Approval records on Redis: one hash per binding (`prefix + "{approval}:" + binding key`,
+//! fields `state`, `code`, `exp`, `by`, `rec`) and one string per code pointing at it
+//! (`prefix + "{approval}-code:" + SHA-256(code)`). Every operation is one Lua script, so an
 //! approval is consumed once across every instance sharing the Redis. Both keys carry the
 //! link's lifetime as TTL, so Redis memory stays bounded.
+//!
+//! The `{approval}` hash tag puts every approval key in one Redis Cluster slot: a script reads a
+//! code's key and then its binding's, which must live on the same node. Approvals come at the
+//! pace of people pressing a button, so one slot is not a bottleneck.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -52,13 +56,17 @@ redis.call('HSET', b, 'state', ARGV[3], 'by', ARGV[4])
 return 1
 ";
 
+/// Key kinds of the binding hashes and the code strings: one hash tag, one cluster slot.
+const BINDING_KIND: &str = "{approval}";
+const CODE_KIND: &str = "{approval}-code";
+
 fn script(cell: &'static std::sync::OnceLock<redis::Script>, lua: &str) -> &'static redis::Script {
     cell.get_or_init(|| redis::Script::new(lua))
 }
 
 impl RedisStore {
     fn code_key(&self, code: &str) -> String {
-        self.key("approval-code", &URL_SAFE_NO_PAD.encode(Sha256::digest(code.as_bytes())))
+        self.key(CODE_KIND, &URL_SAFE_NO_PAD.encode(Sha256::digest(code.as_bytes())))
     }
 
     fn record_of(&self, json: &str) -> Result<ApprovalRecord, StoreError> {
@@ -72,7 +80,7 @@ impl ApprovalStore for RedisStore {
         static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
         let json = serde_json::to_string(fresh).map_err(|e| StoreError::Unavailable { store: self.label().to_owned(), reason: e.to_string() })?;
         let ttl_ms = fresh.expires.saturating_sub(now.secs()).max(1) * 1_000;
-        let mut inv = script(&SCRIPT, ASK_LUA).key(self.key("approval", binding.as_str()));
+        let mut inv = script(&SCRIPT, ASK_LUA).key(self.key(BINDING_KIND, binding.as_str()));
         inv.key(self.code_key(&fresh.code)).arg(&fresh.code).arg(json).arg(fresh.expires).arg(ttl_ms).arg(now.secs());
         let reply: Vec<String> = self.script(&inv).await?;
         match reply.as_slice() {
@@ -143,7 +151,7 @@ mod contract_tests {
             approved += usize::from(matches!(t.await.unwrap(), Ask::Approved { .. }));
         }
         assert_eq!(approved, 1);
-        let ttl: i64 = a.query(redis::cmd("PTTL").arg(a.key("approval", binding.as_str()))).await.unwrap();
+        let ttl: i64 = a.query(redis::cmd("PTTL").arg(a.key(BINDING_KIND, binding.as_str()))).await.unwrap();
         assert!(ttl > 0, "records carry a TTL: {ttl}");
     }
 }

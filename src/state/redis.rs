@@ -1,11 +1,16 @@
 //! The Redis store: replay records, quota counters and session bindings shared by every gateway
 //! instance.
 //!
-//! One lazily opened, auto-reconnecting connection (`redis::aio::ConnectionManager`) per
-//! gateway, with a connect timeout and a per-command timeout. A command that fails or times out
-//! is a [`StoreError`], which the pipeline turns into a refusal in enforce mode: a store that
-//! cannot answer never counts as "not seen before" or "quota left". Every key is namespaced by
-//! `state.prefix` and carries a TTL, so Redis memory stays bounded.
+//! One lazily opened, auto-reconnecting connection per gateway, with a connect timeout and a
+//! per-command timeout: `redis::aio::ConnectionManager` for one server (`redis://`,
+//! `rediss://`), or a Redis Cluster connection (`redis+cluster://h1:p1,h2:p2`,
+//! `rediss+cluster://…`) that follows the cluster's slot map, `MOVED`/`ASK` redirections and
+//! node restarts. Every script touches keys of one hash slot (approval records share the
+//! `{approval}` hash tag; every other script touches a single key), so each one runs on one node
+//! and stays atomic there. A command that fails or times out is a [`StoreError`], which the
+//! pipeline turns into a refusal in enforce mode: a store that cannot answer never counts as "not
+//! seen before" or "quota left". Every key is namespaced by `state.prefix` and carries a TTL, so
+//! Redis memory stays bounded.
 
 use std::time::Duration;
 
@@ -21,7 +26,8 @@ use portcullis_wire::UnixTime;
 /// Connection settings for [`RedisStore::new`].
 #[derive(Debug, Clone)]
 pub struct RedisSettings {
-    /// `redis://host:port/db` or `rediss://…` (TLS).
+    /// `redis://host:port/db` or `rediss://…` (TLS); a cluster as
+    /// `redis+cluster://host:port,host:port` (seed nodes) or `rediss+cluster://…`.
     pub url: String,
     /// Prefix of every key, e.g. `portcullis:`.
     pub prefix: String,
@@ -33,12 +39,61 @@ pub struct RedisSettings {
     pub ca_pem: Option<Vec<u8>>,
 }
 
+/// One server or a cluster.
+// One per gateway, built once: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+enum Client {
+    Single(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
+}
+
+/// The open connection: both kinds are cheap handles to one multiplexed connection (per node).
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+/// The seed nodes of a `redis+cluster://` / `rediss+cluster://` URL, each as a `redis://` /
+/// `rediss://` URL carrying the credentials: `None` for a single-server URL.
+fn cluster_nodes(url: &str) -> Option<Result<Vec<String>, String>> {
+    let (scheme, rest) = url.split_once("://")?;
+    let node_scheme = match scheme {
+        "redis+cluster" => "redis",
+        "rediss+cluster" => "rediss",
+        _ => return None,
+    };
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    Some((|| {
+        if !matches!(path, "" | "0") {
+            return Err(format!("a Redis Cluster has database 0 only, not {path:?}"));
+        }
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let nodes: Vec<String> = hosts
+            .split(',')
+            .map(|h| {
+                if h.is_empty() || !h.contains(':') {
+                    return Err(format!("cluster seed node {h:?} is not host:port"));
+                }
+                Ok(match userinfo {
+                    Some(u) => format!("{node_scheme}://{u}@{h}"),
+                    None => format!("{node_scheme}://{h}"),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(nodes)
+    })())
+}
+
 /// A shared Redis connection with the gateway's key namespace.
 pub struct RedisStore {
     /// Failed or timed-out commands, exported as `portcullis_state_store_errors_total`.
     errors: prometheus_client::metrics::counter::Counter,
-    client: redis::Client,
-    conn: OnceCell<ConnectionManager>,
+    client: Client,
+    conn: OnceCell<Conn>,
     settings: RedisSettings,
     /// The URL without credentials, for error messages and logs.
     label: String,
@@ -57,18 +112,40 @@ impl RedisStore {
     /// Checks the URL; does not connect (the first command does, so the gateway can start
     /// while Redis is still coming up and report itself unready meanwhile).
     pub fn new(settings: RedisSettings) -> Result<RedisStore, String> {
-        let client = if settings.url.starts_with("rediss://") {
+        if settings.url.starts_with("rediss") {
             // redis' rustls setup asks for the process-wide provider; both aws-lc-rs (ours) and
             // ring (reqwest's) are linked, so name one. Installing twice is harmless.
             let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-            let certs = redis::TlsCertificates { client_tls: None, root_cert: settings.ca_pem.clone() };
-            redis::Client::build_with_tls(settings.url.as_str(), certs)
-        } else {
-            redis::Client::open(settings.url.as_str())
         }
-        .map_err(|e| format!("invalid Redis URL: {e}"))?;
+        let client = match cluster_nodes(&settings.url) {
+            Some(nodes) => {
+                let nodes = nodes?;
+                if settings.prefix.contains(['{', '}']) {
+                    return Err("state.prefix must not hold '{' or '}' with a Redis Cluster: they would change which keys share a hash slot".into());
+                }
+                let mut b = redis::cluster::ClusterClient::builder(nodes)
+                    .connection_timeout(settings.connect_timeout)
+                    .response_timeout(settings.command_timeout)
+                    .retries(2)
+                    .max_retry_wait(200);
+                if settings.url.starts_with("rediss") {
+                    b = b.certs(redis::TlsCertificates { client_tls: None, root_cert: settings.ca_pem.clone() });
+                }
+                Client::Cluster(b.build().map_err(|e| format!("invalid Redis Cluster URL: {e}"))?)
+            }
+            None if settings.url.starts_with("rediss://") => {
+                let certs = redis::TlsCertificates { client_tls: None, root_cert: settings.ca_pem.clone() };
+                Client::Single(redis::Client::build_with_tls(settings.url.as_str(), certs).map_err(|e| format!("invalid Redis URL: {e}"))?)
+            }
+            None => Client::Single(redis::Client::open(settings.url.as_str()).map_err(|e| format!("invalid Redis URL: {e}"))?),
+        };
         let label = redacted(&settings.url);
         Ok(RedisStore { errors: Default::default(), client, conn: OnceCell::new(), settings, label, is_down: Default::default() })
+    }
+
+    /// Whether the store is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.client, Client::Cluster(_))
     }
 
     /// The store's URL without credentials.
@@ -109,14 +186,25 @@ impl RedisStore {
         v
     }
 
-    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
-        let cfg = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.settings.connect_timeout))
-            .set_response_timeout(Some(self.settings.command_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
+    async fn connection(&self) -> Result<Conn, StoreError> {
         let init = async {
-            match tokio::time::timeout(self.settings.connect_timeout, ConnectionManager::new_with_config(self.client.clone(), cfg)).await {
+            let opened = match &self.client {
+                Client::Single(client) => {
+                    let cfg = ConnectionManagerConfig::new()
+                        .set_connection_timeout(Some(self.settings.connect_timeout))
+                        .set_response_timeout(Some(self.settings.command_timeout))
+                        .set_number_of_retries(1)
+                        .set_max_delay(Duration::from_millis(500));
+                    tokio::time::timeout(self.settings.connect_timeout, async {
+                        ConnectionManager::new_with_config(client.clone(), cfg).await.map(Conn::Single)
+                    })
+                    .await
+                }
+                Client::Cluster(client) => {
+                    tokio::time::timeout(self.settings.connect_timeout, async { client.get_async_connection().await.map(Conn::Cluster) }).await
+                }
+            };
+            match opened {
                 Ok(Ok(c)) => Ok(c),
                 Ok(Err(e)) => Err(self.unavailable(format!("cannot connect: {e}"))),
                 Err(_) => Err(self.unavailable(format!("no connection within {:?}", self.settings.connect_timeout))),
@@ -127,18 +215,24 @@ impl RedisStore {
 
     /// Runs one command with the command timeout.
     pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, StoreError> {
-        let mut conn = self.connection().await?;
-        match tokio::time::timeout(self.settings.command_timeout, cmd.query_async::<T>(&mut conn)).await {
-            Ok(Ok(v)) => Ok(self.answered(v)),
-            Ok(Err(e)) => Err(self.unavailable(e)),
-            Err(_) => Err(self.unavailable(format!("no answer within {:?}", self.settings.command_timeout))),
-        }
+        let answer = match self.connection().await? {
+            Conn::Single(mut c) => tokio::time::timeout(self.settings.command_timeout, cmd.query_async::<T>(&mut c)).await,
+            Conn::Cluster(mut c) => tokio::time::timeout(self.settings.command_timeout, cmd.query_async::<T>(&mut c)).await,
+        };
+        self.settle(answer)
     }
 
     /// Runs a Lua script (EVALSHA, loading it on first use) with the command timeout.
     pub async fn script<T: redis::FromRedisValue>(&self, invocation: &redis::ScriptInvocation<'_>) -> Result<T, StoreError> {
-        let mut conn = self.connection().await?;
-        match tokio::time::timeout(self.settings.command_timeout, invocation.invoke_async::<T>(&mut conn)).await {
+        let answer = match self.connection().await? {
+            Conn::Single(mut c) => tokio::time::timeout(self.settings.command_timeout, invocation.invoke_async::<T>(&mut c)).await,
+            Conn::Cluster(mut c) => tokio::time::timeout(self.settings.command_timeout, invocation.invoke_async::<T>(&mut c)).await,
+        };
+        self.settle(answer)
+    }
+
+    fn settle<T>(&self, answer: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>) -> Result<T, StoreError> {
+        match answer {
             Ok(Ok(v)) => Ok(self.answered(v)),
             Ok(Err(e)) => Err(self.unavailable(e)),
             Err(_) => Err(self.unavailable(format!("no answer within {:?}", self.settings.command_timeout))),
@@ -229,11 +323,31 @@ impl QuotaStore for RedisStore {
     }
 }
 
+/// Two replay records in one round trip, answering as two `SET NX PX` in turn would.
+/// KEYS[1] = first, KEYS[2] = then (one hash slot: the caller tags both alike); ARGV[1] = ms.
+/// 1 = both recorded now; 0 = the first was already recorded (nothing written), or the second
+/// was (the first is recorded).
+const FIRST_USE_THEN_LUA: &str = r"
+if not redis.call('SET', KEYS[1], 1, 'NX', 'PX', ARGV[1]) then return 0 end
+if not redis.call('SET', KEYS[2], 1, 'NX', 'PX', ARGV[1]) then return 0 end
+return 1
+";
+
 #[async_trait::async_trait]
 impl ReplayStore for RedisStore {
     /// `SET prefix:replay:<key> 1 NX PX ttl`: exactly one first use across every instance.
     async fn first_use(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {
         self.set_once(&self.key("replay", key), ttl).await
+    }
+
+    /// A signature with a nonce: both records in one script (one round trip, not two).
+    async fn first_use_then(&self, first: &str, then: Option<&str>, ttl: Duration) -> Result<bool, StoreError> {
+        let Some(then) = then else { return self.first_use(first, ttl).await };
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let script = SCRIPT.get_or_init(|| redis::Script::new(FIRST_USE_THEN_LUA));
+        let mut inv = script.key(self.key("replay", first));
+        inv.key(self.key("replay", then)).arg(millis(ttl));
+        Ok(self.script::<i64>(&inv).await? == 1)
     }
 }
 
@@ -319,6 +433,18 @@ impl SessionStore for RedisStore {
 
 /// The URL with any password replaced, so it can be logged.
 fn redacted(url: &str) -> String {
+    if let Some(nodes) = cluster_nodes(url) {
+        // url::Url cannot read a list of hosts: redact each seed node's URL on its own.
+        let scheme = url.split_once("://").map_or("redis+cluster", |(s, _)| s);
+        return match nodes {
+            Ok(nodes) => {
+                let hosts: Vec<String> =
+                    nodes.iter().map(|n| redacted(n).split_once("://").map_or(String::new(), |(_, rest)| rest.trim_end_matches('/').to_owned())).collect();
+                format!("{scheme}://{}", hosts.join(","))
+            }
+            Err(_) => format!("{scheme} (unparseable URL)"),
+        };
+    }
     match url::Url::parse(url) {
         Ok(mut u) => {
             if u.password().is_some() {
@@ -358,6 +484,12 @@ pub(crate) mod contract_tests {
         Arc::new(RedisStore::new(settings).expect("valid url"))
     }
 
+    impl RedisStore {
+        async fn first_use_owned(&self, key: String) -> Result<bool, StoreError> {
+            self.first_use(&key, Duration::from_secs(60)).await
+        }
+    }
+
     #[tokio::test]
     async fn redis_store_meets_the_quota_contract() {
         let server = redis_server::RedisServer::start();
@@ -376,6 +508,8 @@ pub(crate) mod contract_tests {
         crate::state::replay::contract::second_use_is_a_replay(s.as_ref()).await;
         crate::state::replay::contract::distinct_keys_are_independent(s.as_ref()).await;
         crate::state::replay::contract::concurrent_first_uses_admit_exactly_one(s.clone(), 100).await;
+        crate::state::replay::contract::first_use_then_is_two_first_uses_in_turn(s.as_ref()).await;
+        crate::state::replay::contract::concurrent_pairs_admit_exactly_one(s.clone(), 100).await;
     }
 
     #[tokio::test]
@@ -389,6 +523,97 @@ pub(crate) mod contract_tests {
         contract::concurrent_binds_have_exactly_one_winner(s.clone(), 100).await;
         // Real time: steps of 1.2 s against a 2 s lifetime leave 0.8 s for scheduling delays.
         contract::a_binding_expires_after_ttl_without_use(s.as_ref(), Duration::from_secs(2), tokio::time::sleep).await;
+    }
+
+    /// A store on a Redis Cluster (seed nodes: all three).
+    fn cluster_store(cluster: &redis_server::RedisCluster, prefix: &str) -> Arc<RedisStore> {
+        let settings = RedisSettings {
+            url: cluster.url(),
+            prefix: prefix.to_owned(),
+            connect_timeout: Duration::from_secs(2),
+            command_timeout: Duration::from_secs(2),
+            ca_pem: None,
+        };
+        Arc::new(RedisStore::new(settings).expect("valid url"))
+    }
+
+    /// Every contract suite on a real three-master cluster: each script touches one slot, so
+    /// every guarantee (one first use, exact counts, one winner, consumed once) holds there too.
+    #[tokio::test]
+    async fn a_redis_cluster_meets_every_contract() {
+        use crate::state::{approval, journal, quota, replay, session};
+        let cluster = redis_server::RedisCluster::start();
+        let s = cluster_store(&cluster, &format!("cluster-{}:", uuid::Uuid::new_v4()));
+        replay::contract::second_use_is_a_replay(s.as_ref()).await;
+        replay::contract::distinct_keys_are_independent(s.as_ref()).await;
+        replay::contract::concurrent_first_uses_admit_exactly_one(s.clone(), 100).await;
+        replay::contract::first_use_then_is_two_first_uses_in_turn(s.as_ref()).await;
+        replay::contract::concurrent_pairs_admit_exactly_one(s.clone(), 100).await;
+        quota::contract::limit_n_allows_n_then_refuses(s.as_ref()).await;
+        quota::contract::cost_is_counted_as_an_amount(s.as_ref()).await;
+        quota::contract::keys_are_independent(s.as_ref()).await;
+        quota::contract::refund_restores_units(s.as_ref()).await;
+        quota::contract::concurrent_spends_count_exactly(s.clone()).await;
+        session::contract::a_session_belongs_to_the_owner_that_bound_it(s.as_ref()).await;
+        session::contract::unknown_sessions_are_unbound_and_sessions_are_independent(s.as_ref()).await;
+        session::contract::only_the_owner_unbinds(s.as_ref()).await;
+        session::contract::concurrent_binds_have_exactly_one_winner(s.clone(), 100).await;
+        journal::contract::first_use_reserves_and_others_see_the_entry(s.as_ref()).await;
+        journal::contract::only_the_holder_records_or_releases(s.as_ref()).await;
+        journal::contract::a_released_key_can_be_reserved_again(s.as_ref()).await;
+        journal::contract::keys_are_independent(s.as_ref()).await;
+        journal::contract::concurrent_reservations_admit_exactly_one(s.clone(), 100).await;
+        approval::contract::a_binding_has_one_link_and_is_consumed_once(s.as_ref()).await;
+        approval::contract::denied_refuses_and_expired_is_dead(s.as_ref()).await;
+        approval::contract::concurrent_retries_consume_once(s.clone()).await;
+        // The keys really are spread over the three masters (not all in one slot by accident).
+        let mut holding = 0;
+        for node in &cluster.nodes {
+            let out = std::process::Command::new("redis-cli").args(["-p", &node.port.to_string(), "dbsize"]).output().expect("redis-cli");
+            holding += usize::from(String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().unwrap_or(0) > 0);
+        }
+        assert!(holding >= 2, "keys on {holding} of 3 masters");
+    }
+
+    /// A master that stops makes the commands for its slots (and, once the cluster marks it
+    /// failed, every command) fail: refused, never passed. When it is back, the same store
+    /// answers again without a restart.
+    #[tokio::test]
+    async fn a_cluster_node_restart_fails_closed_then_recovers() {
+        let mut cluster = redis_server::RedisCluster::start();
+        let s = cluster_store(&cluster, "restart:");
+        for i in 0..30 {
+            assert_eq!(s.first_use(&format!("before-{i}"), Duration::from_secs(60)).await, Ok(true));
+        }
+        cluster.nodes[1].stop();
+        let mut refused = 0;
+        for i in 0..30 {
+            match s.first_use(&format!("during-{i}"), Duration::from_secs(60)).await {
+                Err(StoreError::Unavailable { .. }) => refused += 1,
+                Ok(first) => assert!(first, "a new key is a first use"),
+            }
+        }
+        assert!(refused > 0, "keys on the stopped master are refused");
+        cluster.nodes[1].restart();
+        cluster.wait_until_ok();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut i = 0;
+        loop {
+            let results: Vec<_> = futures_util::future::join_all((0..30).map(|k| s.first_use_owned(format!("after-{i}-{k}")))).await;
+            if results.iter().all(|r| *r == Ok(true)) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the store did not recover: {results:?}");
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // The restarted master ran without persistence, so its records are gone; the two that
+        // stayed up kept theirs (docs/platform.md: run replicas or AOF in production).
+        let mut kept = 0;
+        for i in 0..30 {
+            kept += usize::from(s.first_use(&format!("before-{i}"), Duration::from_secs(60)).await == Ok(false));
+        }
+        assert!((1..30).contains(&kept), "{kept} of 30 records kept");
     }
 
     #[tokio::test]
@@ -430,6 +655,34 @@ mod tests {
     fn passwords_never_reach_labels() {
         assert_eq!(redacted("redis://:hunter2@127.0.0.1:6379/0"), "redis://:***@127.0.0.1:6379/0");
         assert_eq!(redacted("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(redacted("redis+cluster://app:hunter2@10.0.0.1:7000,10.0.0.2:7000"), "redis+cluster://app:***@10.0.0.1:7000,app:***@10.0.0.2:7000");
+        assert_eq!(redacted("rediss+cluster://10.0.0.1:7000"), "rediss+cluster://10.0.0.1:7000");
+    }
+
+    #[test]
+    fn cluster_urls_name_seed_nodes() {
+        assert_eq!(cluster_nodes("redis://127.0.0.1:6379"), None, "a single server");
+        assert_eq!(
+            cluster_nodes("redis+cluster://u:p@10.0.0.1:7000,10.0.0.2:7001/"),
+            Some(Ok(vec!["redis://u:p@10.0.0.1:7000".to_owned(), "redis://u:p@10.0.0.2:7001".to_owned()]))
+        );
+        assert_eq!(cluster_nodes("rediss+cluster://h:1"), Some(Ok(vec!["rediss://h:1".to_owned()])));
+        assert!(matches!(cluster_nodes("redis+cluster://h:1/3"), Some(Err(e)) if e.contains("database 0")));
+        assert!(matches!(cluster_nodes("redis+cluster://h:1,,h:2"), Some(Err(_))));
+        assert!(matches!(cluster_nodes("redis+cluster://h"), Some(Err(e)) if e.contains("host:port")));
+    }
+
+    #[test]
+    fn a_cluster_refuses_a_prefix_with_hash_tag_braces() {
+        let settings = |prefix: &str| RedisSettings {
+            url: "redis+cluster://127.0.0.1:1,127.0.0.1:2".into(),
+            prefix: prefix.into(),
+            connect_timeout: Duration::from_millis(100),
+            command_timeout: Duration::from_millis(100),
+            ca_pem: None,
+        };
+        assert!(RedisStore::new(settings("pc:")).is_ok_and(|s| s.is_cluster()));
+        assert!(RedisStore::new(settings("{pc}:")).is_err_and(|e| e.contains("hash slot")));
     }
 
     #[test]

@@ -28,6 +28,19 @@ pub trait ReplayStore: Send + Sync {
     /// replay). Among concurrent calls with the same key, exactly one gets `Ok(true)`.
     /// `Err` means nothing can be said (store down, or full): the caller must refuse.
     async fn first_use(&self, key: &str, ttl: Duration) -> Result<bool, StoreError>;
+
+    /// `first_use(first)`, then, only if that was a first use, `first_use(then)`: `Ok(true)`
+    /// when both were first uses. A store that can do both in one round trip (Redis: one script)
+    /// overrides this; the answer is the same as the two calls in turn.
+    async fn first_use_then(&self, first: &str, then: Option<&str>, ttl: Duration) -> Result<bool, StoreError> {
+        if !self.first_use(first, ttl).await? {
+            return Ok(false);
+        }
+        match then {
+            Some(key) => self.first_use(key, ttl).await,
+            None => Ok(true),
+        }
+    }
 }
 
 /// The time source of the memory store; tests substitute a manual clock.

@@ -38,3 +38,31 @@ pub async fn concurrent_first_uses_admit_exactly_one(store: Arc<dyn ReplayStore>
     }
     assert_eq!(admitted, 1, "exactly one of {n} concurrent uses is first");
 }
+
+/// `first_use_then` answers as `first_use(first)` then `first_use(then)` would: the first key
+/// is recorded even when the second was already used, and a replayed first key records nothing.
+/// The keys of a pair share a `{…}` hash tag, as the replay stage's do (one Redis Cluster slot).
+pub async fn first_use_then_is_two_first_uses_in_turn(store: &dyn ReplayStore) {
+    assert!(store.first_use_then("contract:{then}:s1", Some("contract:{then}:n1"), TTL).await.unwrap(), "both new");
+    assert!(!store.first_use_then("contract:{then}:s1", Some("contract:{then}:n2"), TTL).await.unwrap(), "first key replayed");
+    assert!(store.first_use("contract:{then}:n2", TTL).await.unwrap(), "so the second was not recorded");
+    assert!(!store.first_use_then("contract:{then}:s2", Some("contract:{then}:n1"), TTL).await.unwrap(), "second key replayed");
+    assert!(!store.first_use("contract:{then}:s2", TTL).await.unwrap(), "the first was recorded all the same");
+    assert!(store.first_use_then("contract:{then}:s3", None, TTL).await.unwrap(), "one key");
+    assert!(!store.first_use_then("contract:{then}:s3", None, TTL).await.unwrap());
+}
+
+/// Among `n` concurrent `first_use_then` calls with one pair of keys, exactly one is first.
+pub async fn concurrent_pairs_admit_exactly_one(store: Arc<dyn ReplayStore>, n: usize) {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let s = store.clone();
+            tokio::spawn(async move { s.first_use_then("contract:{pair}:sig", Some("contract:{pair}:nonce"), TTL).await.unwrap() })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += usize::from(t.await.unwrap());
+    }
+    assert_eq!(admitted, 1, "exactly one of {n} concurrent pairs is first");
+}

@@ -35,10 +35,15 @@ fn config(upstream: &str, redis: &str, key: &SigningKey, mode: &str) -> Config {
 
 impl Pair {
     async fn start(redis: &RedisServer, mode: &str) -> Pair {
+        Pair::start_on(&redis.url(), mode).await
+    }
+
+    /// Two instances on the store at `url` (a server or a cluster).
+    async fn start_on(url: &str, mode: &str) -> Pair {
         let upstream = Upstream::start().await;
         let key = SigningKey::from_bytes(&rand::random());
-        let a = Gateway::start(config(&upstream.url(), &redis.url(), &key, mode)).await;
-        let b = Gateway::start(config(&upstream.url(), &redis.url(), &key, mode)).await;
+        let a = Gateway::start(config(&upstream.url(), url, &key, mode)).await;
+        let b = Gateway::start(config(&upstream.url(), url, &key, mode)).await;
         Pair { upstream, a, b, signer: Signer::new(key, AGENT).unwrap() }
     }
 
@@ -112,6 +117,58 @@ async fn redis_down_refuses_with_503_and_service_resumes_when_it_is_back() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(recovered, "service resumes without a restart");
+}
+
+/// Scale-out: two instances on a real three-master Redis Cluster share replay records, and a
+/// master that stops turns into 503 `state_unavailable` (never a pass) until it is back.
+#[tokio::test]
+async fn two_instances_on_a_redis_cluster_share_replays_and_survive_a_node_restart() {
+    let mut cluster = common::redis::RedisCluster::start();
+    let p = Pair::start_on(&cluster.url(), "enforce").await;
+    // Many signatures, so their replay records land on every master.
+    for _ in 0..12 {
+        let req = p.signed_for(&p.a).build().unwrap();
+        let copy = replay_to(&p.b, &req);
+        assert_eq!(client().execute(req).await.unwrap().status(), 200);
+        let resp = copy.send().await.unwrap();
+        assert_eq!(resp.status(), 401, "B refuses what A accepted");
+        assert_eq!(resp.json::<serde_json::Value>().await.unwrap()["error"], "replayed_signature");
+    }
+    assert_eq!(p.upstream.seen().len(), 12);
+
+    cluster.nodes[2].stop();
+    let mut unavailable = 0;
+    for _ in 0..20 {
+        let resp = p.signed_for(&p.b).send().await.unwrap();
+        match resp.status().as_u16() {
+            200 => {}
+            503 => {
+                let body: serde_json::Value = resp.json().await.unwrap();
+                assert_eq!(body["error"], "state_unavailable", "{body}");
+                unavailable += 1;
+            }
+            other => panic!("unexpected status {other} while a master is down"),
+        }
+    }
+    assert!(unavailable > 0, "requests whose records live on the stopped master are refused");
+    let forwarded = p.upstream.seen().len();
+    assert_eq!(forwarded, 12 + 20 - unavailable, "a refused request is not forwarded");
+
+    cluster.nodes[2].restart();
+    cluster.wait_until_ok();
+    let mut recovered = 0;
+    for _ in 0..100 {
+        if p.signed_for(&p.a).send().await.unwrap().status() == 200 {
+            recovered += 1;
+            if recovered == 10 {
+                break;
+            }
+        } else {
+            recovered = 0;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    assert_eq!(recovered, 10, "service resumes without a gateway restart");
 }
 
 #[tokio::test]

@@ -10,7 +10,8 @@
 //! - [`upstream`]: a recording MCP-like upstream for the gateway's tests.
 //! - [`tool_server`]: an MCP server whose tools a test changes while the gateway runs.
 //! - [`backend`]: the example MCP server of the demo, the compose file and the load bench.
-//! - [`redis`]: a real `redis-server` child process.
+//! - [`redis`]: a real `redis-server` child process, and a three-master Redis Cluster of them.
+//! - [`browser`]: just enough of a browser for the approval page (redirects, cookies).
 //!
 //! This crate never depends on the gateway. Constructors that the demo calls have a fallible
 //! form (`try_*`, returning [`Error`]); the tests use the panicking conveniences beside them.
@@ -18,6 +19,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod backend;
+pub mod browser;
 pub mod directory;
 pub mod issuer;
 pub mod keys;

@@ -1,5 +1,6 @@
-//! A real `redis-server` on 127.0.0.1 for the shared-state tests and the state bench
-//! (scripts/test.sh installs it).
+//! A real `redis-server` on 127.0.0.1 for the shared-state tests and the state bench, and a real
+//! Redis Cluster of three masters made of them (scripts/test.sh installs redis-server, whose
+//! package brings `redis-cli`).
 
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -13,6 +14,9 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     /// PEM certificate and key when the server speaks TLS only.
     tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// Whether it runs as a cluster node (its `nodes.conf` lives in `dir`, so a restarted node
+    /// rejoins with its slots).
+    cluster: bool,
 }
 
 impl RedisServer {
@@ -20,7 +24,7 @@ impl RedisServer {
     pub fn start() -> RedisServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let dir = tempfile::tempdir().unwrap();
-        let mut s = RedisServer { child: None, port, dir, tls: None };
+        let mut s = RedisServer { child: None, port, dir, tls: None, cluster: false };
         s.spawn();
         s
     }
@@ -29,7 +33,7 @@ impl RedisServer {
     pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> RedisServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let dir = tempfile::tempdir().unwrap();
-        let mut s = RedisServer { child: None, port, dir, tls: Some((cert.to_owned(), key.to_owned())) };
+        let mut s = RedisServer { child: None, port, dir, tls: Some((cert.to_owned(), key.to_owned())), cluster: false };
         s.spawn();
         s
     }
@@ -44,6 +48,11 @@ impl RedisServer {
                 .arg("--tls-key-file")
                 .arg(key),
         };
+        if self.cluster {
+            // A short node timeout: a stopped master is marked failed (and the cluster down) in
+            // about a second, so the restart test does not wait long.
+            cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000"]);
+        }
         let child = cmd
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "yes"])
             .arg("--dir")
@@ -82,6 +91,63 @@ impl RedisServer {
     pub fn restart(&mut self) {
         self.stop();
         self.spawn();
+    }
+}
+
+/// A Redis Cluster of three masters (no replicas) on loopback, every slot assigned.
+pub struct RedisCluster {
+    /// The nodes, each a [`RedisServer`] that can be stopped and restarted.
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts three cluster-enabled servers, joins them with `redis-cli --cluster create` and
+    /// waits until every node reports `cluster_state:ok`.
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+                let mut s = RedisServer { child: None, port, dir: tempfile::tempdir().unwrap(), tls: None, cluster: true };
+                s.spawn();
+                s
+            })
+            .collect();
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli is installed (it comes with redis-server)");
+        assert!(out.status.success(), "redis-cli --cluster create failed: {}", String::from_utf8_lossy(&out.stdout));
+        let cluster = RedisCluster { nodes };
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    /// `redis+cluster://127.0.0.1:a,127.0.0.1:b,127.0.0.1:c`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+
+    /// Waits (up to 20 s) until every node says `cluster_state:ok`.
+    pub fn wait_until_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ok = self.nodes.iter().all(|n| {
+                Command::new("redis-cli")
+                    .args(["-p", &n.port.to_string(), "cluster", "info"])
+                    .output()
+                    .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("cluster_state:ok"))
+            });
+            if ok {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the Redis Cluster did not reach cluster_state:ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 
