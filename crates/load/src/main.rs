@@ -657,6 +657,20 @@ fn measure_wrk(dir: &std::path::Path, authority: &str, pid: u32, requests: &Requ
     }
 }
 
+/// The mean time of `stage` in µs, from the gateway's `portcullis_stage_duration_seconds` sum and
+/// count.
+async fn stage_mean_us(stage: &str) -> Option<f64> {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let resp = client.get(format!("http://{ADMIN}/metrics").parse().ok()?).await.ok()?;
+    let text = String::from_utf8(resp.into_body().collect().await.ok()?.to_bytes().to_vec()).ok()?;
+    let value = |suffix: &str| -> Option<f64> {
+        let prefix = format!("portcullis_stage_duration_seconds_{suffix}{{stage=\"{stage}\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.trim().parse().ok())
+    };
+    let (sum, count) = (value("sum")?, value("count")?);
+    (count > 0.0).then(|| sum / count * 1e6)
+}
+
 /// p99s from the gateway's /metrics (upper bucket bounds, µs): `portcullis_request_duration_seconds`
 /// (arrival to response headers) and the slowest stages. Says whether a tail is the gateway's
 /// work, a stage's, or time spent before the gateway got to the request at all.
@@ -857,6 +871,18 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
                 Driver::Builtin => measure_builtin(&addr, Some(pid), requests, body.clone(), conns, opts.seconds).await,
             };
             stop_perf(perf);
+            if matches!(scenario, Scenario::Full | Scenario::FullCatalog) {
+                // The stages' own times, from the gateway's stage histogram (the run and its
+                // warm-up): for (d) the catalog stage is the lookup, the compiled-schema
+                // validation and the header checks; the policy stage reads what it found.
+                let mut means = Vec::new();
+                for stage in ["catalog", "policy", "mcp", "token", "signature"] {
+                    if let Some(mean) = stage_mean_us(stage).await {
+                        means.push(format!("{stage} {mean:.2}"));
+                    }
+                }
+                eprintln!("  round {round} {} stage means (µs per request, portcullis_stage_duration_seconds): {}", tag(scenario), means.join(", "));
+            }
             if s.ran_out {
                 eprintln!("  note: the signed request pool ran out before the deadline (wrk: repeats were refused as replays)");
             }
