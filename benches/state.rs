@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use portcullis::quota::QuotaSpec;
+use portcullis::state::admit::{AdmitStore, ReplayKeys};
 use portcullis::state::journal::{JournalStore, MemoryJournalStore, RecordedAnswer, Ticket};
 use portcullis::state::quota::{MemoryQuotaStore, QuotaStore};
 use portcullis::state::redis::{RedisSettings, RedisStore};
@@ -37,6 +39,7 @@ fn stores(c: &mut Criterion) {
     })
     .unwrap();
     let memory = MemoryReplayStore::new(10_000_000);
+    let memory_quota_for_admit = MemoryQuotaStore::new(1_000_000);
     let n = AtomicU64::new(0);
     let mut g = c.benchmark_group("replay_first_use");
     for (name, store) in [("memory", &memory as &dyn ReplayStore), ("redis", &redis as &dyn ReplayStore), ("redis-cluster", &cluster as &dyn ReplayStore)] {
@@ -60,6 +63,35 @@ fn stores(c: &mut Criterion) {
             })
         });
     }
+    g.finish();
+
+    // A signed request with a nonce and one quota: stage 6 then stage 10 (two round trips on
+    // Redis), against the one admission script (`state::admit`, a single Redis server).
+    let mut g = c.benchmark_group("signed_request_with_a_quota");
+    let quota = QuotaSpec { key: "admit".into(), cost: 1, limit: u64::MAX / 2, per: Duration::from_secs(60) };
+    for (name, store) in [("memory-two-steps", &memory as &dyn ReplayStore), ("redis-two-round-trips", &redis as &dyn ReplayStore)] {
+        let quotas: &dyn QuotaStore = if name.starts_with("memory") { &memory_quota_for_admit } else { &redis };
+        let quota = &quota;
+        g.bench_function(name, |b| {
+            b.to_async(&rt).iter(|| {
+                let i = n.fetch_add(1, Ordering::Relaxed);
+                let (sig, nonce) = (format!("sig:{{a{i}}}:k:s"), format!("nonce:{{a{i}}}:k"));
+                async move {
+                    black_box(store.first_use_then(&sig, Some(&nonce), Duration::from_secs(5)).await.unwrap());
+                    black_box(quotas.spend(&quota.key, quota.cost, quota.limit, quota.per, UnixTime::now()).await.unwrap())
+                }
+            })
+        });
+    }
+    let quota = &quota;
+    g.bench_function("redis-one-round-trip", |b| {
+        b.to_async(&rt).iter(|| {
+            let i = n.fetch_add(1, Ordering::Relaxed);
+            let keys = ReplayKeys { first: format!("sig:{{b{i}}}:k:s"), then: Some(format!("nonce:{{b{i}}}:k")), ttl: Duration::from_secs(5) };
+            let redis = &redis;
+            async move { black_box(redis.admit(&keys, std::slice::from_ref(quota), UnixTime::now()).await.unwrap()) }
+        })
+    });
     g.finish();
 
     let memory_quota = MemoryQuotaStore::new(1_000_000);

@@ -31,6 +31,7 @@ use crate::replay::ReplayGuard;
 use crate::session::{self, SessionGuard};
 use crate::signature::{SignatureError, SignatureVerifier, VerifiedSignature};
 use crate::stage::{stage_span, Stage, StageTimings};
+use crate::state::admit::Admission;
 use crate::state::Stores;
 use crate::telemetry::DirectoryMetrics;
 use portcullis_wire::digest::DigestCheck;
@@ -142,6 +143,10 @@ pub struct Stages {
     pub approvals: crate::approval::Approvals,
     /// `mode`: where judging stops (at the first refusal of a group in enforce mode).
     modes: Modes,
+    /// Whether stage 6 defers the replay records to the admission point, to write them in the
+    /// same Redis round trip as the quotas (`state::admit`): a single Redis server, with the
+    /// identity stages and the policy enforcing.
+    defers_replay: bool,
 }
 
 impl Stages {
@@ -199,6 +204,10 @@ impl Stages {
             idempotency: crate::idempotency::Idempotency::new(&config.idempotency, &stores),
             catalog,
             approvals,
+            defers_replay: stores.admit.is_some()
+                && config.policy.enabled
+                && config.mode.is_enforcing(Group::Identity)
+                && config.mode.is_enforcing(Group::Policy),
             stores,
             modes: config.mode,
         })
@@ -259,6 +268,29 @@ pub async fn check(req: &Inbound, stages: &Stages, timings: &mut StageTimings) -
 /// The stages in order. A refusal is noted by `judge`, which stops the run (`?`) when the
 /// stage's group is in enforce mode; otherwise the next stages run without what failed.
 async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut StageTimings, judge: &mut Judge) -> Result<(), Denial> {
+    let mut deferred = None;
+    run_stages(req, stages, seen, timings, judge, &mut deferred).await?;
+    // A request that got this far without reaching the admission point (policy off, or an
+    // early return) still records its signature before it is forwarded.
+    if let Some(keys) = deferred.take() {
+        judge.judge(FindingStage::Replay, timings.timed_async(Stage::Replay, stages.replay.check_keys(&keys)).await)?;
+    }
+    Ok(())
+}
+
+/// The stages in order. With `stages.defers_replay` (one Redis server, identity and policy enforcing),
+/// stage 6 only computes the signature's replay records (`deferred`); they are written at the
+/// admission point after the decision, in the same round trip as the quotas when the decision
+/// needs neither an approval nor the journal, else on their own just before those. Nothing is
+/// forwarded or reserved before they are written, and a replayed copy spends nothing.
+async fn run_stages(
+    req: &Inbound,
+    stages: &Stages,
+    seen: &mut Evidence,
+    timings: &mut StageTimings,
+    judge: &mut Judge,
+    deferred: &mut Option<crate::state::admit::ReplayKeys>,
+) -> Result<(), Denial> {
     judge.judge(FindingStage::Digest, timings.timed(Stage::Digest, || stages.digest.verify(&req.head.headers, &req.body)))?;
     // Stages 3–5 (signature, key, signature): the finding names the one that refused.
     if let Some(agent) = judge.judge_any(timings.timed_async(Stage::Signature, verify_signature(req, stages)).await)?.flatten() {
@@ -268,6 +300,9 @@ async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
         // tampered copy that arrives first must not turn the real request into a replay.
         let fresh = if judge.has_found(Group::Identity) {
             None
+        } else if stages.defers_replay {
+            *deferred = Some(stages.replay.keys(&agent, req.now));
+            Some(())
         } else {
             judge.judge(FindingStage::Replay, timings.timed_async(Stage::Replay, stages.replay.check_once(&agent, req.now)).await)?
         };
@@ -335,6 +370,23 @@ async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
     };
     // A denial wins: the quotas and journal a denied call names are not used.
     let Some((quotas, key_use, approval)) = judge.judge(FindingStage::Policy, authorized)? else { return Ok(()) };
+    // The admission point of a deferred replay check (see `run_stages`).
+    if let Some(keys) = deferred.take() {
+        if let (Some(admit), None, None) = (&stages.stores.admit, &approval, &key_use) {
+            let admitted = timings.timed_async(Stage::Replay, admit.admit(&keys, &quotas, req.now)).await;
+            return match admitted {
+                Ok(Admission::Admitted) => Ok(()),
+                Ok(Admission::Replayed) => judge.judge(FindingStage::Replay, Err::<(), _>(stages.replay.replayed())).map(|_| ()),
+                Ok(Admission::Exhausted { index, retry_after }) => {
+                    let key = quotas.get(index).map(|q| q.key.clone()).unwrap_or_default();
+                    seen.quota_exhausted = Some(key.clone());
+                    judge.judge(FindingStage::Quota, Err::<(), _>(QuotaError::Exhausted { key, retry_after })).map(|_| ())
+                }
+                Err(e) => judge.judge(FindingStage::Replay, Err::<(), _>(crate::replay::ReplayError::Store(e))).map(|_| ()),
+            };
+        }
+        judge.judge(FindingStage::Replay, timings.timed_async(Stage::Replay, stages.replay.check_keys(&keys)).await)?;
+    }
     // An allowed call that needs a person's approval waits for it: nothing is spent until the
     // approved retry is forwarded. In monitor mode no link is issued (a finding, forwarded).
     if let Some(ask) = approval {

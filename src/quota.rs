@@ -14,18 +14,8 @@ use crate::state::quota::{QuotaOutcome, QuotaStore};
 use crate::state::StoreError;
 use portcullis_wire::UnixTime;
 
-/// One bucket a decision names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QuotaSpec {
-    /// The bucket, e.g. `payments:user-1842`.
-    pub key: String,
-    /// Units this request spends (the amount for money budgets).
-    pub cost: u64,
-    /// Units per `per`.
-    pub limit: u64,
-    /// The refill period.
-    pub per: Duration,
-}
+/// One bucket a decision names (defined beside the stores, which spend it).
+pub use crate::state::quota::QuotaSpec;
 
 /// Why the quota stage refused a request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

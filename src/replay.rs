@@ -18,6 +18,7 @@ use prometheus_client::metrics::counter::Counter;
 use sha2::{Digest, Sha256};
 
 use crate::signature::VerifiedSignature;
+use crate::state::admit::ReplayKeys;
 use crate::state::replay::ReplayStore;
 use crate::state::StoreError;
 use portcullis_wire::UnixTime;
@@ -63,10 +64,36 @@ impl ReplayGuard {
     /// Records `sig` as used; `Err(Replayed)` if it (or its nonce) already was. Exactly one of
     /// several concurrent copies passes, as the store's `first_use` is atomic.
     pub async fn check_once(&self, sig: &VerifiedSignature, now: UnixTime) -> Result<(), ReplayError> {
-        self.check_parts(sig.keyid(), sig.signature_bytes(), sig.nonce(), sig.expires(), now).await
+        self.check_keys(&self.keys(sig, now)).await
     }
 
+    /// The records `sig` needs (for the pipeline's one-round-trip admission, which writes them
+    /// together with the quotas: `state::admit`).
+    pub fn keys(&self, sig: &VerifiedSignature, now: UnixTime) -> ReplayKeys {
+        self.keys_of(sig.keyid(), sig.signature_bytes(), sig.nonce(), sig.expires(), now)
+    }
+
+    /// Records `keys`; `Err(Replayed)` (counted) if either already was.
+    pub async fn check_keys(&self, keys: &ReplayKeys) -> Result<(), ReplayError> {
+        if self.store.first_use_then(&keys.first, keys.then.as_deref(), keys.ttl).await? {
+            Ok(())
+        } else {
+            Err(self.replayed())
+        }
+    }
+
+    /// A replay found elsewhere (the admission script): counted like one found here.
+    pub fn replayed(&self) -> ReplayError {
+        self.hits.inc();
+        ReplayError::Replayed
+    }
+
+    #[cfg(test)]
     async fn check_parts(&self, keyid: &str, signature: &[u8], nonce: Option<&str>, expires: i64, now: UnixTime) -> Result<(), ReplayError> {
+        self.check_keys(&self.keys_of(keyid, signature, nonce, expires, now)).await
+    }
+
+    fn keys_of(&self, keyid: &str, signature: &[u8], nonce: Option<&str>, expires: i64, now: UnixTime) -> ReplayKeys {
         let ttl = self.ttl(expires, now);
         let signature_digest = URL_SAFE_NO_PAD.encode(Sha256::digest(signature));
         // The nonce is hashed so a long nonce costs the store no more than a short one. Both
@@ -75,17 +102,11 @@ impl ReplayGuard {
         // The tag is a function of the signature: the nonce is a covered parameter, so every
         // copy of a signature carries the same one and lands on the same records.
         let nonce_digest = nonce.map(|n| URL_SAFE_NO_PAD.encode(Sha256::digest(n.as_bytes())));
-        let (by_signature, by_nonce) = match &nonce_digest {
+        let (first, then) = match &nonce_digest {
             Some(n) => (format!("sig:{{{n}}}:{keyid}:{signature_digest}"), Some(format!("nonce:{{{n}}}:{keyid}"))),
             None => (format!("sig:{{{signature_digest}}}:{keyid}"), None),
         };
-        let is_first = self.store.first_use_then(&by_signature, by_nonce.as_deref(), ttl).await?;
-        if is_first {
-            Ok(())
-        } else {
-            self.hits.inc();
-            Err(ReplayError::Replayed)
-        }
+        ReplayKeys { first, then, ttl }
     }
 
     /// Time until `expires + skew`, at least [`MIN_TTL`].

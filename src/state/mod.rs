@@ -5,6 +5,7 @@
 //!
 //! The traits use `async-trait` so stores can be held as `Arc<dyn …>` and chosen by config.
 
+pub mod admit;
 pub mod approval;
 mod approval_redis;
 pub mod journal;
@@ -36,6 +37,9 @@ pub struct Stores {
     pub approval: Arc<dyn ApprovalStore>,
     /// The shared Redis, when `state.store` names one (for readiness and metrics).
     pub redis: Option<Arc<RedisStore>>,
+    /// Replay records and quotas in one round trip: a single Redis server only (on a cluster
+    /// they live in different slots), `None` otherwise.
+    pub admit: Option<Arc<dyn admit::AdmitStore>>,
 }
 
 impl std::fmt::Debug for Stores {
@@ -59,6 +63,7 @@ impl Stores {
                     session: Arc::new(MemorySessionStore::new(cfg.max_sessions)),
                     approval: Arc::new(MemoryApprovalStore::new(approval::MAX_MEMORY_RECORDS)),
                     redis: None,
+                    admit: None,
                 })
             }
         };
@@ -75,7 +80,8 @@ impl Stores {
         })
         .map(Arc::new)
         .map_err(|e| FieldError::new("state.store", e))?;
-        Ok(Stores { replay: redis.clone(), quota: redis.clone(), session: redis.clone(), approval: redis.clone(), redis: Some(redis) })
+        let admit: Option<Arc<dyn admit::AdmitStore>> = if redis.is_cluster() { None } else { Some(redis.clone()) };
+        Ok(Stores { replay: redis.clone(), quota: redis.clone(), session: redis.clone(), approval: redis.clone(), redis: Some(redis), admit })
     }
 }
 

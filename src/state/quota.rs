@@ -15,6 +15,19 @@ use async_trait::async_trait;
 use super::StoreError;
 use portcullis_wire::UnixTime;
 
+/// One bucket a decision names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaSpec {
+    /// The bucket, e.g. `payments:user-1842`.
+    pub key: String,
+    /// Units this request spends (the amount for money budgets).
+    pub cost: u64,
+    /// Units per `per`.
+    pub limit: u64,
+    /// The refill period.
+    pub per: Duration,
+}
+
 /// The result of one spend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QuotaOutcome {

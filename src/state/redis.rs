@@ -290,17 +290,24 @@ fn micros_ceil(d: u128) -> u64 {
     u64::try_from(d.div_ceil(1000)).unwrap_or(u64::MAX)
 }
 
+/// The GCRA's arguments for `cost` units of `limit` per `per`, in µs: the increment, the period
+/// and one unit (shared by the quota script and the admission script).
+pub(crate) fn gcra_args(cost: u64, limit: u64, per: Duration) -> (u64, u64, u64) {
+    let per_ns = per.as_nanos();
+    let increment = micros_ceil((per_ns * u128::from(cost)).div_ceil(u128::from(limit.max(1))));
+    let unit = micros_ceil(per_ns.div_ceil(u128::from(limit.max(1)))).max(1);
+    (increment, micros_ceil(per_ns), unit)
+}
+
 impl RedisStore {
     async fn gcra(&self, key: &str, cost: u64, limit: u64, per: Duration, now: UnixTime, mode: &str) -> Result<(i64, i64), StoreError> {
         static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
         let script = SCRIPT.get_or_init(|| redis::Script::new(GCRA_LUA));
-        let per_ns = per.as_nanos();
-        let increment = micros_ceil((per_ns * u128::from(cost)).div_ceil(u128::from(limit.max(1))));
-        let unit = micros_ceil(per_ns.div_ceil(u128::from(limit.max(1)))).max(1);
+        let (increment, per_us, unit) = gcra_args(cost, limit, per);
         let now_us = u64::try_from(now.0.as_micros()).unwrap_or(u64::MAX);
         let bucket = self.key("quota", key);
         let mut inv = script.key(bucket);
-        inv.arg(now_us).arg(increment).arg(micros_ceil(per_ns)).arg(unit).arg(mode);
+        inv.arg(now_us).arg(increment).arg(per_us).arg(unit).arg(mode);
         let reply: Vec<i64> = self.script(&inv).await?;
         match reply.as_slice() {
             [a, b] => Ok((*a, *b)),

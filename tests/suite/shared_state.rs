@@ -24,8 +24,13 @@ struct Pair {
 }
 
 fn config(upstream: &str, redis: &str, key: &SigningKey, mode: &str) -> Config {
+    config_with(upstream, redis, key, mode, "")
+}
+
+/// `config` with `extra` (e.g. a `[policy]` section) given to the gateway's config.
+fn config_with(upstream: &str, redis: &str, key: &SigningKey, mode: &str, extra: &str) -> Config {
     let jwk = ed25519_public_jwk(&key.verifying_key());
-    let text = common::config_toml(upstream, "").replace("mode = \"enforce\"", &format!("mode = \"{mode}\""))
+    let text = common::config_toml(upstream, extra).replace("mode = \"enforce\"", &format!("mode = \"{mode}\""))
         + &format!(
             "\n[signatures]\nrequired = true\n[[signatures.keys]]\nagent = {AGENT:?}\njwk = {{ kty = \"OKP\", crv = \"Ed25519\", x = {:?} }}\n[oauth]\nrequired = false\n[state]\nstore = {redis:?}\ncommand_timeout = \"300ms\"\nconnect_timeout = \"300ms\"\n",
             jwk["x"].as_str().unwrap()
@@ -223,4 +228,68 @@ async fn rediss_store_with_a_private_ca_shares_replays() {
     let copy = replay_to(&p.b, &req);
     assert_eq!(client().execute(req).await.unwrap().status(), 200);
     assert_eq!(copy.send().await.unwrap().status(), 401, "the replay record went through TLS to the shared Redis");
+}
+
+/// `INFO commandstats` of the Redis at `port`: calls per command (commands run by scripts
+/// included under their own names).
+fn command_calls(port: u16) -> std::collections::HashMap<String, u64> {
+    let out = std::process::Command::new("redis-cli").args(["-p", &port.to_string(), "info", "commandstats"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+/// A signed request with a quota costs one Redis command (one round trip): its replay records
+/// and its quota are one script. The answers are those of the two stages in turn: a replayed
+/// copy is 401 and spends nothing; the quota counts across both instances.
+#[tokio::test]
+async fn a_signed_request_with_a_quota_is_one_redis_round_trip() {
+    use common::policy::{rego, PolicyDir};
+    let redis = RedisServer::start();
+    let upstream = Upstream::start().await;
+    let policy = PolicyDir::new(&rego(r#"decision := {"allow": true, "quotas": [{"key": "signed-calls", "limit": 6, "per": "1h"}]}"#));
+    let key = SigningKey::from_bytes(&rand::random());
+    let a = Gateway::start(config_with(&upstream.url(), &redis.url(), &key, "enforce", &policy.toml())).await;
+    let b = Gateway::start(config_with(&upstream.url(), &redis.url(), &key, "enforce", &policy.toml())).await;
+    let p = Pair { upstream, a, b, signer: Signer::new(key, AGENT).unwrap() };
+
+    // The first request through each instance opens its connection and loads the script;
+    // count from then on.
+    assert_eq!(p.signed_for(&p.a).send().await.unwrap().status(), 200);
+    assert_eq!(p.signed_for(&p.b).send().await.unwrap().status(), 200);
+    let before = command_calls(redis.port);
+    assert_eq!(p.signed_for(&p.b).send().await.unwrap().status(), 200);
+    assert_eq!(p.signed_for(&p.a).send().await.unwrap().status(), 200);
+    let after = command_calls(redis.port);
+    let delta = |cmd: &str| after.get(cmd).copied().unwrap_or(0) - before.get(cmd).copied().unwrap_or(0);
+    // Each request is one EVALSHA (the SETs and GETs the script runs inside Redis are counted
+    // apart); nothing else was sent but this test's own INFO.
+    assert_eq!(delta("evalsha"), 2, "one script per signed request with a quota: {after:?}");
+    let others: Vec<_> = after.keys().filter(|c| !["evalsha", "info", "set", "get"].contains(&c.as_str()) && delta(c) > 0).collect();
+    assert!(others.is_empty(), "no other command: {others:?}");
+
+    // A replayed copy: 401, and the quota is not spent by it (two units are left, one after
+    // the original).
+    let req = p.signed_for(&p.a).build().unwrap();
+    let copy = replay_to(&p.b, &req);
+    assert_eq!(client().execute(req).await.unwrap().status(), 200);
+    let replayed = copy.send().await.unwrap();
+    assert_eq!(replayed.status(), 401);
+    assert_eq!(replayed.json::<serde_json::Value>().await.unwrap()["error"], "replayed_signature");
+    let fourth = p.signed_for(&p.b).send().await.unwrap();
+    assert_eq!(fourth.status(), 200, "the replayed copy spent nothing");
+    let fifth = p.signed_for(&p.a).send().await.unwrap();
+    assert_eq!(fifth.status(), 429, "6 per hour across both instances");
+    assert!(fifth.headers().contains_key("retry-after"));
+    assert_eq!(p.upstream.seen().len(), 6);
+    // The refused request's signature was recorded all the same: its copy is a replay.
+    let refused = p.signed_for(&p.a).build().unwrap();
+    let copy = replay_to(&p.a, &refused);
+    assert_eq!(client().execute(refused).await.unwrap().status(), 429);
+    assert_eq!(copy.send().await.unwrap().status(), 401);
 }
