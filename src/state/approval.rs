@@ -277,6 +277,13 @@ pub(crate) mod contract {
     }
 
     /// Many concurrent retries of an approved call: exactly one consumes it.
+    /// Every case of this contract against one shared store.
+    pub(crate) async fn every_case(store: std::sync::Arc<dyn ApprovalStore>) {
+        a_binding_has_one_link_and_is_consumed_once(store.as_ref()).await;
+        denied_refuses_and_expired_is_dead(store.as_ref()).await;
+        concurrent_retries_consume_once(store).await;
+    }
+
     pub(crate) async fn concurrent_retries_consume_once(store: std::sync::Arc<dyn ApprovalStore>) {
         let now = UnixTime(std::time::Duration::from_secs(1_000));
         let b = BindingKey::new("user-1842", "https://agent.example", &format!("{:064}", uuid::Uuid::new_v4().as_u128()));
@@ -304,10 +311,7 @@ mod tests {
 
     #[tokio::test]
     async fn memory_store_meets_the_contract() {
-        let s = std::sync::Arc::new(MemoryApprovalStore::new(1_000));
-        contract::a_binding_has_one_link_and_is_consumed_once(s.as_ref()).await;
-        contract::denied_refuses_and_expired_is_dead(s.as_ref()).await;
-        contract::concurrent_retries_consume_once(s).await;
+        contract::every_case(std::sync::Arc::new(MemoryApprovalStore::new(1_000))).await;
     }
 
     #[tokio::test]

@@ -124,9 +124,7 @@ mod contract_tests {
     async fn redis_store_meets_the_approval_contract() {
         let server = redis_server::RedisServer::start();
         let s = store_with_prefix(&server, &format!("approval-contract-{}:", uuid::Uuid::new_v4()));
-        contract::a_binding_has_one_link_and_is_consumed_once(s.as_ref()).await;
-        contract::denied_refuses_and_expired_is_dead(s.as_ref()).await;
-        contract::concurrent_retries_consume_once(s).await;
+        contract::every_case(s).await;
     }
 
     #[tokio::test]

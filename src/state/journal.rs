@@ -349,11 +349,7 @@ mod tests {
     async fn memory_store_meets_the_journal_contract() {
         let (clock, offset) = manual_clock();
         let s = Arc::new(MemoryJournalStore::with_clock(10_000, 1 << 20, clock));
-        contract::first_use_reserves_and_others_see_the_entry(s.as_ref()).await;
-        contract::only_the_holder_records_or_releases(s.as_ref()).await;
-        contract::a_released_key_can_be_reserved_again(s.as_ref()).await;
-        contract::keys_are_independent(s.as_ref()).await;
-        contract::concurrent_reservations_admit_exactly_one(s.clone(), 100).await;
+        contract::every_case_but_expiry(s.clone()).await;
         let advance = move |d: Duration| {
             offset.fetch_add(d.as_millis() as u64, Ordering::SeqCst);
             std::future::ready(())

@@ -111,3 +111,12 @@ where
     assert_eq!(store.reserve(&ticket("ttl-recorded", 1, "t3"), ttl).await.unwrap(), Reserve::Reserved, "a recorded answer expires");
     assert!(!store.complete(&pending, &answer("too late"), ttl).await.unwrap(), "an expired ticket records nothing");
 }
+
+/// Every case above but the expiry (which needs the store's clock) against one shared store.
+pub async fn every_case_but_expiry(store: Arc<dyn JournalStore>) {
+    first_use_reserves_and_others_see_the_entry(store.as_ref()).await;
+    only_the_holder_records_or_releases(store.as_ref()).await;
+    a_released_key_can_be_reserved_again(store.as_ref()).await;
+    keys_are_independent(store.as_ref()).await;
+    concurrent_reservations_admit_exactly_one(store, 100).await;
+}

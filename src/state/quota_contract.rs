@@ -90,3 +90,12 @@ async fn memory_store_drops_expired_buckets_and_refuses_beyond_max_keys() {
     assert!(matches!(store.spend("k3", 1, 10, HOUR, at(400)).await, Ok(QuotaOutcome::Spent { .. })));
     assert_eq!(store.len(), 1);
 }
+
+/// Every case above against one shared store (keys of one run do not collide).
+pub(crate) async fn every_case(store: std::sync::Arc<dyn QuotaStore>) {
+    limit_n_allows_n_then_refuses(store.as_ref()).await;
+    cost_is_counted_as_an_amount(store.as_ref()).await;
+    keys_are_independent(store.as_ref()).await;
+    refund_restores_units(store.as_ref()).await;
+    concurrent_spends_count_exactly(store).await;
+}

@@ -481,42 +481,28 @@ pub(crate) mod contract_tests {
 
     /// A store on `server` whose keys start with `prefix` (the journal's tests use it too).
     pub(crate) fn store_with_prefix(server: &redis_server::RedisServer, prefix: &str) -> Arc<RedisStore> {
-        let settings = RedisSettings {
-            url: server.url(),
-            prefix: prefix.to_owned(),
-            connect_timeout: Duration::from_secs(2),
-            command_timeout: Duration::from_secs(2),
-            ca_pem: None,
-        };
-        Arc::new(RedisStore::new(settings).expect("valid url"))
+        store_at(server.url(), prefix)
     }
 
-    impl RedisStore {
-        async fn first_use_owned(&self, key: String) -> Result<bool, StoreError> {
-            self.first_use(&key, Duration::from_secs(60)).await
-        }
+    /// A store on the server or cluster at `url`.
+    fn store_at(url: String, prefix: &str) -> Arc<RedisStore> {
+        let settings =
+            RedisSettings { url, prefix: prefix.to_owned(), connect_timeout: Duration::from_secs(2), command_timeout: Duration::from_secs(2), ca_pem: None };
+        Arc::new(RedisStore::new(settings).expect("valid url"))
     }
 
     #[tokio::test]
     async fn redis_store_meets_the_quota_contract() {
         let server = redis_server::RedisServer::start();
         let s = store(&server);
-        crate::state::quota::contract::limit_n_allows_n_then_refuses(s.as_ref()).await;
-        crate::state::quota::contract::cost_is_counted_as_an_amount(s.as_ref()).await;
-        crate::state::quota::contract::keys_are_independent(s.as_ref()).await;
-        crate::state::quota::contract::refund_restores_units(s.as_ref()).await;
-        crate::state::quota::contract::concurrent_spends_count_exactly(s.clone()).await;
+        crate::state::quota::contract::every_case(s).await;
     }
 
     #[tokio::test]
     async fn redis_store_meets_the_replay_contract() {
         let server = redis_server::RedisServer::start();
         let s = store(&server);
-        crate::state::replay::contract::second_use_is_a_replay(s.as_ref()).await;
-        crate::state::replay::contract::distinct_keys_are_independent(s.as_ref()).await;
-        crate::state::replay::contract::concurrent_first_uses_admit_exactly_one(s.clone(), 100).await;
-        crate::state::replay::contract::first_use_then_is_two_first_uses_in_turn(s.as_ref()).await;
-        crate::state::replay::contract::concurrent_pairs_admit_exactly_one(s.clone(), 100).await;
+        crate::state::replay::contract::every_case(s).await;
     }
 
     #[tokio::test]
@@ -524,24 +510,9 @@ pub(crate) mod contract_tests {
         use crate::state::session::contract;
         let server = redis_server::RedisServer::start();
         let s = store(&server);
-        contract::a_session_belongs_to_the_owner_that_bound_it(s.as_ref()).await;
-        contract::unknown_sessions_are_unbound_and_sessions_are_independent(s.as_ref()).await;
-        contract::only_the_owner_unbinds(s.as_ref()).await;
-        contract::concurrent_binds_have_exactly_one_winner(s.clone(), 100).await;
+        contract::every_case_but_expiry(s.clone()).await;
         // Real time: steps of 1.2 s against a 2 s lifetime leave 0.8 s for scheduling delays.
         contract::a_binding_expires_after_ttl_without_use(s.as_ref(), Duration::from_secs(2), tokio::time::sleep).await;
-    }
-
-    /// A store on a Redis Cluster (seed nodes: all three).
-    fn cluster_store(cluster: &redis_server::RedisCluster, prefix: &str) -> Arc<RedisStore> {
-        let settings = RedisSettings {
-            url: cluster.url(),
-            prefix: prefix.to_owned(),
-            connect_timeout: Duration::from_secs(2),
-            command_timeout: Duration::from_secs(2),
-            ca_pem: None,
-        };
-        Arc::new(RedisStore::new(settings).expect("valid url"))
     }
 
     /// Every contract suite on a real three-master cluster: each script touches one slot, so
@@ -550,29 +521,12 @@ pub(crate) mod contract_tests {
     async fn a_redis_cluster_meets_every_contract() {
         use crate::state::{approval, journal, quota, replay, session};
         let cluster = redis_server::RedisCluster::start();
-        let s = cluster_store(&cluster, &format!("cluster-{}:", uuid::Uuid::new_v4()));
-        replay::contract::second_use_is_a_replay(s.as_ref()).await;
-        replay::contract::distinct_keys_are_independent(s.as_ref()).await;
-        replay::contract::concurrent_first_uses_admit_exactly_one(s.clone(), 100).await;
-        replay::contract::first_use_then_is_two_first_uses_in_turn(s.as_ref()).await;
-        replay::contract::concurrent_pairs_admit_exactly_one(s.clone(), 100).await;
-        quota::contract::limit_n_allows_n_then_refuses(s.as_ref()).await;
-        quota::contract::cost_is_counted_as_an_amount(s.as_ref()).await;
-        quota::contract::keys_are_independent(s.as_ref()).await;
-        quota::contract::refund_restores_units(s.as_ref()).await;
-        quota::contract::concurrent_spends_count_exactly(s.clone()).await;
-        session::contract::a_session_belongs_to_the_owner_that_bound_it(s.as_ref()).await;
-        session::contract::unknown_sessions_are_unbound_and_sessions_are_independent(s.as_ref()).await;
-        session::contract::only_the_owner_unbinds(s.as_ref()).await;
-        session::contract::concurrent_binds_have_exactly_one_winner(s.clone(), 100).await;
-        journal::contract::first_use_reserves_and_others_see_the_entry(s.as_ref()).await;
-        journal::contract::only_the_holder_records_or_releases(s.as_ref()).await;
-        journal::contract::a_released_key_can_be_reserved_again(s.as_ref()).await;
-        journal::contract::keys_are_independent(s.as_ref()).await;
-        journal::contract::concurrent_reservations_admit_exactly_one(s.clone(), 100).await;
-        approval::contract::a_binding_has_one_link_and_is_consumed_once(s.as_ref()).await;
-        approval::contract::denied_refuses_and_expired_is_dead(s.as_ref()).await;
-        approval::contract::concurrent_retries_consume_once(s.clone()).await;
+        let s = store_at(cluster.url(), &format!("cluster-{}:", uuid::Uuid::new_v4()));
+        replay::contract::every_case(s.clone()).await;
+        quota::contract::every_case(s.clone()).await;
+        session::contract::every_case_but_expiry(s.clone()).await;
+        journal::contract::every_case_but_expiry(s.clone()).await;
+        approval::contract::every_case(s).await;
         // The keys really are spread over the three masters (not all in one slot by accident).
         let mut holding = 0;
         for node in &cluster.nodes {
@@ -588,7 +542,7 @@ pub(crate) mod contract_tests {
     #[tokio::test]
     async fn a_cluster_node_restart_fails_closed_then_recovers() {
         let mut cluster = redis_server::RedisCluster::start();
-        let s = cluster_store(&cluster, "restart:");
+        let s = store_at(cluster.url(), "restart:");
         for i in 0..30 {
             assert_eq!(s.first_use(&format!("before-{i}"), Duration::from_secs(60)).await, Ok(true));
         }
@@ -606,7 +560,11 @@ pub(crate) mod contract_tests {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         let mut i = 0;
         loop {
-            let results: Vec<_> = futures_util::future::join_all((0..30).map(|k| s.first_use_owned(format!("after-{i}-{k}")))).await;
+            let uses = (0..30).map(|k| {
+                let (s, key) = (&s, format!("after-{i}-{k}"));
+                async move { s.first_use(&key, Duration::from_secs(60)).await }
+            });
+            let results: Vec<_> = futures_util::future::join_all(uses).await;
             if results.iter().all(|r| *r == Ok(true)) {
                 break;
             }

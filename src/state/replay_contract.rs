@@ -66,3 +66,12 @@ pub async fn concurrent_pairs_admit_exactly_one(store: Arc<dyn ReplayStore>, n: 
     }
     assert_eq!(admitted, 1, "exactly one of {n} concurrent pairs is first");
 }
+
+/// Every case above against one shared store (keys of one run do not collide).
+pub async fn every_case(store: Arc<dyn ReplayStore>) {
+    second_use_is_a_replay(store.as_ref()).await;
+    distinct_keys_are_independent(store.as_ref()).await;
+    concurrent_first_uses_admit_exactly_one(store.clone(), 100).await;
+    first_use_then_is_two_first_uses_in_turn(store.as_ref()).await;
+    concurrent_pairs_admit_exactly_one(store, 100).await;
+}

@@ -16,12 +16,7 @@ fn advance(t: &StdMutex<Instant>, by: Duration) {
 
 #[tokio::test]
 async fn memory_store_meets_the_replay_contract() {
-    let store = MemoryReplayStore::new(1000);
-    super::contract::second_use_is_a_replay(&store).await;
-    super::contract::distinct_keys_are_independent(&store).await;
-    super::contract::concurrent_first_uses_admit_exactly_one(Arc::new(MemoryReplayStore::new(1000)), 100).await;
-    super::contract::first_use_then_is_two_first_uses_in_turn(&store).await;
-    super::contract::concurrent_pairs_admit_exactly_one(Arc::new(MemoryReplayStore::new(1000)), 100).await;
+    super::contract::every_case(Arc::new(MemoryReplayStore::new(1000))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

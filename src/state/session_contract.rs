@@ -97,3 +97,11 @@ where
     assert_eq!(store.verify(&s, &alice(), ttl).await.unwrap(), Binding::Unbound, "idle past its lifetime");
     assert_eq!(store.bind(&s, &bob(), ttl).await.unwrap(), Binding::Owner, "an expired binding holds nothing");
 }
+
+/// Every case above but the expiry (which needs the store's clock) against one shared store.
+pub async fn every_case_but_expiry(store: Arc<dyn SessionStore>) {
+    a_session_belongs_to_the_owner_that_bound_it(store.as_ref()).await;
+    unknown_sessions_are_unbound_and_sessions_are_independent(store.as_ref()).await;
+    only_the_owner_unbinds(store.as_ref()).await;
+    concurrent_binds_have_exactly_one_winner(store, 100).await;
+}

@@ -21,11 +21,7 @@ fn owner(sub: &str) -> OwnerKey {
 
 #[tokio::test]
 async fn memory_store_meets_the_session_contract() {
-    let store = MemorySessionStore::new(1000);
-    contract::a_session_belongs_to_the_owner_that_bound_it(&store).await;
-    contract::unknown_sessions_are_unbound_and_sessions_are_independent(&store).await;
-    contract::only_the_owner_unbinds(&store).await;
-    contract::concurrent_binds_have_exactly_one_winner(Arc::new(MemorySessionStore::new(1000)), 100).await;
+    contract::every_case_but_expiry(Arc::new(MemorySessionStore::new(1000))).await;
     let (clock, t) = manual_clock();
     let store = MemorySessionStore::with_clock(10, clock);
     contract::a_binding_expires_after_ttl_without_use(&store, Duration::from_secs(30), |d| {
