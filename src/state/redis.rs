@@ -678,24 +678,9 @@ mod tests {
 
 #[cfg(test)]
 mod outage_log_tests {
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
+    use portcullis_test_support::logs::Lines;
 
     use super::*;
-
-    /// Collects formatted log lines.
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().map_err(|_| std::io::Error::other("poisoned"))?.extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     #[tokio::test]
     async fn an_outage_is_logged_once_and_counted_every_time() {
@@ -717,7 +702,7 @@ mod outage_log_tests {
             assert!(store.set_once("k", Duration::from_secs(1)).await.is_err());
         }
         assert_eq!(store.error_counter().get(), 5, "every failure is counted");
-        let text = String::from_utf8(lines.0.lock().map(|l| l.clone()).unwrap_or_default()).unwrap_or_default();
+        let text = lines.text();
         assert_eq!(text.matches("State store unavailable").count(), 1, "one warning per outage:\n{text}");
     }
 }

@@ -567,26 +567,12 @@ document.body.appendChild(out);
     gw.shutdown().await;
 }
 
-/// Collects formatted log lines (the test's own subscriber, on this test's thread, where the
-/// in-process gateway's tasks run).
-#[derive(Clone, Default)]
-struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Lines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The link's code is a bearer secret: no log line inside the approval page's request span
 /// quotes it (the span names only the `approvals.path` prefix).
 #[tokio::test]
 async fn the_approval_pages_request_span_never_quotes_the_code() {
-    let lines = Lines::default();
+    // The test's own subscriber, on this test's thread, where the in-process gateway's tasks run.
+    let lines = common::logs::Lines::default();
     let sink = lines.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || sink.clone())
@@ -604,7 +590,7 @@ async fn the_approval_pages_request_span_never_quotes_the_code() {
     let mut browser = Browser::new(&w.ca, &gw);
     let page = browser.get(&url).await;
     assert_eq!(page.status, 200, "logged in and shown the call");
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let text = lines.text();
     assert!(text.contains("/portcullis/approvals/…"), "the page's request span is in the log, redacted:\n{text}");
     assert!(!text.contains(&code), "the link's code is never logged");
 }

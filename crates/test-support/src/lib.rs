@@ -12,6 +12,7 @@
 //! - [`backend`]: the example MCP server of the demo, the compose file and the load bench.
 //! - [`redis`]: a real `redis-server` child process, and a three-master Redis Cluster of them.
 //! - [`browser`]: just enough of a browser for the approval page (redirects, cookies).
+//! - [`logs`]: log lines a test collects from its own tracing subscriber.
 //!
 //! This crate never depends on the gateway. Constructors that the demo calls have a fallible
 //! form (`try_*`, returning [`Error`]); the tests use the panicking conveniences beside them.
@@ -23,6 +24,7 @@ pub mod browser;
 pub mod directory;
 pub mod issuer;
 pub mod keys;
+pub mod logs;
 pub mod pki;
 pub mod redis;
 pub mod tool_server;

@@ -6,7 +6,7 @@
 pub mod policy;
 
 pub use portcullis_test_support::upstream::{Upstream, TEST_PATHS};
-pub use portcullis_test_support::{backend, browser, directory, issuer, keys, pki, redis};
+pub use portcullis_test_support::{backend, browser, directory, issuer, keys, logs, pki, redis};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
