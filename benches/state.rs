@@ -20,24 +20,20 @@ use portcullis_wire::UnixTime;
 
 fn stores(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let store_at = |url: String| {
+        RedisStore::new(RedisSettings {
+            url,
+            prefix: "bench:".into(),
+            connect_timeout: Duration::from_secs(1),
+            command_timeout: Duration::from_secs(1),
+            ca_pem: None,
+        })
+        .unwrap()
+    };
     let server = redis_server::RedisServer::start();
-    let redis = RedisStore::new(RedisSettings {
-        url: server.url(),
-        prefix: "bench:".into(),
-        connect_timeout: Duration::from_secs(1),
-        command_timeout: Duration::from_secs(1),
-        ca_pem: None,
-    })
-    .unwrap();
+    let redis = store_at(server.url());
     let cluster_servers = redis_server::RedisCluster::start();
-    let cluster = RedisStore::new(RedisSettings {
-        url: cluster_servers.url(),
-        prefix: "bench:".into(),
-        connect_timeout: Duration::from_secs(1),
-        command_timeout: Duration::from_secs(1),
-        ca_pem: None,
-    })
-    .unwrap();
+    let cluster = store_at(cluster_servers.url());
     let memory = MemoryReplayStore::new(10_000_000);
     let memory_quota_for_admit = MemoryQuotaStore::new(1_000_000);
     let n = AtomicU64::new(0);

@@ -40,15 +40,16 @@ fn config_with(upstream: &str, redis: &str, key: &SigningKey, mode: &str, extra:
 
 impl Pair {
     async fn start(redis: &RedisServer, mode: &str) -> Pair {
-        Pair::start_on(&redis.url(), mode).await
+        Pair::start_on(&redis.url(), mode, "").await
     }
 
-    /// Two instances on the store at `url` (a server or a cluster).
-    async fn start_on(url: &str, mode: &str) -> Pair {
+    /// Two instances on the store at `url` (a server or a cluster), `extra` added to their
+    /// config.
+    async fn start_on(url: &str, mode: &str, extra: &str) -> Pair {
         let upstream = Upstream::start().await;
         let key = SigningKey::from_bytes(&rand::random());
-        let a = Gateway::start(config(&upstream.url(), url, &key, mode)).await;
-        let b = Gateway::start(config(&upstream.url(), url, &key, mode)).await;
+        let a = Gateway::start(config_with(&upstream.url(), url, &key, mode, extra)).await;
+        let b = Gateway::start(config_with(&upstream.url(), url, &key, mode, extra)).await;
         Pair { upstream, a, b, signer: Signer::new(key, AGENT).unwrap() }
     }
 
@@ -129,7 +130,7 @@ async fn redis_down_refuses_with_503_and_service_resumes_when_it_is_back() {
 #[tokio::test]
 async fn two_instances_on_a_redis_cluster_share_replays_and_survive_a_node_restart() {
     let mut cluster = common::redis::RedisCluster::start();
-    let p = Pair::start_on(&cluster.url(), "enforce").await;
+    let p = Pair::start_on(&cluster.url(), "enforce", "").await;
     // Many signatures, so their replay records land on every master.
     for _ in 0..12 {
         let req = p.signed_for(&p.a).build().unwrap();
@@ -251,12 +252,8 @@ fn command_calls(port: u16) -> std::collections::HashMap<String, u64> {
 async fn a_signed_request_with_a_quota_is_one_redis_round_trip() {
     use common::policy::{rego, PolicyDir};
     let redis = RedisServer::start();
-    let upstream = Upstream::start().await;
     let policy = PolicyDir::new(&rego(r#"decision := {"allow": true, "quotas": [{"key": "signed-calls", "limit": 6, "per": "1h"}]}"#));
-    let key = SigningKey::from_bytes(&rand::random());
-    let a = Gateway::start(config_with(&upstream.url(), &redis.url(), &key, "enforce", &policy.toml())).await;
-    let b = Gateway::start(config_with(&upstream.url(), &redis.url(), &key, "enforce", &policy.toml())).await;
-    let p = Pair { upstream, a, b, signer: Signer::new(key, AGENT).unwrap() };
+    let p = Pair::start_on(&redis.url(), "enforce", &policy.toml()).await;
 
     // The first request through each instance opens its connection and loads the script;
     // count from then on.

@@ -657,12 +657,16 @@ fn measure_wrk(dir: &std::path::Path, authority: &str, pid: u32, requests: &Requ
     }
 }
 
-/// The mean time of `stage` in µs, from the gateway's `portcullis_stage_duration_seconds` sum and
-/// count.
-async fn stage_mean_us(stage: &str) -> Option<f64> {
+/// The gateway's /metrics text.
+async fn metrics_text() -> Option<String> {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let resp = client.get(format!("http://{ADMIN}/metrics").parse().ok()?).await.ok()?;
-    let text = String::from_utf8(resp.into_body().collect().await.ok()?.to_bytes().to_vec()).ok()?;
+    String::from_utf8(resp.into_body().collect().await.ok()?.to_bytes().to_vec()).ok()
+}
+
+/// The mean time of `stage` in µs, from the `portcullis_stage_duration_seconds` sum and count in
+/// the metrics `text`.
+fn stage_mean_us(text: &str, stage: &str) -> Option<f64> {
     let value = |suffix: &str| -> Option<f64> {
         let prefix = format!("portcullis_stage_duration_seconds_{suffix}{{stage=\"{stage}\"}} ");
         text.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.trim().parse().ok())
@@ -675,9 +679,7 @@ async fn stage_mean_us(stage: &str) -> Option<f64> {
 /// (arrival to response headers) and the slowest stages. Says whether a tail is the gateway's
 /// work, a stage's, or time spent before the gateway got to the request at all.
 async fn gateway_p99s() -> Option<String> {
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let resp = client.get(format!("http://{ADMIN}/metrics").parse().ok()?).await.ok()?;
-    let text = String::from_utf8(resp.into_body().collect().await.ok()?.to_bytes().to_vec()).ok()?;
+    let text = metrics_text().await?;
     // series name (with its labels but `le`) → cumulative (le, count)
     let mut series: std::collections::BTreeMap<String, Vec<(f64, f64)>> = Default::default();
     for line in text.lines().filter(|l| l.contains("_bucket{")) {
@@ -875,12 +877,11 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
                 // The stages' own times, from the gateway's stage histogram (the run and its
                 // warm-up): for (d) the catalog stage is the lookup, the compiled-schema
                 // validation and the header checks; the policy stage reads what it found.
-                let mut means = Vec::new();
-                for stage in ["catalog", "policy", "mcp", "token", "signature"] {
-                    if let Some(mean) = stage_mean_us(stage).await {
-                        means.push(format!("{stage} {mean:.2}"));
-                    }
-                }
+                let text = metrics_text().await.unwrap_or_default();
+                let means: Vec<String> = ["catalog", "policy", "mcp", "token", "signature"]
+                    .iter()
+                    .filter_map(|stage| stage_mean_us(&text, stage).map(|mean| format!("{stage} {mean:.2}")))
+                    .collect();
                 eprintln!("  round {round} {} stage means (µs per request, portcullis_stage_duration_seconds): {}", tag(scenario), means.join(", "));
             }
             if s.ran_out {

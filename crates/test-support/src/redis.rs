@@ -22,18 +22,18 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts redis-server (panics with a clear message if it is not installed).
     pub fn start() -> RedisServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = RedisServer { child: None, port, dir, tls: None, cluster: false };
-        s.spawn();
-        s
+        RedisServer::launch(None, false)
     }
 
     /// A TLS-only server (`rediss://`) presenting `cert`/`key` (PEM).
     pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> RedisServer {
+        RedisServer::launch(Some((cert.to_owned(), key.to_owned())), false)
+    }
+
+    /// A server on a free loopback port in a fresh folder, started.
+    fn launch(tls: Option<(std::path::PathBuf, std::path::PathBuf)>, cluster: bool) -> RedisServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = RedisServer { child: None, port, dir, tls: Some((cert.to_owned(), key.to_owned())), cluster: false };
+        let mut s = RedisServer { child: None, port, dir: tempfile::tempdir().unwrap(), tls, cluster };
         s.spawn();
         s
     }
@@ -104,14 +104,7 @@ impl RedisCluster {
     /// Starts three cluster-enabled servers, joins them with `redis-cli --cluster create` and
     /// waits until every node reports `cluster_state:ok`.
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| {
-                let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-                let mut s = RedisServer { child: None, port, dir: tempfile::tempdir().unwrap(), tls: None, cluster: true };
-                s.spawn();
-                s
-            })
-            .collect();
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::launch(None, true)).collect();
         let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
         let out = Command::new("redis-cli")
             .arg("--cluster")
