@@ -22,6 +22,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -35,7 +36,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::config::Limits;
@@ -99,7 +100,7 @@ pub(crate) async fn serve<I, F, Fut>(
     F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response<ResponseBody>> + Send + 'static,
 {
-    let activity = Activity::new();
+    let activity = Activity::new(deadlines.idle);
     let counter = activity.clone();
     let service = service_fn(move |req: Request<Incoming>| {
         // Counted from here, synchronously with hyper handing the request over.
@@ -138,17 +139,44 @@ fn finished<E: std::fmt::Display>(res: Result<(), E>, peer: SocketAddr) {
     }
 }
 
-/// How many requests of one connection are in flight, watched by the idle timer.
+/// How many requests of one connection are in flight, and when the last one ended: read by
+/// the idle timer when it fires. A request costs two atomic updates and a clock read, and wakes
+/// the timer only when it ends before the moment the timer is armed for (the first request,
+/// while the timer still waits for `limits.header_timeout`); otherwise the timer, on waking,
+/// finds the later end and sleeps on until `limits.idle_timeout` after it.
 #[derive(Clone)]
-struct Activity(Arc<watch::Sender<usize>>);
+struct Activity(Arc<ActivityState>);
+
+struct ActivityState {
+    in_flight: AtomicUsize,
+    /// 1 + when a request last ended, in ns after `since`; 0 before any request ended.
+    last_end: AtomicU64,
+    /// When the idle timer is armed for, in ns after `since`.
+    armed: AtomicU64,
+    /// `limits.idle_timeout`.
+    idle: Duration,
+    since: Instant,
+    /// Woken when the count falls to zero.
+    ended: Notify,
+    /// Woken when a request ended before the moment the timer is armed for.
+    rearm: Notify,
+}
 
 impl Activity {
-    fn new() -> Activity {
-        Activity(Arc::new(watch::Sender::new(0)))
+    fn new(idle: Duration) -> Activity {
+        Activity(Arc::new(ActivityState {
+            in_flight: AtomicUsize::new(0),
+            last_end: AtomicU64::new(0),
+            armed: AtomicU64::new(u64::MAX),
+            idle,
+            since: Instant::now(),
+            ended: Notify::new(),
+            rearm: Notify::new(),
+        }))
     }
 
     fn start(&self) -> InFlight {
-        self.0.send_modify(|n| *n += 1);
+        self.0.in_flight.fetch_add(1, Ordering::SeqCst);
         InFlight(self.0.clone())
     }
 
@@ -156,33 +184,47 @@ impl Activity {
     /// first request, at `deadlines.first_request`; later, `deadlines.idle` after the last
     /// request finished.
     async fn idle(&self, deadlines: Deadlines) {
-        let mut count = self.0.subscribe();
-        let mut deadline = deadlines.first_request;
+        let state = &self.0;
+        let mut wake_at = deadlines.first_request;
         loop {
-            if *count.borrow_and_update() != 0 {
-                // `self` holds the sender, so the channel cannot close under us.
-                let _ = count.wait_for(|n| *n == 0).await;
-                deadline = Instant::now() + deadlines.idle;
-            }
+            state.armed.store(nanos_since(state.since, wake_at), Ordering::SeqCst);
             tokio::select! {
-                () = tokio::time::sleep_until(deadline) => return,
-                changed = count.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    deadline = Instant::now() + deadlines.idle;
-                }
+                () = tokio::time::sleep_until(wake_at) => {}
+                () = state.rearm.notified() => {}
             }
+            self.wait_until_idle().await;
+            let due = match state.last_end.load(Ordering::SeqCst) {
+                0 => deadlines.first_request,
+                ns => state.since + Duration::from_nanos(ns - 1) + deadlines.idle,
+            };
+            if due <= Instant::now() {
+                return;
+            }
+            wake_at = due;
         }
     }
 
     async fn wait_until_idle(&self) {
-        let _ = self.0.subscribe().wait_for(|n| *n == 0).await;
+        loop {
+            let ended = self.0.ended.notified();
+            tokio::pin!(ended);
+            // Registered before the check, so a request ending in between is not missed.
+            ended.as_mut().enable();
+            if self.0.in_flight.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            ended.await;
+        }
     }
 }
 
+/// `at` as ns after `since` (0 if before it).
+fn nanos_since(since: Instant, at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(since).as_nanos()).unwrap_or(u64::MAX - 1)
+}
+
 /// One request in flight; dropping it ends it.
-struct InFlight(Arc<watch::Sender<usize>>);
+struct InFlight(Arc<ActivityState>);
 
 impl InFlight {
     /// Keeps the request in flight until `resp`'s body is finished or dropped.
@@ -193,7 +235,20 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n = n.saturating_sub(1));
+        let state = &self.0;
+        // Stamped before the count falls, so the timer never finds the connection idle with an
+        // older end; the latest stamp wins when requests end together.
+        let ns = nanos_since(state.since, Instant::now());
+        state.last_end.fetch_max(ns + 1, Ordering::SeqCst);
+        if state.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            state.ended.notify_waiters();
+        }
+        // The timer sleeps past the moment this connection could now be closed: wake it (a
+        // stored permit if it is not waiting yet).
+        let due = ns.saturating_add(u64::try_from(state.idle.as_nanos()).unwrap_or(u64::MAX));
+        if due < state.armed.load(Ordering::SeqCst) {
+            state.rearm.notify_one();
+        }
     }
 }
 
