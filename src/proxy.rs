@@ -47,7 +47,7 @@ const CLIENT_FORWARDING: [&str; 7] =
 pub struct Upstream {
     client: Client<HttpConnector, Full<Bytes>>,
     base_path: String,
-    authority: String,
+    authority: http::uri::Authority,
     response_timeout: Duration,
     forward_token: bool,
 }
@@ -68,6 +68,8 @@ impl Upstream {
             Some(p) => format!("{}:{p}", cfg.url.host_str().unwrap_or_default()),
             None => cfg.url.host_str().unwrap_or_default().to_owned(),
         };
+        // `upstream.url` is checked when the config is read, so its host and port make an authority.
+        let authority = http::uri::Authority::try_from(authority.as_str()).unwrap_or_else(|_| http::uri::Authority::from_static("invalid.upstream"));
         Upstream { client, base_path: cfg.url.path().trim_end_matches('/').to_owned(), authority, response_timeout: cfg.response_timeout, forward_token }
     }
 
@@ -77,25 +79,26 @@ impl Upstream {
     pub async fn forward(&self, req: Inbound, permission: &Forward) -> Result<Response<ResponseBody>, UpstreamError> {
         let seen = permission.evidence();
         let Inbound { head, body, peer, is_tls, request_id, authority, .. } = req;
-        let path_and_query = head.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        let uri: Uri = format!("http://{}{}{}", self.authority, self.base_path, path_and_query)
-            .parse()
-            .map_err(|e| UpstreamError::Failed(format!("cannot build upstream URI: {e}")))?;
+        let uri = self.uri(&head.uri)?;
 
         let mut headers = head.headers;
-        strip_hop_by_hop(&mut headers);
-        headers.remove(HOST);
         // MCP: no token passthrough. Even with `forward_token`, only a token the gateway
-        // verified goes on (MCP Authorization: no token passthrough).
-        if !self.forward_token || seen.token.is_none() {
-            headers.remove(AUTHORIZATION);
-            // A DPoP proof (RFC 9449) goes with its token or not at all.
-            headers.remove(portcullis_wire::dpop::DPOP);
+        // verified goes on (MCP Authorization: no token passthrough); a DPoP proof (RFC 9449)
+        // goes with its token or not at all.
+        let drop_token = !self.forward_token || seen.token.is_none();
+        // One pass over the names, then only the fields found are removed: most requests carry
+        // none of them, and a removal hashes its name even when the field is absent.
+        let mut dropped = hop_by_hop_names(&headers);
+        for name in headers.keys() {
+            let is_token = name == AUTHORIZATION || name.as_str() == portcullis_wire::dpop::DPOP;
+            if is_spoofable(name) || CLIENT_FORWARDING.contains(&name.as_str()) || (drop_token && is_token) {
+                dropped.push(name.clone());
+            }
         }
-        let spoofed: Vec<HeaderName> = headers.keys().filter(|k| is_spoofable(k)).cloned().collect();
-        for name in spoofed.into_iter().chain(CLIENT_FORWARDING.map(HeaderName::from_static)) {
+        for name in dropped {
             headers.remove(name);
         }
+        headers.remove(HOST);
         join_cookies(&mut headers);
         if let Ok(v) = HeaderValue::from_str(&peer.ip().to_string()) {
             headers.insert(HeaderName::from_static("x-forwarded-for"), v);
@@ -142,6 +145,27 @@ impl Upstream {
     }
 }
 
+impl Upstream {
+    /// The upstream URI for an inbound request target: `upstream.url`'s path, then the
+    /// request's path and query. Without a base path the request's own path and query are
+    /// reused as they are (no second parse).
+    fn uri(&self, inbound: &Uri) -> Result<Uri, UpstreamError> {
+        let path_and_query = match (self.base_path.is_empty(), inbound.path_and_query()) {
+            (true, Some(pq)) => pq.clone(),
+            (_, pq) => {
+                let pq = pq.map_or("/", |p| p.as_str());
+                http::uri::PathAndQuery::try_from(format!("{}{pq}", self.base_path))
+                    .map_err(|e| UpstreamError::Failed(format!("cannot build upstream URI: {e}")))?
+            }
+        };
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(http::uri::Scheme::HTTP);
+        parts.authority = Some(self.authority.clone());
+        parts.path_and_query = Some(path_and_query);
+        Uri::from_parts(parts).map_err(|e| UpstreamError::Failed(format!("cannot build upstream URI: {e}")))
+    }
+}
+
 /// An inbound header that never goes upstream: a copy of the gateway's own identity headers,
 /// or any name with `_`. CGI, WSGI and Rack fold `_` and `-` into one variable
 /// (`x_portcullis_agent` and `x-portcullis-agent` are both `HTTP_X_PORTCULLIS_AGENT`), so an
@@ -166,19 +190,23 @@ fn add_token_identity(headers: &mut HeaderMap, token: &VerifiedToken) {
 
 /// Removes hop-by-hop fields, including every field the `Connection` header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
+    for name in hop_by_hop_names(headers) {
+        headers.remove(name);
+    }
+}
+
+/// The hop-by-hop fields present in `headers`: the standard ones and every field the
+/// `Connection` header names.
+fn hop_by_hop_names(headers: &HeaderMap) -> Vec<HeaderName> {
+    let mut names: Vec<HeaderName> = headers
         .get_all(CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
         .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in HOP_BY_HOP {
-        headers.remove(name);
-    }
+    names.extend(headers.keys().filter(|k| HOP_BY_HOP.contains(&k.as_str())).cloned());
+    names
 }
 
 /// HTTP/2 clients may split `cookie` into several fields; an HTTP/1.1 upstream must get one,
@@ -229,6 +257,43 @@ mod tests {
         for n in ["x-custom", "mcp-session-id", "content-type", "x-portcullis"] {
             assert!(!is_spoofable(&HeaderName::from_static(n)), "{n}");
         }
+    }
+
+    fn upstream(url: &str) -> Upstream {
+        let cfg = config::Upstream {
+            url: url.parse().unwrap(),
+            connect_timeout: Duration::from_secs(1),
+            response_timeout: Duration::from_secs(1),
+            pool_max_idle: 1,
+            pool_idle_timeout: Duration::from_secs(1),
+            extra_paths: Vec::new(),
+            health_check: false,
+        };
+        Upstream::new(&cfg, false)
+    }
+
+    #[tokio::test]
+    async fn the_upstream_uri_keeps_the_request_path_and_query_after_the_base_path() {
+        let target: Uri = "/mcp?a=1&b=%2F".parse().unwrap();
+        assert_eq!(upstream("http://127.0.0.1:3001").uri(&target).unwrap(), "http://127.0.0.1:3001/mcp?a=1&b=%2F");
+        assert_eq!(upstream("http://127.0.0.1:3001/backend/").uri(&target).unwrap(), "http://127.0.0.1:3001/backend/mcp?a=1&b=%2F");
+        assert_eq!(upstream("http://[::1]:3001").uri(&"/".parse().unwrap()).unwrap(), "http://[::1]:3001/");
+        // An absolute-form target goes to the upstream, never to the host it names.
+        let absolute: Uri = "http://evil.example/mcp?x".parse().unwrap();
+        assert_eq!(upstream("http://127.0.0.1:3001").uri(&absolute).unwrap(), "http://127.0.0.1:3001/mcp?x");
+    }
+
+    #[test]
+    fn forwarding_and_identity_fields_are_found_in_one_pass() {
+        let mut h = HeaderMap::new();
+        h.insert(CONNECTION, HeaderValue::from_static("x-hop"));
+        h.insert("x-hop", HeaderValue::from_static("1"));
+        h.insert("te", HeaderValue::from_static("trailers"));
+        h.insert("content-type", HeaderValue::from_static("application/json"));
+        let mut names: Vec<String> = hop_by_hop_names(&h).iter().map(|n| n.as_str().to_owned()).collect();
+        names.sort();
+        assert_eq!(names, ["connection", "te", "x-hop"]);
+        assert!(hop_by_hop_names(&HeaderMap::new()).is_empty());
     }
 
     #[test]
