@@ -93,6 +93,10 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     findings: Family<FindingLabels, Counter>,
     stage_seconds: Family<StageLabels, Histogram>,
+    /// Each stage's series of `stage_seconds`, looked up once: the family's lookup hashes the
+    /// label set under a lock, several times per request otherwise. Filled on first use, so a
+    /// stage that never ran still has no series.
+    stage_series: [std::sync::OnceLock<Histogram>; Stage::ALL.len()],
     request_seconds: Histogram,
     upstream_errors: Family<ErrorLabels, Counter>,
     in_flight: Gauge,
@@ -127,7 +131,7 @@ impl Metrics {
         registry.register("in_flight_requests", "Requests being handled now (body read included)", in_flight.clone());
         let admitted = Gauge::default();
         registry.register("admitted_requests", "Requests holding a limits.max_in_flight slot (after the body read, until the response head)", admitted.clone());
-        Metrics { registry, requests, findings, stage_seconds, request_seconds, upstream_errors, in_flight, admitted }
+        Metrics { registry, requests, findings, stage_seconds, stage_series: Default::default(), request_seconds, upstream_errors, in_flight, admitted }
     }
 
     /// Counts one finished request and its per-stage latencies.
@@ -137,7 +141,9 @@ impl Metrics {
             self.findings.get_or_create(&FindingLabels { stage: f.stage, error: f.error }).inc();
         }
         for (stage, d) in timings.iter() {
-            self.stage_seconds.get_or_create(&StageLabels { stage: stage.as_str() }).observe(d.as_secs_f64());
+            self.stage_series[stage as usize]
+                .get_or_init(|| self.stage_seconds.get_or_create(&StageLabels { stage: stage.as_str() }).clone())
+                .observe(d.as_secs_f64());
         }
         self.request_seconds.observe(total.as_secs_f64());
     }
