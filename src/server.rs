@@ -311,7 +311,8 @@ impl Shared {
             }
             // The approval pages: a person's browser, not an agent; outside the pipeline.
             if is_approval_page {
-                let (resp, event) = self.stages.approvals.page(req, now).await;
+                // Boxed: the pages' futures are large and rare; inline they would swell every request's.
+                let (resp, event) = Box::pin(self.stages.approvals.page(req, now)).await;
                 if let Some(event) = event {
                     self.log_approval_event(&event, wall, &request_id);
                 }

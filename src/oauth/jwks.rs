@@ -139,6 +139,13 @@ impl Jwks {
         if let Some(set) = self.cache.get(&()).await {
             return Ok(set);
         }
+        // The fetch's future (an HTTP exchange) is several KiB: boxed here, on the rare miss,
+        // it does not swell every request's future (moved into a new task per request).
+        Box::pin(self.key_set_missed(now)).await
+    }
+
+    /// [`Jwks::key_set`] after a cache miss: remembered failures, else one fetch for all.
+    async fn key_set_missed(&self, now: UnixTime) -> Result<Arc<KeySet>, TokenError> {
         {
             let last = self.last_failure.lock().unwrap_or_else(|p| p.into_inner());
             // A request timed before the failure (requests race) is within the memory too.
