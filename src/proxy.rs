@@ -47,7 +47,9 @@ const CLIENT_FORWARDING: [&str; 7] =
 pub struct Upstream {
     client: Client<HttpConnector, Full<Bytes>>,
     base_path: String,
-    authority: http::uri::Authority,
+    /// `upstream.url`'s host and port; `None` if they do not make an authority (the config
+    /// check makes that unreachable), and then every forward fails as before.
+    authority: Option<http::uri::Authority>,
     response_timeout: Duration,
     forward_token: bool,
 }
@@ -68,8 +70,7 @@ impl Upstream {
             Some(p) => format!("{}:{p}", cfg.url.host_str().unwrap_or_default()),
             None => cfg.url.host_str().unwrap_or_default().to_owned(),
         };
-        // `upstream.url` is checked when the config is read, so its host and port make an authority.
-        let authority = http::uri::Authority::try_from(authority.as_str()).unwrap_or_else(|_| http::uri::Authority::from_static("invalid.upstream"));
+        let authority = http::uri::Authority::try_from(authority.as_str()).ok();
         Upstream { client, base_path: cfg.url.path().trim_end_matches('/').to_owned(), authority, response_timeout: cfg.response_timeout, forward_token }
     }
 
@@ -88,13 +89,10 @@ impl Upstream {
         let drop_token = !self.forward_token || seen.token.is_none();
         // One pass over the names, then only the fields found are removed: most requests carry
         // none of them, and a removal hashes its name even when the field is absent.
-        let mut dropped = hop_by_hop_names(&headers);
-        for name in headers.keys() {
+        let dropped = hop_by_hop_names(&headers, |name| {
             let is_token = name == AUTHORIZATION || name.as_str() == portcullis_wire::dpop::DPOP;
-            if is_spoofable(name) || CLIENT_FORWARDING.contains(&name.as_str()) || (drop_token && is_token) {
-                dropped.push(name.clone());
-            }
-        }
+            is_spoofable(name) || CLIENT_FORWARDING.contains(&name.as_str()) || (drop_token && is_token)
+        });
         for name in dropped {
             headers.remove(name);
         }
@@ -143,9 +141,7 @@ impl Upstream {
         strip_hop_by_hop(&mut parts.headers);
         Ok(Response::from_parts(parts, body.boxed()))
     }
-}
 
-impl Upstream {
     /// The upstream URI for an inbound request target: `upstream.url`'s path, then the
     /// request's path and query. Without a base path the request's own path and query are
     /// reused as they are (no second parse).
@@ -160,7 +156,8 @@ impl Upstream {
         };
         let mut parts = http::uri::Parts::default();
         parts.scheme = Some(http::uri::Scheme::HTTP);
-        parts.authority = Some(self.authority.clone());
+        parts.authority =
+            Some(self.authority.clone().ok_or_else(|| UpstreamError::Failed("cannot build upstream URI: upstream.url has no valid authority".into()))?);
         parts.path_and_query = Some(path_and_query);
         Uri::from_parts(parts).map_err(|e| UpstreamError::Failed(format!("cannot build upstream URI: {e}")))
     }
@@ -190,14 +187,14 @@ fn add_token_identity(headers: &mut HeaderMap, token: &VerifiedToken) {
 
 /// Removes hop-by-hop fields, including every field the `Connection` header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    for name in hop_by_hop_names(headers) {
+    for name in hop_by_hop_names(headers, |_| false) {
         headers.remove(name);
     }
 }
 
-/// The hop-by-hop fields present in `headers`: the standard ones and every field the
-/// `Connection` header names.
-fn hop_by_hop_names(headers: &HeaderMap) -> Vec<HeaderName> {
+/// The hop-by-hop fields of `headers` (the standard ones present and every field the
+/// `Connection` header names), and the fields present that `also` picks, in one pass.
+fn hop_by_hop_names(headers: &HeaderMap, also: impl Fn(&HeaderName) -> bool) -> Vec<HeaderName> {
     let mut names: Vec<HeaderName> = headers
         .get_all(CONNECTION)
         .iter()
@@ -205,7 +202,7 @@ fn hop_by_hop_names(headers: &HeaderMap) -> Vec<HeaderName> {
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
         .collect();
-    names.extend(headers.keys().filter(|k| HOP_BY_HOP.contains(&k.as_str())).cloned());
+    names.extend(headers.keys().filter(|k| HOP_BY_HOP.contains(&k.as_str()) || also(k)).cloned());
     names
 }
 
@@ -235,11 +232,11 @@ mod tests {
         h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
         h.insert("mcp-session-id", HeaderValue::from_static("abc"));
         // Found in one pass: the standard ones present and every name `Connection` lists.
-        let mut found: Vec<String> = hop_by_hop_names(&h).iter().map(|n| n.as_str().to_owned()).collect();
+        let mut found: Vec<String> = hop_by_hop_names(&h, |_| false).iter().map(|n| n.as_str().to_owned()).collect();
         found.sort_unstable();
         found.dedup();
         assert_eq!(found, ["close", "connection", "keep-alive", "transfer-encoding", "x-private"]);
-        assert!(hop_by_hop_names(&HeaderMap::new()).is_empty());
+        assert!(hop_by_hop_names(&HeaderMap::new(), |_| true).is_empty());
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1, "{h:?}");
         assert_eq!(h["mcp-session-id"], "abc");

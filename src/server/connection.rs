@@ -112,7 +112,7 @@ pub(crate) async fn serve<I, F, Fut>(
     tokio::pin!(conn);
     let why = tokio::select! {
         res = conn.as_mut() => return finished(res, peer),
-        () = activity.idle(deadlines) => Close::Idle,
+        () = activity.idle(deadlines.first_request) => Close::Idle,
         _ = stop.wait_for(|stopping| *stopping) => Close::Shutdown,
     };
     conn.as_mut().graceful_shutdown();
@@ -181,11 +181,11 @@ impl Activity {
     }
 
     /// Resolves when the connection has had no request in flight for too long: before the
-    /// first request, at `deadlines.first_request`; later, `deadlines.idle` after the last
-    /// request finished.
-    async fn idle(&self, deadlines: Deadlines) {
+    /// first request, at `first_request`; later, `limits.idle_timeout` after the last request
+    /// finished.
+    async fn idle(&self, first_request: Instant) {
         let state = &self.0;
-        let mut wake_at = deadlines.first_request;
+        let mut wake_at = first_request;
         loop {
             state.armed.store(nanos_since(state.since, wake_at), Ordering::SeqCst);
             tokio::select! {
@@ -194,8 +194,8 @@ impl Activity {
             }
             self.wait_until_idle().await;
             let due = match state.last_end.load(Ordering::SeqCst) {
-                0 => deadlines.first_request,
-                ns => state.since + Duration::from_nanos(ns - 1) + deadlines.idle,
+                0 => first_request,
+                ns => state.since + Duration::from_nanos(ns - 1) + state.idle,
             };
             if due <= Instant::now() {
                 return;
