@@ -372,9 +372,9 @@ async fn run_stages(
         judge.judge(stage, verdict)?;
     }
     let authorized = {
+        yield_before_long_section().await;
         // A batch or a large body is decided off the async workers, one per core at a time;
         // it waits for its turn here (policy::Policy::turn).
-        yield_before_long_section().await;
         let _turn = timings.timed_async(Stage::Policy, stages.policy.turn(seen.mcp.as_ref())).await;
         authorize(req, stages, seen, timings)
     };
@@ -521,7 +521,7 @@ async fn resolve_signature(req: &Inbound, stages: &Stages) -> Result<Option<(Pen
 /// burst is taken stage by stage (every request's reads, then every verification, then every
 /// decision), answers in between, and the same code and tables run back to back while they
 /// are in the caches: on the load bench's full chain (one core, interleaved runs) the CPU per
-/// signed request fell by ~18% and the p99 added at half the peak by about a quarter (README,
+/// signed request fell by ~16% and the p99 added at half the peak by about a quarter (README,
 /// "Performance").
 async fn yield_before_long_section() {
     tokio::task::yield_now().await;
