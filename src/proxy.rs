@@ -50,6 +50,9 @@ pub struct Upstream {
     /// `upstream.url`'s host and port; `None` if they do not make an authority (the config
     /// check makes that unreachable), and then every forward fails as before.
     authority: Option<http::uri::Authority>,
+    /// The `Host` field sent upstream, made once here: what the client would otherwise format
+    /// for every request from the URI (the host, and the port unless it is 80).
+    host: Option<HeaderValue>,
     response_timeout: Duration,
     forward_token: bool,
 }
@@ -71,7 +74,11 @@ impl Upstream {
             None => cfg.url.host_str().unwrap_or_default().to_owned(),
         };
         let authority = http::uri::Authority::try_from(authority.as_str()).ok();
-        Upstream { client, base_path: cfg.url.path().trim_end_matches('/').to_owned(), authority, response_timeout: cfg.response_timeout, forward_token }
+        let host = authority.as_ref().and_then(|a| match a.port_u16() {
+            Some(80) => HeaderValue::from_str(a.host()).ok(),
+            _ => HeaderValue::from_str(a.as_str()).ok(),
+        });
+        Upstream { client, base_path: cfg.url.path().trim_end_matches('/').to_owned(), authority, host, response_timeout: cfg.response_timeout, forward_token }
     }
 
     /// Sends `req` upstream and returns the response head with its body still streaming.
@@ -96,22 +103,27 @@ impl Upstream {
         for name in dropped {
             headers.remove(name);
         }
-        headers.remove(HOST);
+        match &self.host {
+            Some(host) => headers.insert(HOST, host.clone()),
+            None => headers.remove(HOST),
+        };
         join_cookies(&mut headers);
+        // The names below are made at compile time (`const`): `from_static` called at run time
+        // parses its name on every request.
         if let Ok(v) = HeaderValue::from_str(&peer.ip().to_string()) {
-            headers.insert(HeaderName::from_static("x-forwarded-for"), v);
+            headers.insert(const { HeaderName::from_static("x-forwarded-for") }, v);
         }
-        headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static(if is_tls { "https" } else { "http" }));
+        headers.insert(const { HeaderName::from_static("x-forwarded-proto") }, HeaderValue::from_static(if is_tls { "https" } else { "http" }));
         // The authority the gateway decided on (the one the signature covers and policy saw).
         if let Ok(host) = HeaderValue::from_str(&authority) {
-            headers.insert(HeaderName::from_static("x-forwarded-host"), host);
+            headers.insert(const { HeaderName::from_static("x-forwarded-host") }, host);
         }
         if let Ok(v) = HeaderValue::from_str(&request_id) {
-            headers.insert(HeaderName::from_static("x-portcullis-request-id"), v);
+            headers.insert(const { HeaderName::from_static("x-portcullis-request-id") }, v);
         }
         // Only a verified signature names the agent; inbound copies were removed above.
         if let Some(v) = seen.agent.as_ref().and_then(|a| HeaderValue::from_str(a.agent()).ok()) {
-            headers.insert(HeaderName::from_static(AGENT_HEADER), v);
+            headers.insert(const { HeaderName::from_static(AGENT_HEADER) }, v);
         }
         if let Some(token) = &seen.token {
             add_token_identity(&mut headers, token);
@@ -178,10 +190,10 @@ fn is_spoofable(name: &HeaderName) -> bool {
 /// (space-separated). A value that cannot be a header value is left out, never sent mangled.
 fn add_token_identity(headers: &mut HeaderMap, token: &VerifiedToken) {
     if let Some(v) = token.sub().and_then(|s| HeaderValue::from_str(s).ok()) {
-        headers.insert(HeaderName::from_static("x-portcullis-subject"), v);
+        headers.insert(const { HeaderName::from_static("x-portcullis-subject") }, v);
     }
     if let Ok(v) = HeaderValue::from_str(&token.scopes().join(" ")) {
-        headers.insert(HeaderName::from_static("x-portcullis-scopes"), v);
+        headers.insert(const { HeaderName::from_static("x-portcullis-scopes") }, v);
     }
 }
 

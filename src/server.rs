@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::header::HeaderValue;
+use http::header::{HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
@@ -294,11 +294,15 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
 }
 
 impl Shared {
-    async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: SocketAddr, is_tls: bool) -> Response<ResponseBody> {
-        let arrived = Instant::now();
-        let wall = SystemTime::now();
-        let now = UnixTime::now();
-        let request_id = admission::request_id(&req);
+    /// One client request, from arrival to its decision-log line.
+    ///
+    /// An `async fn` on purpose: calling it only stores its arguments, so the admission handler
+    /// can build its ~11 KB future straight into the future's allocation (`in_place`); any work
+    /// done before the future exists would make the compiler build it on the stack and copy it.
+    async fn handle(self: Arc<Self>, mut req: Request<Incoming>, peer: SocketAddr, is_tls: bool) -> Response<ResponseBody> {
+        // The clocks as admission read them: every stage works from these readings.
+        let admission::Arrived { id: request_id, at: arrived, wall } = admission::arrived(&mut req);
+        let now = UnixTime(wall.duration_since(std::time::UNIX_EPOCH).unwrap_or_default());
         // An approval link's path holds its code, a bearer secret: the span (which every log
         // line inside it quotes) names the page, never the code.
         let is_approval_page = self.stages.approvals.serves(req.uri().path());
@@ -436,8 +440,11 @@ impl Shared {
             if matches!(outcome, Outcome::WouldDeny) {
                 monitor_notice(&self.config.mode, &self.config.log.decisions);
             }
+            let total = arrived.elapsed();
+            // Without a decision log only the metrics read the record: no timestamp to format.
+            let logged = self.log.is_on();
             let record = DecisionRecord {
-                time: rfc3339(wall),
+                time: if logged { rfc3339(wall) } else { String::new() },
                 request_id: &request_id,
                 mode: self.config.mode.as_str(),
                 enforcing: self.config.mode.enforcing(),
@@ -464,10 +471,10 @@ impl Shared {
                 approval_id: seen.approval.as_ref().map(|a| a.id.as_str()),
                 approved_by: seen.approval.as_ref().map(|a| a.approved_by.as_str()),
                 latency_us: Default::default(),
-                total_us: arrived.elapsed().as_micros() as u64,
-            }
-            .with_timings(&timings);
-            self.metrics.observe(&record, &timings, arrived.elapsed());
+                total_us: total.as_micros() as u64,
+            };
+            let record = if logged { record.with_timings(&timings) } else { record };
+            self.metrics.observe(&record, &timings, total);
             self.log.write(&record);
             with_request_id(resp, &request_id)
         }
@@ -629,7 +636,7 @@ fn forward_summary(fwd: &decision::Forward) -> (Outcome, Option<(&'static str, S
 
 fn with_request_id(mut resp: Response<ResponseBody>, request_id: &str) -> Response<ResponseBody> {
     if let Ok(v) = HeaderValue::from_str(request_id) {
-        resp.headers_mut().insert("x-request-id", v);
+        resp.headers_mut().insert(const { HeaderName::from_static("x-request-id") }, v);
     }
     resp
 }

@@ -418,7 +418,9 @@ pub fn claimed_agent(headers: &http::HeaderMap) -> Option<String> {
 /// Whether the request carries a signature for anyone (`Signature-Input` or `Signature`),
 /// whether or not it verifies: the decision log's `signed`.
 pub fn is_signed(headers: &http::HeaderMap) -> bool {
-    headers.contains_key("signature-input") || headers.contains_key("signature")
+    // Names made at compile time: a `&str` key is parsed as a name on every lookup.
+    headers.contains_key(const { http::HeaderName::from_static("signature-input") })
+        || headers.contains_key(const { http::HeaderName::from_static("signature") })
 }
 
 fn stage_key(stage: Stage) -> String {

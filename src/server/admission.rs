@@ -49,17 +49,25 @@ use crate::decision::{self, Denial, ResponseBody};
 use crate::stage::StageTimings;
 use crate::telemetry::{rfc3339, DecisionRecord};
 
-/// The id of a request, chosen on arrival so that a refusal made here and the handler's own
-/// logs name the same request.
+/// The id of a request and its arrival, read on arrival so that a refusal made here and the
+/// handler's own logs name the same request, and the handler reads no clock again for them.
 #[derive(Debug, Clone)]
-struct RequestId(String);
+pub(crate) struct Arrived {
+    pub(crate) id: String,
+    pub(crate) at: Instant,
+    pub(crate) wall: SystemTime,
+}
 
-/// The id [`Admission`] gave `req`, or a fresh one for a request that did not come through it.
-pub(crate) fn request_id(req: &Request<Incoming>) -> String {
-    match req.extensions().get::<RequestId>() {
-        Some(RequestId(id)) => id.clone(),
-        None => new_request_id(),
+impl Arrived {
+    fn now() -> Arrived {
+        Arrived { id: new_request_id(), at: Instant::now(), wall: SystemTime::now() }
     }
+}
+
+/// The arrival [`Admission`] recorded for `req`, or a fresh one for a request that did not come
+/// through it.
+pub(crate) fn arrived(req: &mut Request<Incoming>) -> Arrived {
+    req.extensions_mut().remove::<Arrived>().unwrap_or_else(Arrived::now)
 }
 
 fn new_request_id() -> String {
@@ -121,8 +129,9 @@ impl Admission {
         if shared.prm_paths.iter().any(|p| p == req.uri().path()) {
             return self.handler.oneshot(req).await.unwrap_or_else(|never| match never {});
         }
-        let arrival = Arrival { id: new_request_id(), at: Instant::now(), wall: SystemTime::now(), method: req.method().clone(), uri: req.uri().clone() };
-        req.extensions_mut().insert(RequestId(arrival.id.clone()));
+        let arrived = Arrived::now();
+        let arrival = Arrival { id: arrived.id.clone(), at: arrived.at, wall: arrived.wall, method: req.method().clone(), uri: req.uri().clone() };
+        req.extensions_mut().insert(arrived);
         match self.stack.oneshot(req).await {
             Ok(resp) => resp,
             Err(e) => refuse(&shared, &arrival, unadmitted(e, shared.config.limits.request_timeout)),

@@ -11,6 +11,7 @@ use sfv::{BareItem, InnerList, Item};
 
 use crate::config::Signatures;
 use crate::inbound::Inbound;
+use http::HeaderName;
 use portcullis_wire::signature::base::{signature_base, MessageView, RequestView};
 use portcullis_wire::signature::parse::{combined_field, parse_signature_agent, parse_signatures, pick_tagged, AgentForm, AgentRef, SignatureMember};
 use portcullis_wire::signature::parse::{SIGNATURE, SIGNATURE_AGENT, SIGNATURE_INPUT};
@@ -90,7 +91,10 @@ impl SignatureVerifier {
     /// `Ok(None)`: the request has neither `Signature` nor `Signature-Input`.
     pub fn prepare(&self, req: &Inbound) -> Result<Option<PendingSignature>, SignatureError> {
         let headers = &req.head.headers;
-        let (input, signature) = match (combined_field(headers, SIGNATURE_INPUT)?, combined_field(headers, SIGNATURE)?) {
+        let (input, signature) = match (
+            combined_field(headers, &const { HeaderName::from_static(SIGNATURE_INPUT) })?,
+            combined_field(headers, &const { HeaderName::from_static(SIGNATURE) })?,
+        ) {
             (None, None) => return Ok(None),
             (Some(i), Some(s)) => (i, s),
             (Some(_), None) => return Err(SignatureError::Malformed("Signature-Input without Signature".to_owned())),

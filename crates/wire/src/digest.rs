@@ -65,7 +65,8 @@ impl DigestCheck {
     /// and none was required.
     pub fn verify(&self, headers: &HeaderMap, body: &[u8]) -> Result<Option<VerifiedDigest>, DigestError> {
         // Lines are combined as for every structured field (one implementation, in `fields`).
-        let field = crate::fields::combined(headers, CONTENT_DIGEST).map_err(|_| DigestError::Malformed(format!("{CONTENT_DIGEST} is not ASCII")))?;
+        let field = crate::fields::combined(headers, const { http::HeaderName::from_static(CONTENT_DIGEST) })
+            .map_err(|_| DigestError::Malformed(format!("{CONTENT_DIGEST} is not ASCII")))?;
         let Some(field) = field else {
             // Only a signed request is refused here: an unsigned one gets the signature stage's
             // clearer "not signed" refusal (with Accept-Signature, which lists content-digest).

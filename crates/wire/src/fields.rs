@@ -8,7 +8,7 @@ use http::HeaderMap;
 pub struct NotAscii;
 
 /// All lines of field `name` joined with `", "` (RFC 9651 §4.2). `Ok(None)`: field absent.
-pub fn combined(headers: &HeaderMap, name: &str) -> Result<Option<String>, NotAscii> {
+pub fn combined(headers: &HeaderMap, name: impl http::header::AsHeaderName) -> Result<Option<String>, NotAscii> {
     let mut out: Option<String> = None;
     for v in headers.get_all(name) {
         let s = v.to_str().map_err(|_| NotAscii)?;

@@ -52,8 +52,10 @@ impl SignatureMember {
 }
 
 /// All lines of field `name` joined with `", "` (RFC 9651 §4.2). `Ok(None)`: field absent.
-/// Structured fields are ASCII, so any other byte makes the field malformed.
-pub fn combined_field(headers: &HeaderMap, name: &str) -> Result<Option<String>, SignatureError> {
+/// Structured fields are ASCII, so any other byte makes the field malformed. `name` is a `&str`
+/// or, on a hot path, a `&HeaderName` made at compile time: a `&str` is parsed as a field name
+/// on every lookup.
+pub fn combined_field<K: http::header::AsHeaderName + Copy + std::fmt::Display>(headers: &HeaderMap, name: K) -> Result<Option<String>, SignatureError> {
     crate::fields::combined(headers, name).map_err(|_| SignatureError::Malformed(format!("{name} is not ASCII")))
 }
 
