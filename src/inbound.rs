@@ -16,7 +16,7 @@ pub struct Inbound {
     /// The request's clock reading, taken once at arrival; stages never read the clock.
     pub now: UnixTime,
     /// The client's address.
-    pub peer: SocketAddr,
+    pub peer: Peer,
     /// Whether the client connection is TLS.
     pub is_tls: bool,
     /// The id quoted in the refusal body, the decision log and the `x-request-id` header.
@@ -39,6 +39,22 @@ impl Inbound {
         request_id: String,
     ) -> Result<Inbound, portcullis_wire::target::TargetError> {
         let authority = portcullis_wire::target::authority(&head, is_tls)?;
-        Ok(Inbound { head, body, now, peer, is_tls, request_id, authority })
+        Ok(Inbound { head, body, now, peer: Peer::from(peer), is_tls, request_id, authority })
+    }
+}
+
+/// A client's address, with the `X-Forwarded-For` value that names it: made once per
+/// connection, not formatted again for every request.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    /// The address the connection came from.
+    pub addr: SocketAddr,
+    /// `addr`'s IP as the `X-Forwarded-For` value sent upstream.
+    pub forwarded_for: Option<http::HeaderValue>,
+}
+
+impl From<SocketAddr> for Peer {
+    fn from(addr: SocketAddr) -> Peer {
+        Peer { addr, forwarded_for: http::HeaderValue::from_str(&addr.ip().to_string()).ok() }
     }
 }

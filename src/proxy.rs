@@ -110,7 +110,7 @@ impl Upstream {
         join_cookies(&mut headers);
         // The names below are made at compile time (`const`): `from_static` called at run time
         // parses its name on every request.
-        if let Ok(v) = HeaderValue::from_str(&peer.ip().to_string()) {
+        if let Some(v) = peer.forwarded_for {
             headers.insert(const { HeaderName::from_static("x-forwarded-for") }, v);
         }
         headers.insert(const { HeaderName::from_static("x-forwarded-proto") }, HeaderValue::from_static(if is_tls { "https" } else { "http" }));

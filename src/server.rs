@@ -299,7 +299,7 @@ impl Shared {
     /// An `async fn` on purpose: calling it only stores its arguments, so the admission handler
     /// can build its ~11 KB future straight into the future's allocation (`in_place`); any work
     /// done before the future exists would make the compiler build it on the stack and copy it.
-    async fn handle(self: Arc<Self>, mut req: Request<Incoming>, peer: SocketAddr, is_tls: bool) -> Response<ResponseBody> {
+    async fn handle(self: Arc<Self>, mut req: Request<Incoming>, peer: crate::inbound::Peer, is_tls: bool) -> Response<ResponseBody> {
         // The clocks as admission read them: every stage works from these readings.
         let admission::Arrived { id: request_id, at: arrived, wall } = admission::arrived(&mut req);
         let now = UnixTime(wall.duration_since(std::time::UNIX_EPOCH).unwrap_or_default());

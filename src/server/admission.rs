@@ -46,6 +46,7 @@ use tracing::{info_span, warn};
 
 use super::{with_request_id, Shared};
 use crate::decision::{self, Denial, ResponseBody};
+use crate::inbound::Peer;
 use crate::stage::StageTimings;
 use crate::telemetry::{rfc3339, DecisionRecord};
 
@@ -78,7 +79,7 @@ fn new_request_id() -> String {
 #[derive(Clone)]
 struct Handler {
     shared: Arc<Shared>,
-    peer: SocketAddr,
+    peer: Peer,
     is_tls: bool,
 }
 
@@ -92,7 +93,7 @@ impl Service<Request<Incoming>> for Handler {
     }
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
-        in_place(|| self.shared.clone().handle(req, self.peer, self.is_tls).map(Ok))
+        in_place(|| self.shared.clone().handle(req, self.peer.clone(), self.is_tls).map(Ok))
     }
 }
 
@@ -117,7 +118,7 @@ pub(crate) struct Admission {
 impl Admission {
     /// The path for requests from `peer`.
     pub(crate) fn new(shared: &Arc<Shared>, peer: SocketAddr, is_tls: bool) -> Admission {
-        let handler = Handler { shared: shared.clone(), peer, is_tls };
+        let handler = Handler { shared: shared.clone(), peer: Peer::from(peer), is_tls };
         let stack = ServiceBuilder::new().timeout(shared.config.limits.request_timeout).service(handler.clone());
         Admission { stack, handler }
     }

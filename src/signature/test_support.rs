@@ -19,7 +19,15 @@ pub fn inbound(text: &str, now: u64, is_tls: bool) -> Inbound {
     *req.headers_mut() = m.headers;
     let (head, ()) = req.into_parts();
     let authority = portcullis_wire::target::authority(&head, is_tls).unwrap_or_default();
-    Inbound { head, body: m.body, now: UnixTime(Duration::from_secs(now)), peer: ([127, 0, 0, 1], 1).into(), is_tls, request_id: "test".to_owned(), authority }
+    Inbound {
+        head,
+        body: m.body,
+        now: UnixTime(Duration::from_secs(now)),
+        peer: std::net::SocketAddr::from(([127, 0, 0, 1], 1)).into(),
+        is_tls,
+        request_id: "test".to_owned(),
+        authority,
+    }
 }
 
 /// `[signatures]` defaults for a gateway that is every host the vectors and tests address.
@@ -40,7 +48,7 @@ pub fn inbound_from(req: http::Request<Vec<u8>>, now: u64) -> Inbound {
         head,
         body: Bytes::from(body),
         now: UnixTime(Duration::from_secs(now)),
-        peer: ([127, 0, 0, 1], 1).into(),
+        peer: std::net::SocketAddr::from(([127, 0, 0, 1], 1)).into(),
         is_tls: true,
         request_id: "test".to_owned(),
     }
