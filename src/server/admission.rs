@@ -61,8 +61,7 @@ pub(crate) struct Arrived {
 
 impl Arrived {
     fn now() -> Arrived {
-        let wall = SystemTime::now();
-        Arrived { id: new_request_id(wall), at: Instant::now(), wall }
+        Arrived { id: new_request_id(), at: Instant::now(), wall: SystemTime::now() }
     }
 }
 
@@ -72,13 +71,8 @@ pub(crate) fn arrived(req: &mut Request<Incoming>) -> Arrived {
     req.extensions_mut().remove::<Arrived>().unwrap_or_else(Arrived::now)
 }
 
-/// A UUIDv7 for a request that arrived at `wall`: its own clock reading, not a second one, and
-/// no counter shared by every worker under a lock (`Uuid::now_v7`). Ordered to the
-/// millisecond, unique by its 74 random bits.
-fn new_request_id(wall: SystemTime) -> String {
-    let since = wall.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let id = uuid::Uuid::new_v7(uuid::Timestamp::from_unix(uuid::NoContext, since.as_secs(), since.subsec_nanos()));
-    id.hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()).to_owned()
+fn new_request_id() -> String {
+    uuid::Uuid::now_v7().to_string()
 }
 
 /// The handler as the innermost service: always ready, never fails.
