@@ -373,7 +373,9 @@ pub fn parse(proof: &str) -> Result<Proof, DpopError> {
 /// `htu` or a request URI in the form §4.3 compares: RFC 3986 §6.2.2 (scheme and host in lower
 /// case, percent-encodings in upper case and decoded where they name an unreserved character,
 /// dot segments removed) and §6.2.3 (default port dropped, empty path `/`), without query and
-/// fragment. `None` when it is not an absolute http(s) URI.
+/// fragment. `None` when it is not an absolute http(s) URI, or when its path has a `%` not
+/// followed by two hex digits (not a URI by RFC 3986; decoding around it could make a new
+/// escape: `/%%610` would become `/%a0`, which a second reading decodes again).
 pub fn normalise_htu(uri: &str) -> Option<String> {
     // The WHATWG parser is lenient where RFC 3986 is not: it reads `\` as `/`, drops tabs and
     // newlines and takes `https:host/…` without `//`. Such a value has one reading here and
@@ -390,37 +392,36 @@ pub fn normalise_htu(uri: &str) -> Option<String> {
     }
     url.set_query(None);
     url.set_fragment(None);
-    let path = normalise_percent_encoding(url.path());
+    let path = normalise_percent_encoding(url.path())?;
     Some(format!("{}://{}{path}", url.scheme(), &url[url::Position::BeforeHost..url::Position::AfterPort]))
 }
 
 /// RFC 3986 §6.2.2.1–6.2.2.2 on a path: `%xx` of an unreserved character decoded, every other
-/// `%xx` in upper case.
-fn normalise_percent_encoding(path: &str) -> String {
+/// `%xx` in upper case. `None` for a `%` that does not start a `%xx`.
+fn normalise_percent_encoding(path: &str) -> Option<String> {
     let bytes = path.as_bytes();
     let mut out = String::with_capacity(path.len());
     let mut i = 0;
     while i < bytes.len() {
-        let hex = |b: u8| char::from(b).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                let c = (hi * 16 + lo) as u8;
-                if c.is_ascii_alphanumeric() || b"-._~".contains(&c) {
-                    out.push(char::from(c));
-                } else {
-                    out.push('%');
-                    out.push(char::from(bytes[i + 1]).to_ascii_uppercase());
-                    out.push(char::from(bytes[i + 2]).to_ascii_uppercase());
-                }
-                i += 3;
-                continue;
+        let hex = |at: usize| bytes.get(at).and_then(|&b| char::from(b).to_digit(16));
+        if bytes[i] == b'%' {
+            let (Some(hi), Some(lo)) = (hex(i + 1), hex(i + 2)) else { return None };
+            let c = (hi * 16 + lo) as u8;
+            if c.is_ascii_alphanumeric() || b"-._~".contains(&c) {
+                out.push(char::from(c));
+            } else {
+                out.push('%');
+                out.push(char::from(bytes[i + 1]).to_ascii_uppercase());
+                out.push(char::from(bytes[i + 2]).to_ascii_uppercase());
             }
+            i += 3;
+            continue;
         }
         // `path` is ASCII (the url crate percent-encodes everything else), so bytes are chars.
         out.push(char::from(bytes[i]));
         i += 1;
     }
-    out
+    Some(out)
 }
 
 /// The key in `jwk`, if it is public and of the type `alg` needs.

@@ -249,6 +249,12 @@ fn htu_spellings_only_a_lenient_parser_reads_are_refused() {
         "https://a.example/mcp\n",
         " https://a.example/mcp",
         "https://a.ex ample/mcp",
+        // A `%` that starts no `%xx`: decoding `%61` after it would make a new escape, `%a0`,
+        // that a second reading decodes again (found by `normalising_twice_changes_nothing`).
+        "https://a.example/%%610",
+        "https://a.example/mcp%",
+        "https://a.example/mcp%4",
+        "https://a.example/%zz",
     ] {
         assert_eq!(normalise_htu(lenient), None, "{lenient:?}");
     }
