@@ -518,7 +518,7 @@ impl DecisionLog {
         line.push(b'\n');
         if let Err(e) = queue.try_send(Message::Line(line)) {
             let before = self.dropped.inc();
-            if before % 10_000 == 0 {
+            if before.is_multiple_of(10_000) {
                 let why = if matches!(e, TrySendError::Full(_)) { "the sink is not keeping up" } else { "the writer stopped" };
                 tracing::warn!(dropped = before + 1, "Decision log line dropped: {why} (counted in portcullis_decision_log_dropped_total)");
             }
