@@ -346,10 +346,7 @@ async fn run_stages(
     }
     // Decision 9: once the identity is verified, a session is only its owner's. Without a
     // verified identity (monitor mode) the owner is unknown: that is already a finding.
-    if req.head.headers.contains_key(const { http::HeaderName::from_static(portcullis_wire::mcp::SESSION_ID) })
-        && !judge.has_found(Group::Identity)
-        && !judge.has_found(Group::Token)
-    {
+    if req.head.headers.contains_key(portcullis_wire::mcp::SESSION_ID_HEADER) && !judge.has_found(Group::Identity) && !judge.has_found(Group::Token) {
         let owner = session::owner(seen);
         judge.judge(FindingStage::Mcp, timings.timed_async(Stage::Session, stages.sessions.check(&req.head.headers, &owner)).await)?;
     }

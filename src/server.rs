@@ -302,7 +302,7 @@ impl Shared {
     async fn handle(self: Arc<Self>, mut req: Request<Incoming>, peer: crate::inbound::Peer, is_tls: bool) -> Response<ResponseBody> {
         // The clocks as admission read them: every stage works from these readings.
         let admission::Arrived { id: request_id, at: arrived, wall } = admission::arrived(&mut req);
-        let now = UnixTime(wall.duration_since(std::time::UNIX_EPOCH).unwrap_or_default());
+        let now = UnixTime::at(wall);
         // An approval link's path holds its code, a bearer secret: the span (which every log
         // line inside it quotes) names the page, never the code.
         let is_approval_page = self.stages.approvals.serves(req.uri().path());

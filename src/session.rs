@@ -33,7 +33,7 @@ use http::{HeaderMap, Method, StatusCode};
 use crate::evidence::Evidence;
 use crate::state::session::{Binding, OwnerKey, SessionKey, SessionStore};
 use crate::state::StoreError;
-use portcullis_wire::mcp::SESSION_ID;
+use portcullis_wire::mcp::SESSION_ID_HEADER;
 
 /// Why a session check or binding failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -85,7 +85,7 @@ impl Exchange {
     /// Whether the backend's answer `status`/`headers` binds or ends a session, i.e. whether
     /// [`SessionGuard::settle`] has store work to do.
     pub fn needs_settling(&self, status: StatusCode, headers: &HeaderMap) -> bool {
-        let issues_an_id = headers.get_all(const { http::HeaderName::from_static(SESSION_ID) }).iter().any(|v| session_key(v.as_bytes()) != self.presented);
+        let issues_an_id = headers.get_all(SESSION_ID_HEADER).iter().any(|v| session_key(v.as_bytes()) != self.presented);
         status.is_success() && ((self.is_delete && self.presented.is_some()) || issues_an_id)
     }
 }
@@ -98,7 +98,7 @@ pub fn owner(seen: &Evidence) -> OwnerKey {
 
 /// The request's session id: `Ok(None)` when absent, `Malformed` when it cannot name a session.
 fn presented(headers: &HeaderMap) -> Result<Option<SessionKey>, SessionError> {
-    let mut values = headers.get_all(const { http::HeaderName::from_static(SESSION_ID) }).iter();
+    let mut values = headers.get_all(SESSION_ID_HEADER).iter();
     let Some(value) = values.next() else { return Ok(None) };
     if values.next().is_some() {
         return Err(SessionError::Malformed);
@@ -154,7 +154,7 @@ impl SessionGuard {
                 }
             }
         }
-        for value in headers.get_all(const { http::HeaderName::from_static(SESSION_ID) }) {
+        for value in headers.get_all(SESSION_ID_HEADER) {
             // An id that is not visible ASCII cannot be bound; any use of it is refused.
             let Some(session) = session_key(value.as_bytes()) else {
                 tracing::warn!("MCP server issued a malformed Mcp-Session-Id; it is not bound");

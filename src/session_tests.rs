@@ -1,4 +1,5 @@
 use http::HeaderValue;
+use portcullis_wire::mcp::SESSION_ID;
 
 use super::*;
 use crate::state::session::MemorySessionStore;

@@ -418,9 +418,8 @@ pub fn claimed_agent(headers: &http::HeaderMap) -> Option<String> {
 /// Whether the request carries a signature for anyone (`Signature-Input` or `Signature`),
 /// whether or not it verifies: the decision log's `signed`.
 pub fn is_signed(headers: &http::HeaderMap) -> bool {
-    // Names made at compile time: a `&str` key is parsed as a name on every lookup.
-    headers.contains_key(const { http::HeaderName::from_static("signature-input") })
-        || headers.contains_key(const { http::HeaderName::from_static("signature") })
+    use portcullis_wire::signature::parse::{SIGNATURE_HEADER, SIGNATURE_INPUT_HEADER};
+    headers.contains_key(SIGNATURE_INPUT_HEADER) || headers.contains_key(SIGNATURE_HEADER)
 }
 
 fn stage_key(stage: Stage) -> String {

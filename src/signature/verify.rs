@@ -11,10 +11,9 @@ use sfv::{BareItem, InnerList, Item};
 
 use crate::config::Signatures;
 use crate::inbound::Inbound;
-use http::HeaderName;
 use portcullis_wire::signature::base::{signature_base, MessageView, RequestView};
 use portcullis_wire::signature::parse::{combined_field, parse_signature_agent, parse_signatures, pick_tagged, AgentForm, AgentRef, SignatureMember};
-use portcullis_wire::signature::parse::{SIGNATURE, SIGNATURE_AGENT, SIGNATURE_INPUT};
+use portcullis_wire::signature::parse::{SIGNATURE_AGENT, SIGNATURE_HEADER, SIGNATURE_INPUT_HEADER};
 use portcullis_wire::signature::{shown_name, Component, SignatureError};
 
 /// The only algorithm the gateway verifies (product scope; Web Bot Auth asks for Ed25519).
@@ -91,10 +90,7 @@ impl SignatureVerifier {
     /// `Ok(None)`: the request has neither `Signature` nor `Signature-Input`.
     pub fn prepare(&self, req: &Inbound) -> Result<Option<PendingSignature>, SignatureError> {
         let headers = &req.head.headers;
-        let (input, signature) = match (
-            combined_field(headers, &const { HeaderName::from_static(SIGNATURE_INPUT) })?,
-            combined_field(headers, &const { HeaderName::from_static(SIGNATURE) })?,
-        ) {
+        let (input, signature) = match (combined_field(headers, &SIGNATURE_INPUT_HEADER)?, combined_field(headers, &SIGNATURE_HEADER)?) {
             (None, None) => return Ok(None),
             (Some(i), Some(s)) => (i, s),
             (Some(_), None) => return Err(SignatureError::Malformed("Signature-Input without Signature".to_owned())),

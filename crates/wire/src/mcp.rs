@@ -16,6 +16,9 @@ use serde_json::{Map, Value};
 
 /// `Mcp-Session-Id` (2025-11-25 sessions).
 pub const SESSION_ID: &str = "mcp-session-id";
+/// [`SESSION_ID`] as a field name, made at compile time: a lookup by `&str` parses the name
+/// every time, so hot paths use this.
+pub const SESSION_ID_HEADER: http::HeaderName = http::HeaderName::from_static(SESSION_ID);
 /// `MCP-Protocol-Version`.
 pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
 /// `Mcp-Method` (2026-07-28).

@@ -10,7 +10,12 @@ pub struct UnixTime(pub Duration);
 impl UnixTime {
     /// Reads the system clock (only the server edge and the agent side call this).
     pub fn now() -> UnixTime {
-        UnixTime(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default())
+        UnixTime::at(SystemTime::now())
+    }
+
+    /// `wall` (a reading already taken) since the epoch; the epoch itself for an earlier one.
+    pub fn at(wall: SystemTime) -> UnixTime {
+        UnixTime(wall.duration_since(UNIX_EPOCH).unwrap_or_default())
     }
 
     /// Whole seconds since the epoch.

@@ -6,7 +6,7 @@
 //! before parsing, and a parse failure refuses the whole field (RFC 9651 §4.2), never half of
 //! it. Trusts nothing: every type is checked before use; nothing here says a signature is good.
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use sfv::{BareItem, Dictionary, InnerList, Item, ListEntry, Parser, Version};
 use url::Url;
 
@@ -16,6 +16,11 @@ use super::error::{shown_name, SignatureError};
 pub const SIGNATURE_INPUT: &str = "signature-input";
 /// `Signature` field name.
 pub const SIGNATURE: &str = "signature";
+/// [`SIGNATURE_INPUT`] and [`SIGNATURE`] as field names, made at compile time: a lookup by
+/// `&str` parses the name every time, so hot paths use these.
+pub const SIGNATURE_INPUT_HEADER: HeaderName = HeaderName::from_static(SIGNATURE_INPUT);
+/// See [`SIGNATURE_INPUT_HEADER`].
+pub const SIGNATURE_HEADER: HeaderName = HeaderName::from_static(SIGNATURE);
 /// `Signature-Agent` field name.
 pub const SIGNATURE_AGENT: &str = "signature-agent";
 
