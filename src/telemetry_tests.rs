@@ -123,3 +123,89 @@ async fn an_off_log_writes_nothing_and_counts_nothing() {
     log.flush().await;
     assert_eq!(log.dropped().get(), 0);
 }
+
+/// What one span and event print through a subscriber whose fields are formatted by `fields`
+/// (colours off, no time, so two formatters' lines can be compared).
+fn log_line<N>(fields: N) -> String
+where
+    N: for<'w> tracing_subscriber::fmt::FormatFields<'w> + Send + Sync + 'static,
+{
+    #[derive(Debug)]
+    struct Cause;
+    impl std::fmt::Display for Cause {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("connection reset")
+        }
+    }
+    impl std::error::Error for Cause {}
+    #[derive(Debug)]
+    struct Failure(Cause);
+    impl std::fmt::Display for Failure {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("fetch failed")
+        }
+    }
+    impl std::error::Error for Failure {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    let sink = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || SharedBuf(sink.clone()))
+        .with_ansi(false)
+        .without_time()
+        .fmt_fields(fields)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let span = tracing::info_span!("request", request_id = %"0193-ab", method = %http::Method::POST, path = %"/mcp");
+        let _in = span.enter();
+        let error: &(dyn std::error::Error + 'static) = &Failure(Cause);
+        let r#type = "key";
+        tracing::warn!(
+            agent = "https://agent.example/\"quoted\"\n",
+            count = 3_u64,
+            delta = -2_i64,
+            ok = true,
+            after = ?Duration::from_millis(1500),
+            error,
+            r#type,
+            "Directory unreachable \u{1b}[31m for {}",
+            "origin"
+        );
+    });
+    let out = buf.lock().unwrap().clone();
+    String::from_utf8(out).unwrap()
+}
+
+#[derive(Clone)]
+struct SharedBuf(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for SharedBuf {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn log_fields_print_what_the_default_formatter_prints() {
+    let ours = log_line(LogFields);
+    let default = log_line(tracing_subscriber::fmt::format::DefaultFields::new());
+    assert_eq!(ours, default);
+    // The line has every kind of field, and the message's control sequence is escaped.
+    for part in [
+        "request{request_id=0193-ab method=POST path=/mcp}",
+        "Directory unreachable \\x1b[31m for origin",
+        "agent=\"https://agent.example/\\\"quoted\\\"\\n\"",
+        "count=3 delta=-2 ok=true after=1.5s",
+        "error=fetch failed error.sources=[connection reset]",
+        "type=\"key\"",
+    ] {
+        assert!(ours.contains(part), "{part:?} not in {ours:?}");
+    }
+}
