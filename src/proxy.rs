@@ -12,18 +12,16 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION, CONNECTION, COOKIE, HOST};
 use http::{Request, Response, Uri};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::config;
 use crate::decision::{Forward, ResponseBody, UpstreamError};
 use crate::inbound::Inbound;
 use crate::oauth::VerifiedToken;
+
+mod pool;
 
 /// Prefix of the headers the gateway itself sets upstream; inbound copies are always removed.
 pub const IDENTITY_PREFIX: &str = "x-portcullis-";
@@ -45,7 +43,7 @@ const CLIENT_FORWARDING: [&str; 7] =
 /// The pooled client for the MCP backend.
 #[derive(Clone, Debug)]
 pub struct Upstream {
-    client: Client<HttpConnector, Full<Bytes>>,
+    pool: std::sync::Arc<pool::Pool>,
     base_path: String,
     /// `upstream.url`'s host and port; `None` if they do not make an authority (the config
     /// check makes that unreachable), and then every forward fails as before.
@@ -60,15 +58,9 @@ pub struct Upstream {
 impl Upstream {
     /// A pooled HTTP client for `cfg.url`. `forward_token` is `oauth.forward_token`.
     pub fn new(cfg: &config::Upstream, forward_token: bool) -> Upstream {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(cfg.connect_timeout));
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(cfg.pool_max_idle)
-            .pool_idle_timeout(cfg.pool_idle_timeout)
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .build(connector);
+        let host = cfg.url.host_str().unwrap_or_default();
+        let connect_to = format!("{host}:{}", cfg.url.port_or_known_default().unwrap_or(80));
+        let pool = pool::Pool::new(connect_to, cfg.connect_timeout, cfg.pool_max_idle, cfg.pool_idle_timeout);
         let authority = match cfg.url.port() {
             Some(p) => format!("{}:{p}", cfg.url.host_str().unwrap_or_default()),
             None => cfg.url.host_str().unwrap_or_default().to_owned(),
@@ -78,7 +70,7 @@ impl Upstream {
             Some(80) => HeaderValue::from_str(a.host()).ok(),
             _ => HeaderValue::from_str(a.as_str()).ok(),
         });
-        Upstream { client, base_path: cfg.url.path().trim_end_matches('/').to_owned(), authority, host, response_timeout: cfg.response_timeout, forward_token }
+        Upstream { pool, base_path: cfg.url.path().trim_end_matches('/').to_owned(), authority, host, response_timeout: cfg.response_timeout, forward_token }
     }
 
     /// Sends `req` upstream and returns the response head with its body still streaming.
@@ -143,10 +135,10 @@ impl Upstream {
         *out.uri_mut() = uri;
         *out.headers_mut() = headers;
 
-        let resp = match tokio::time::timeout(self.response_timeout, self.client.request(out)).await {
+        let resp = match tokio::time::timeout(self.response_timeout, self.pool.send(out)).await {
             Err(_) => return Err(UpstreamError::Timeout(self.response_timeout)),
-            Ok(Err(e)) if e.is_connect() => return Err(UpstreamError::Unreachable(crate::telemetry::error_chain(&e))),
-            Ok(Err(e)) => return Err(UpstreamError::Failed(crate::telemetry::error_chain(&e))),
+            Ok(Err(pool::SendError::Connect(reason))) => return Err(UpstreamError::Unreachable(reason)),
+            Ok(Err(pool::SendError::Exchange(e))) => return Err(UpstreamError::Failed(crate::telemetry::error_chain(&e))),
             Ok(Ok(resp)) => resp,
         };
         let (mut parts, body) = resp.into_parts();
@@ -154,9 +146,10 @@ impl Upstream {
         Ok(Response::from_parts(parts, body.boxed()))
     }
 
-    /// The upstream URI for an inbound request target: `upstream.url`'s path, then the
-    /// request's path and query. Without a base path the request's own path and query are
-    /// reused as they are (no second parse).
+    /// The upstream request target (origin-form, what goes on the request line; the `Host`
+    /// field names the backend): `upstream.url`'s path, then the request's path and query.
+    /// Without a base path the request's own path and query are reused as they are (no second
+    /// parse).
     fn uri(&self, inbound: &Uri) -> Result<Uri, UpstreamError> {
         let path_and_query = match (self.base_path.is_empty(), inbound.path_and_query()) {
             (true, Some(pq)) => pq.clone(),
@@ -166,12 +159,10 @@ impl Upstream {
                     .map_err(|e| UpstreamError::Failed(format!("cannot build upstream URI: {e}")))?
             }
         };
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(http::uri::Scheme::HTTP);
-        parts.authority =
-            Some(self.authority.clone().ok_or_else(|| UpstreamError::Failed("cannot build upstream URI: upstream.url has no valid authority".into()))?);
-        parts.path_and_query = Some(path_and_query);
-        Uri::from_parts(parts).map_err(|e| UpstreamError::Failed(format!("cannot build upstream URI: {e}")))
+        if self.authority.is_none() {
+            return Err(UpstreamError::Failed("cannot build upstream URI: upstream.url has no valid authority".into()));
+        }
+        Ok(Uri::from(path_and_query))
     }
 }
 
@@ -290,12 +281,13 @@ mod tests {
     #[tokio::test]
     async fn the_upstream_uri_keeps_the_request_path_and_query_after_the_base_path() {
         let target: Uri = "/mcp?a=1&b=%2F".parse().unwrap();
-        assert_eq!(upstream("http://127.0.0.1:3001").uri(&target).unwrap(), "http://127.0.0.1:3001/mcp?a=1&b=%2F");
-        assert_eq!(upstream("http://127.0.0.1:3001/backend/").uri(&target).unwrap(), "http://127.0.0.1:3001/backend/mcp?a=1&b=%2F");
-        assert_eq!(upstream("http://[::1]:3001").uri(&"/".parse().unwrap()).unwrap(), "http://[::1]:3001/");
-        // An absolute-form target goes to the upstream, never to the host it names.
+        assert_eq!(upstream("http://127.0.0.1:3001").uri(&target).unwrap(), "/mcp?a=1&b=%2F");
+        assert_eq!(upstream("http://127.0.0.1:3001/backend/").uri(&target).unwrap(), "/backend/mcp?a=1&b=%2F");
+        assert_eq!(upstream("http://[::1]:3001").uri(&"/".parse().unwrap()).unwrap(), "/");
+        // An absolute-form target goes to the upstream, never to the host it names: what goes
+        // on the upstream request line is its path and query alone.
         let absolute: Uri = "http://evil.example/mcp?x".parse().unwrap();
-        assert_eq!(upstream("http://127.0.0.1:3001").uri(&absolute).unwrap(), "http://127.0.0.1:3001/mcp?x");
+        assert_eq!(upstream("http://127.0.0.1:3001").uri(&absolute).unwrap(), "/mcp?x");
     }
 
     #[test]

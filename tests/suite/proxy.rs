@@ -168,3 +168,82 @@ async fn head_keeps_the_upstream_length_and_sends_no_body() {
     assert_eq!(upstream.seen()[0].method, "HEAD");
     gw.shutdown().await;
 }
+
+/// A backend that numbers its connections (`x-conn` on every answer, from 1) and closes each
+/// one `lifetime` after accepting it, as a backend's keep-alive timeout does. `/sse` sends
+/// one chunk and then nothing until its connection closes.
+async fn numbering_backend(lifetime: Duration) -> std::net::SocketAddr {
+    use http_body_util::{BodyExt, StreamBody};
+    use hyper::body::Frame;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        for n in 1u32.. {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| async move {
+                    let body = if req.uri().path() == "/sse" {
+                        let first = futures_util::stream::once(async { Ok::<_, std::convert::Infallible>(Frame::data(bytes::Bytes::from_static(b"first"))) });
+                        BodyExt::boxed(StreamBody::new(futures_util::StreamExt::chain(first, futures_util::stream::pending())))
+                    } else {
+                        portcullis_test_support::full(format!("answer on connection {n}"))
+                    };
+                    Ok::<_, std::convert::Infallible>(http::Response::builder().header("x-conn", n).body(body).unwrap())
+                });
+                let conn = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                let _ = tokio::time::timeout(lifetime, conn).await;
+            });
+        }
+    });
+    addr
+}
+
+async fn answered_on(gw: &Gateway, path: &str) -> String {
+    let resp = client().get(gw.url(path)).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "{path}");
+    let conn = resp.headers()["x-conn"].to_str().unwrap().to_owned();
+    assert_eq!(resp.text().await.unwrap(), format!("answer on connection {conn}"), "each answer is its own request's");
+    conn
+}
+
+#[tokio::test]
+async fn backend_connections_are_kept_alive_and_replaced_when_the_backend_closes_them() {
+    let backend = numbering_backend(Duration::from_millis(600)).await;
+    let gw = Gateway::start(config_without_policy(&format!("http://{backend}"), "")).await;
+    for _ in 0..3 {
+        assert_eq!(answered_on(&gw, "/mcp").await, "1", "one connection for requests one after the other");
+    }
+    // The backend has closed connection 1: the next request goes on a new one, not a 502.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(answered_on(&gw, "/mcp").await, "2");
+    assert_eq!(answered_on(&gw, "/mcp").await, "2");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_connection_idle_past_pool_idle_timeout_is_not_reused() {
+    let backend = numbering_backend(Duration::from_secs(30)).await;
+    let mut config = config_without_policy(&format!("http://{backend}"), "");
+    config.upstream.pool_idle_timeout = Duration::from_millis(300);
+    let gw = Gateway::start(config).await;
+    assert_eq!(answered_on(&gw, "/mcp").await, "1");
+    assert_eq!(answered_on(&gw, "/mcp").await, "1");
+    // Still open at the backend, but idle longer than the gateway keeps one.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(answered_on(&gw, "/mcp").await, "2");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_response_left_unfinished_takes_its_backend_connection_with_it() {
+    let backend = numbering_backend(Duration::from_secs(30)).await;
+    let gw = Gateway::start(config_without_policy(&format!("http://{backend}"), "")).await;
+    let mut streaming = client().get(gw.url("/sse")).send().await.unwrap();
+    assert_eq!(streaming.headers()["x-conn"], "1");
+    assert_eq!(&streaming.chunk().await.unwrap().unwrap()[..], b"first");
+    drop(streaming);
+    // Connection 1 still owes the rest of /sse: reusing it would hand this request that
+    // answer, or none. It goes on a new connection.
+    assert_eq!(answered_on(&gw, "/mcp").await, "2");
+    gw.shutdown().await;
+}
