@@ -45,12 +45,8 @@ impl Drop for OtelGuard {
 pub fn init_tracing(filter: &str, otlp_endpoint: Option<&str>) -> Result<Option<OtelGuard>, OtelError> {
     let env = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
     let ansi = io::IsTerminal::is_terminal(&io::stderr());
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(io::stderr)
-        .with_ansi(ansi)
-        .with_target(false)
-        .fmt_fields(crate::telemetry::LogFields)
-        .with_filter(env);
+    let fmt =
+        tracing_subscriber::fmt::layer().with_writer(io::stderr).with_ansi(ansi).with_target(false).fmt_fields(crate::telemetry::LogFields).with_filter(env);
     let Some(endpoint) = otlp_endpoint else {
         let _ = tracing_subscriber::registry().with(fmt).try_init();
         return Ok(None);

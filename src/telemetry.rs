@@ -28,13 +28,7 @@ use crate::stage::{Stage, StageTimings};
 pub fn init_tracing(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
     let ansi = io::IsTerminal::is_terminal(&io::stderr());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(io::stderr)
-        .with_ansi(ansi)
-        .with_target(false)
-        .fmt_fields(LogFields)
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).with_ansi(ansi).with_target(false).fmt_fields(LogFields).try_init();
 }
 
 /// Like [`init_tracing`], but through the test harness's capture, so a failing test prints the

@@ -152,12 +152,7 @@ where
     }
     let buf = Arc::new(Mutex::new(Vec::new()));
     let sink = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || SharedBuf(sink.clone()))
-        .with_ansi(false)
-        .without_time()
-        .fmt_fields(fields)
-        .finish();
+    let subscriber = tracing_subscriber::fmt().with_writer(move || SharedBuf(sink.clone())).with_ansi(false).without_time().fmt_fields(fields).finish();
     tracing::subscriber::with_default(subscriber, || {
         let span = tracing::info_span!("request", request_id = %"0193-ab", method = %http::Method::POST, path = %"/mcp");
         let _in = span.enter();
