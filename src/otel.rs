@@ -45,12 +45,13 @@ impl Drop for OtelGuard {
 pub fn init_tracing(filter: &str, otlp_endpoint: Option<&str>) -> Result<Option<OtelGuard>, OtelError> {
     let env = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
     let ansi = io::IsTerminal::is_terminal(&io::stderr());
-    let fmt =
-        tracing_subscriber::fmt::layer().with_writer(io::stderr).with_ansi(ansi).with_target(false).fmt_fields(crate::telemetry::LogFields).with_filter(env);
     let Some(endpoint) = otlp_endpoint else {
-        let _ = tracing_subscriber::registry().with(fmt).try_init();
+        // One layer: its filter is the subscriber's. A per-layer filter would keep its own
+        // bookkeeping at every span's creation, entry and exit.
+        let _ = tracing_subscriber::registry().with(env).with(stderr_log(ansi)).try_init();
         return Ok(None);
     };
+    let fmt = stderr_log(ansi).with_filter(env);
     let exporter = SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
@@ -67,4 +68,12 @@ pub fn init_tracing(filter: &str, otlp_endpoint: Option<&str>) -> Result<Option<
     let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("portcullis")).with_filter(spans);
     let _ = tracing_subscriber::registry().with(fmt).with(otel).try_init();
     Ok(Some(OtelGuard(provider)))
+}
+
+/// The diagnostic log's layer: stderr, no target, fields as [`crate::telemetry::LogFields`].
+fn stderr_log<S>(ansi: bool) -> impl Layer<S> + Send + Sync
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    tracing_subscriber::fmt::layer().with_writer(io::stderr).with_ansi(ansi).with_target(false).fmt_fields(crate::telemetry::LogFields)
 }
