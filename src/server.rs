@@ -299,9 +299,9 @@ impl Shared {
     /// An `async fn` on purpose: calling it only stores its arguments, so the admission handler
     /// can build its ~11 KB future straight into the future's allocation (`in_place`); any work
     /// done before the future exists would make the compiler build it on the stack and copy it.
-    async fn handle(self: Arc<Self>, mut req: Request<Incoming>, peer: crate::inbound::Peer, is_tls: bool) -> Response<ResponseBody> {
+    async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: crate::inbound::Peer, is_tls: bool, arrived: admission::Arrived) -> Response<ResponseBody> {
         // The clocks as admission read them: every stage works from these readings.
-        let admission::Arrived { id: request_id, at: arrived, wall } = admission::arrived(&mut req);
+        let admission::Arrived { id: request_id, at: arrived, wall } = arrived;
         let now = UnixTime::at(wall);
         // An approval link's path holds its code, a bearer secret: the span (which every log
         // line inside it quotes) names the page, never the code.

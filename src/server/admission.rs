@@ -65,12 +65,6 @@ impl Arrived {
     }
 }
 
-/// The arrival [`Admission`] recorded for `req`, or a fresh one for a request that did not come
-/// through it.
-pub(crate) fn arrived(req: &mut Request<Incoming>) -> Arrived {
-    req.extensions_mut().remove::<Arrived>().unwrap_or_else(Arrived::now)
-}
-
 fn new_request_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
@@ -81,6 +75,10 @@ struct Handler {
     shared: Arc<Shared>,
     peer: Peer,
     is_tls: bool,
+    /// The arrival [`Admission::serve`] recorded for the one request this copy of the stack
+    /// serves (handed over here rather than in the request's extensions, whose first entry
+    /// allocates a map); `None` for a request that did not come through it.
+    arrived: Option<Arrived>,
 }
 
 impl Service<Request<Incoming>> for Handler {
@@ -93,7 +91,8 @@ impl Service<Request<Incoming>> for Handler {
     }
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
-        in_place(|| self.shared.clone().handle(req, self.peer.clone(), self.is_tls).map(Ok))
+        let arrived = self.arrived.take().unwrap_or_else(Arrived::now);
+        in_place(|| self.shared.clone().handle(req, self.peer.clone(), self.is_tls, arrived).map(Ok))
     }
 }
 
@@ -111,28 +110,28 @@ type Stack = Timeout<Handler>;
 /// The admission-controlled request path of one client connection. Cloned per request.
 #[derive(Clone)]
 pub(crate) struct Admission {
+    /// The handler behind the stack (`get_ref`, `into_inner`).
     stack: Stack,
-    handler: Handler,
 }
 
 impl Admission {
     /// The path for requests from `peer`.
     pub(crate) fn new(shared: &Arc<Shared>, peer: SocketAddr, is_tls: bool) -> Admission {
-        let handler = Handler { shared: shared.clone(), peer: Peer::from(peer), is_tls };
-        let stack = ServiceBuilder::new().timeout(shared.config.limits.request_timeout).service(handler.clone());
-        Admission { stack, handler }
+        let handler = Handler { shared: shared.clone(), peer: Peer::from(peer), is_tls, arrived: None };
+        Admission { stack: ServiceBuilder::new().timeout(shared.config.limits.request_timeout).service(handler) }
     }
 
     /// Answers `req`: through the stack, or straight from the handler for the RFC 9728
     /// document.
-    pub(crate) async fn serve(self, mut req: Request<Incoming>) -> Response<ResponseBody> {
-        let shared = self.handler.shared.clone();
+    pub(crate) async fn serve(self, req: Request<Incoming>) -> Response<ResponseBody> {
+        let shared = self.stack.get_ref().shared.clone();
         if shared.prm_paths.iter().any(|p| p == req.uri().path()) {
-            return self.handler.oneshot(req).await.unwrap_or_else(|never| match never {});
+            return self.stack.into_inner().oneshot(req).await.unwrap_or_else(|never| match never {});
         }
         let arrival = Arrival { arrived: Arrived::now(), method: req.method().clone(), uri: req.uri().clone() };
-        req.extensions_mut().insert(arrival.arrived.clone());
-        match self.stack.oneshot(req).await {
+        let mut stack = self.stack;
+        stack.get_mut().arrived = Some(arrival.arrived.clone());
+        match stack.oneshot(req).await {
             Ok(resp) => resp,
             Err(e) => refuse(&shared, &arrival, unadmitted(e, shared.config.limits.request_timeout)),
         }
