@@ -30,15 +30,19 @@ pub const IDENTITY_PREFIX: &str = "x-portcullis-";
 pub const AGENT_HEADER: &str = "x-portcullis-agent";
 
 /// Hop-by-hop fields (RFC 9110 §7.6.1) plus the legacy `proxy-connection` and `keep-alive`.
-/// `trailer` is end-to-end (RFC 9110 §6.6.2) and stays.
-const HOP_BY_HOP: [&str; 8] =
-    ["connection", "proxy-connection", "keep-alive", "te", "transfer-encoding", "upgrade", "proxy-authorization", "proxy-authenticate"];
+/// `trailer` is end-to-end (RFC 9110 §6.6.2) and stays. (A `match`, which the compiler
+/// dispatches on length, rather than a scan of a list: it runs for every field of every
+/// request and response.)
+fn is_hop_by_hop(name: &str) -> bool {
+    matches!(name, "connection" | "proxy-connection" | "keep-alive" | "te" | "transfer-encoding" | "upgrade" | "proxy-authorization" | "proxy-authenticate")
+}
 
 /// Client-supplied forwarding metadata. The gateway is the edge (it terminates the client's
 /// connection and has no list of trusted proxies), so whatever a client put here is its own
 /// claim: it is removed and the gateway sets `X-Forwarded-*` from what it saw itself.
-const CLIENT_FORWARDING: [&str; 7] =
-    ["forwarded", "x-real-ip", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port", "x-forwarded-prefix"];
+fn is_client_forwarding(name: &str) -> bool {
+    matches!(name, "forwarded" | "x-real-ip" | "x-forwarded-for" | "x-forwarded-host" | "x-forwarded-proto" | "x-forwarded-port" | "x-forwarded-prefix")
+}
 
 /// The pooled client for the MCP backend.
 #[derive(Clone, Debug)]
@@ -90,7 +94,7 @@ impl Upstream {
         // none of them, and a removal hashes its name even when the field is absent.
         let dropped = hop_by_hop_names(&headers, |name| {
             let is_token = name == AUTHORIZATION || name.as_str() == portcullis_wire::dpop::DPOP;
-            is_spoofable(name) || CLIENT_FORWARDING.contains(&name.as_str()) || (drop_token && is_token)
+            is_spoofable(name) || is_client_forwarding(name.as_str()) || (drop_token && is_token)
         });
         for name in dropped {
             headers.remove(name);
@@ -205,7 +209,7 @@ fn hop_by_hop_names(headers: &HeaderMap, also: impl Fn(&HeaderName) -> bool) -> 
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
         .collect();
-    names.extend(headers.keys().filter(|k| HOP_BY_HOP.contains(&k.as_str()) || also(k)).cloned());
+    names.extend(headers.keys().filter(|k| is_hop_by_hop(k.as_str()) || also(k)).cloned());
     names
 }
 
