@@ -66,8 +66,8 @@ impl Upstream {
         let connect_to = format!("{host}:{}", cfg.url.port_or_known_default().unwrap_or(80));
         let pool = pool::Pool::new(connect_to, cfg.connect_timeout, cfg.pool_max_idle, cfg.pool_idle_timeout);
         let authority = match cfg.url.port() {
-            Some(p) => format!("{}:{p}", cfg.url.host_str().unwrap_or_default()),
-            None => cfg.url.host_str().unwrap_or_default().to_owned(),
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_owned(),
         };
         let authority = http::uri::Authority::try_from(authority.as_str()).ok();
         let host = authority.as_ref().and_then(|a| match a.port_u16() {

@@ -70,7 +70,7 @@ impl DigestCheck {
         let Some(field) = field else {
             // Only a signed request is refused here: an unsigned one gets the signature stage's
             // clearer "not signed" refusal (with Accept-Signature, which lists content-digest).
-            let is_signed = headers.contains_key(crate::signature::parse::SIGNATURE_INPUT_HEADER);
+            let is_signed = headers.contains_key(const { http::HeaderName::from_static("signature-input") });
             return if self.is_required_for_body && is_signed && !body.is_empty() { Err(DigestError::Missing) } else { Ok(None) };
         };
         let dict: Dictionary = Parser::new(&field).parse().map_err(|e| DigestError::Malformed(e.to_string()))?;
