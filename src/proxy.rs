@@ -49,11 +49,9 @@ fn is_client_forwarding(name: &str) -> bool {
 pub struct Upstream {
     pool: std::sync::Arc<pool::Pool>,
     base_path: String,
-    /// `upstream.url`'s host and port; `None` if they do not make an authority (the config
-    /// check makes that unreachable), and then every forward fails as before.
-    authority: Option<http::uri::Authority>,
-    /// The `Host` field sent upstream, made once here: what the client would otherwise format
-    /// for every request from the URI (the host, and the port unless it is 80).
+    /// The `Host` field sent upstream, made once here (the host, and the port unless it is
+    /// 80); `None` if `upstream.url`'s host and port do not make an authority (the config check
+    /// makes that unreachable), and then every forward fails as before.
     host: Option<HeaderValue>,
     response_timeout: Duration,
     forward_token: bool,
@@ -69,12 +67,11 @@ impl Upstream {
             Some(p) => format!("{host}:{p}"),
             None => host.to_owned(),
         };
-        let authority = http::uri::Authority::try_from(authority.as_str()).ok();
-        let host = authority.as_ref().and_then(|a| match a.port_u16() {
+        let host = http::uri::Authority::try_from(authority.as_str()).ok().and_then(|a| match a.port_u16() {
             Some(80) => HeaderValue::from_str(a.host()).ok(),
             _ => HeaderValue::from_str(a.as_str()).ok(),
         });
-        Upstream { pool, base_path: cfg.url.path().trim_end_matches('/').to_owned(), authority, host, response_timeout: cfg.response_timeout, forward_token }
+        Upstream { pool, base_path: cfg.url.path().trim_end_matches('/').to_owned(), host, response_timeout: cfg.response_timeout, forward_token }
     }
 
     /// Sends `req` upstream and returns the response head with its body still streaming.
@@ -163,7 +160,7 @@ impl Upstream {
                     .map_err(|e| UpstreamError::Failed(format!("cannot build upstream URI: {e}")))?
             }
         };
-        if self.authority.is_none() {
+        if self.host.is_none() {
             return Err(UpstreamError::Failed("cannot build upstream URI: upstream.url has no valid authority".into()));
         }
         Ok(Uri::from(path_and_query))

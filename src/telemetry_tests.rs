@@ -150,9 +150,9 @@ where
             Some(&self.0)
         }
     }
-    let buf = Arc::new(Mutex::new(Vec::new()));
-    let sink = buf.clone();
-    let subscriber = tracing_subscriber::fmt().with_writer(move || SharedBuf(sink.clone())).with_ansi(false).without_time().fmt_fields(fields).finish();
+    let lines = portcullis_test_support::logs::Lines::default();
+    let sink = lines.clone();
+    let subscriber = tracing_subscriber::fmt().with_writer(move || sink.clone()).with_ansi(false).without_time().fmt_fields(fields).finish();
     tracing::subscriber::with_default(subscriber, || {
         let span = tracing::info_span!("request", request_id = %"0193-ab", method = %http::Method::POST, path = %"/mcp");
         let _in = span.enter();
@@ -170,21 +170,7 @@ where
             "origin"
         );
     });
-    let out = buf.lock().unwrap().clone();
-    String::from_utf8(out).unwrap()
-}
-
-#[derive(Clone)]
-struct SharedBuf(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for SharedBuf {
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
+    lines.text()
 }
 
 #[test]
