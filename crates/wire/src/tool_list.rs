@@ -54,8 +54,11 @@ pub fn is_event_stream(content_type: Option<&str>) -> bool {
 
 /// The JSON-RPC response with `id` in an answer body, parsed by `parse` (the gateway reads it
 /// as I-JSON): the body itself for JSON (or the element of a batch with that id), or the data
-/// of the first `message` event that is such a response for an event stream. Other events
-/// (notifications, requests to the client) are skipped.
+/// of the first event that is such a response for an event stream, read as a client reads it
+/// ([`sse`]). Other events (notifications, requests to the client) are skipped, as are events
+/// without data (the priming event a 2025-11-25 server opens its streams with) and events of
+/// another type (clients do not read them as JSON-RPC); a `message` event whose data is not
+/// JSON is an error.
 pub fn find_response(
     content_type: Option<&str>,
     body: &[u8],
@@ -63,11 +66,8 @@ pub fn find_response(
     parse: impl Fn(&[u8]) -> Result<Value, String>,
 ) -> Result<Map<String, Value>, AnswerError> {
     if is_event_stream(content_type) {
-        let (events, rest) = sse::split(body, true);
-        for raw in events.into_iter().chain(std::iter::once(rest)) {
-            let fields = sse::fields(raw);
-            let is_message = fields.is_message();
-            let Some(data) = fields.data.filter(|_| is_message) else { continue };
+        for event in sse::dispatched(body) {
+            let Some(data) = event.message().filter(|_| event.is_message()) else { continue };
             let doc = parse(data.as_bytes()).map_err(AnswerError::NotJson)?;
             if let Some(found) = response_in(doc, id) {
                 return Ok(found);
@@ -179,6 +179,21 @@ mod tests {
         let cursor = json!({"jsonrpc": "2.0", "id": 1, "result": {"tools": [], "nextCursor": 5}}).to_string();
         assert!(matches!(parse_tools_answer(None, cursor.as_bytes(), &id), Err(AnswerError::Malformed(_))));
         assert_eq!(parse_tools_answer(Some("text/event-stream"), b"data: 1\n\n", &id), Err(AnswerError::NoResponse));
+    }
+
+    #[test]
+    fn a_priming_event_is_skipped_and_unreadable_data_is_an_error() {
+        let ours = json!({"jsonrpc": "2.0", "id": 1, "result": {"tools": [tool("x")]}}).to_string();
+        let primed = format!("\u{FEFF}id: 0\ndata:\n\n{}", sse::message_event(&ours));
+        let page = parse_tools_answer(Some("text/event-stream"), primed.as_bytes(), &json!(1)).expect("page");
+        assert_eq!(page.tools.len(), 1);
+        // A lone surrogate, NaN, nesting deeper than the parser's limit: not read, not skipped.
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        for bad in [r#"{"jsonrpc":"2.0","id":2,"result":{"x":"\ud83d"}}"#, "NaN", deep.as_str()] {
+            let body = format!("id: 0\ndata:\n\n{}{}", sse::message_event(bad), sse::message_event(&ours));
+            let got = parse_tools_answer(Some("text/event-stream"), body.as_bytes(), &json!(1));
+            assert!(matches!(got, Err(AnswerError::NotJson(_))), "{bad:.20}: {got:?}");
+        }
     }
 
     #[test]
