@@ -281,6 +281,7 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         | Denial::KeyResolution(_)
         | Denial::ReplayedSignature
         | Denial::SessionNotFound(_)
+        | Denial::ResumeWithoutSession
         | Denial::SessionConflict(_)
         | Denial::Mcp(_)
         | Denial::Policy(_)
@@ -345,7 +346,8 @@ pub enum UpstreamError {
     #[error("upstream failed: {0}")]
     Failed(String),
     /// An answer the gateway must rewrite (`tools.filter_list`) could not be read within
-    /// `limits.max_inspected_response`: withheld rather than passed unfiltered.
+    /// `limits.max_inspected_response`, or not as a client reads it: withheld rather than
+    /// passed unfiltered.
     #[error("upstream answer withheld: {0}")]
     Uninspectable(String),
 }
@@ -369,7 +371,7 @@ impl UpstreamError {
             UpstreamError::Timeout(d) => format!("the MCP server did not answer within {d:?}"),
             UpstreamError::Failed(_) => "the MCP server broke off the exchange".to_owned(),
             UpstreamError::Uninspectable(_) => {
-                "the MCP server's tools/list answer could not be filtered for this caller (limits.max_inspected_response)".to_owned()
+                "the MCP server's answer could not be inspected to filter its tool list for this caller (larger than limits.max_inspected_response, or not JSON as a client reads it)".to_owned()
             }
         }
     }

@@ -133,6 +133,10 @@ pub enum Denial {
     /// another identity's) or is malformed (decision 9). 404, as MCP answers an unknown session.
     #[error("{0}")]
     SessionNotFound(SessionError),
+    /// A request resuming a stream (`Last-Event-ID`) without a session (decision 11): a stream
+    /// is resumed only in a session bound to its caller, so an event id alone replays nothing.
+    #[error("Last-Event-ID resumes a stream only within a session: send the Mcp-Session-Id of the session that opened it")]
+    ResumeWithoutSession,
     /// The backend issued a session id already bound to another identity (decision 9): its
     /// answer is withheld.
     #[error("{0}")]
@@ -186,6 +190,7 @@ impl Denial {
             Denial::ApprovalUnavailable => "approval_unavailable",
             Denial::RateLimited { .. } => "rate_limit_exceeded",
             Denial::SessionNotFound(_) => "session_not_found",
+            Denial::ResumeWithoutSession => "invalid_request",
             Denial::SessionConflict(_) => "session_conflict",
             Denial::Idempotency(e) => e.code(),
             Denial::Catalog(e) => e.code(),
@@ -219,6 +224,7 @@ impl Denial {
             Denial::ApprovalRequired(link) => link.status(),
             Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Denial::SessionNotFound(_) => StatusCode::NOT_FOUND,
+            Denial::ResumeWithoutSession => StatusCode::BAD_REQUEST,
             Denial::SessionConflict(_) => StatusCode::BAD_GATEWAY,
             Denial::Idempotency(e) => e.status(),
             Denial::Catalog(e) => e.status(),

@@ -119,7 +119,7 @@ impl FindingStage {
             Denial::OAuthRequired | Denial::InvalidToken(_) | Denial::InvalidDpopProof(_) | Denial::InvalidRequest(_) | Denial::IssuerUnavailable(_) => {
                 FindingStage::Token
             }
-            Denial::Mcp(_) | Denial::SessionNotFound(_) | Denial::SessionConflict(_) => FindingStage::Mcp,
+            Denial::Mcp(_) | Denial::SessionNotFound(_) | Denial::ResumeWithoutSession | Denial::SessionConflict(_) => FindingStage::Mcp,
             Denial::Policy(_) | Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } => FindingStage::Policy,
             Denial::RateLimited { .. } => FindingStage::Quota,
             Denial::Idempotency(_) => FindingStage::Idempotency,

@@ -37,6 +37,9 @@ use crate::telemetry::DirectoryMetrics;
 use portcullis_wire::digest::DigestCheck;
 use portcullis_wire::mcp::{self, McpRequest};
 
+/// The header a client resumes an event stream with (WHATWG HTML §9.2; MCP Streamable HTTP).
+const LAST_EVENT_ID: &str = "last-event-id";
+
 /// The result of running the pipeline on one request.
 pub type Decision = Result<Permit, Refusal>;
 
@@ -344,6 +347,11 @@ async fn run_stages(
             seen.binding = Some(authenticated.binding);
         }
     }
+    // Decision 11: a stream is resumed (`Last-Event-ID`) only within a session, which the next
+    // check binds to this caller: an event id alone must not replay another caller's events.
+    if req.head.headers.contains_key(LAST_EVENT_ID) && !req.head.headers.contains_key(portcullis_wire::mcp::SESSION_ID_HEADER) {
+        judge.judge(FindingStage::Mcp, Err::<(), _>(Denial::ResumeWithoutSession))?;
+    }
     // Decision 9: once the identity is verified, a session is only its owner's. Without a
     // verified identity (monitor mode) the owner is unknown: that is already a finding.
     if req.head.headers.contains_key(portcullis_wire::mcp::SESSION_ID_HEADER) && !judge.has_found(Group::Identity) && !judge.has_found(Group::Token) {
@@ -446,17 +454,21 @@ pub async fn settle_session(
     Ok(timings.timed_async(Stage::Session, stages.sessions.settle(exchange, status, headers, &owner)).await?)
 }
 
-/// Filtered lists (`tools.filter_list`, docs/catalog.md): for the answer to a request holding
-/// `tools/list` (alone or in a batch), the tools this caller could call — those the pins let through, each
+/// Filtered lists (`tools.filter_list`, docs/catalog.md): for every answer the client can read
+/// — the answer to a request holding `tools/list` (alone or in a batch), and every event stream
+/// whatever opened it (a POST, a resumed or standalone GET: decision 11, a stream may replay a
+/// list answered earlier) — the tools this caller could call: those the pins let through, each
 /// allowed by the policy asked as if the caller called it (`input.mcp.listing = true`, no
 /// arguments; an approval or quota in that decision does not hide it, missing scopes do).
-/// `None` when the answer is not to be filtered. Without a catalog nothing is shown: the
-/// gateway cannot vouch for any tool; nor for a tool the catalog does not know.
+/// `None` when lists are not filtered. Without a catalog nothing is shown: the gateway cannot
+/// vouch for any tool; nor for a tool the catalog does not know.
 pub fn list_filter(stages: &Stages, req: &Inbound, seen: &Evidence, max_inspected: usize) -> Option<crate::catalog::filter::ListFilter> {
     let catalog = stages.catalog.as_ref().filter(|c| c.filter_list)?;
-    let mcp = seen.mcp.as_ref()?;
-    let message = mcp.messages.iter().find(|m| m.method.as_deref() == Some("tools/list"))?;
-    let hide_all = crate::catalog::filter::ListFilter { visible: std::collections::HashMap::new(), max_inspected };
+    let no_messages = McpRequest::default();
+    let mcp = seen.mcp.as_ref().unwrap_or(&no_messages);
+    let listing = mcp.messages.iter().find(|m| m.method.as_deref() == Some("tools/list"));
+    let is_listing = listing.is_some();
+    let hide_all = crate::catalog::filter::ListFilter { visible: std::collections::HashMap::new(), max_inspected, is_listing, cuts: None };
     // Claims the policy cannot be given: nothing can be shown (fail closed).
     let Ok(claims) = seen.token.as_ref().map(|t| t.policy_claims()).transpose() else { return Some(hide_all) };
     let agent = seen.agent.as_ref().map(|a| AgentView { id: a.agent(), keyid: a.keyid(), tag: a.tag() });
@@ -481,7 +493,7 @@ pub fn list_filter(stages: &Stages, req: &Inbound, seen: &Evidence, max_inspecte
             uri: None,
             prompt: None,
             meta_version: None,
-            client_info: message.client_info.clone(),
+            client_info: listing.and_then(|m| m.client_info.clone()),
         };
         let asked = McpRequest { messages: vec![call], session: mcp.session.clone(), protocol_version: mcp.protocol_version.clone(), ..McpRequest::default() };
         let definitions = [(name, view)];
@@ -492,7 +504,7 @@ pub fn list_filter(stages: &Stages, req: &Inbound, seen: &Evidence, max_inspecte
             visible.insert(name, digest);
         }
     }
-    Some(crate::catalog::filter::ListFilter { visible, max_inspected })
+    Some(crate::catalog::filter::ListFilter { visible, max_inspected, is_listing, cuts: None })
 }
 
 /// Stages 3–4: parse and check the signature, resolve its key; the caller verifies it (stage

@@ -401,7 +401,8 @@ impl Shared {
                             findings = fwd.findings().to_vec();
                             let (outcome, summary) = forward_summary(&fwd);
                             let exchange = crate::session::Exchange::of(&inbound.head);
-                            let listing = pipeline::list_filter(&self.stages, &inbound, fwd.evidence(), self.config.limits.max_inspected_response);
+                            let listing = pipeline::list_filter(&self.stages, &inbound, fwd.evidence(), self.config.limits.max_inspected_response)
+                                .map(|f| crate::catalog::filter::ListFilter { cuts: Some(self.metrics.uninspectable_cuts()), ..f });
                             // A list the gateway rewrites must come uncompressed: a compressed one
                             // could not be read, so it would be withheld.
                             let mut inbound = inbound;
@@ -532,7 +533,7 @@ impl Shared {
         (Outcome::Deny, Some((denial.code(), denial.reason())), decision::respond(denial, request_id, &self.challenge))
     }
 
-    /// `tools.filter_list`: the `tools/list` answer loses the tools this caller could not call
+    /// `tools.filter_list`: a `tools/list` answer (or any list in an event stream) loses the tools this caller could not call
     /// (the policy group enforcing); in monitor mode it passes whole and the count it would have
     /// lost is logged. An answer too large to inspect is withheld, never passed unfiltered.
     async fn filter_list(
@@ -541,8 +542,10 @@ impl Shared {
         filter: crate::catalog::filter::ListFilter,
     ) -> Result<Response<ResponseBody>, decision::UpstreamError> {
         if !decision::filters_lists(&self.config.mode) {
-            let known = self.stages.catalog.as_ref().and_then(|c| c.snapshot()).map_or(0, |s| s.len());
-            info!(would_hide = known.saturating_sub(filter.visible.len()), "monitor mode: tools/list passed unfiltered");
+            if filter.is_listing {
+                let known = self.stages.catalog.as_ref().and_then(|c| c.snapshot()).map_or(0, |s| s.len());
+                info!(would_hide = known.saturating_sub(filter.visible.len()), "monitor mode: tools/list passed unfiltered");
+            }
             return Ok(resp);
         }
         crate::catalog::filter::rewrite(resp, filter).await.map_err(|e| decision::UpstreamError::Uninspectable(e.to_string()))

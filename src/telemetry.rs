@@ -285,6 +285,13 @@ impl Metrics {
         self.upstream_errors.get_or_create(&ErrorLabels { error: code }).inc();
     }
 
+    /// The failed-forward counter of event streams cut by `tools.filter_list` before an event it
+    /// could not inspect (`upstream_answer_uninspectable`): counted as the stream passes, after
+    /// the request's own record was written.
+    pub fn uninspectable_cuts(&self) -> prometheus_client::metrics::counter::Counter {
+        self.upstream_errors.get_or_create(&ErrorLabels { error: "upstream_answer_uninspectable" }).clone()
+    }
+
     /// Tracks requests in flight; the guard decrements on drop.
     pub fn in_flight(&self) -> InFlight {
         self.in_flight.inc();

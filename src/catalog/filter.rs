@@ -1,13 +1,16 @@
-//! Filtered lists (`tools.filter_list`, docs/catalog.md "Filtered lists"): the backend's answer
-//! to a request holding `tools/list` loses every tool this caller could not call, on its way
-//! back.
+//! Filtered lists (`tools.filter_list`, docs/catalog.md "Filtered lists"): every tool this
+//! caller could not call is taken out of any `tools/list` result on its way back.
 //!
-//! This is response inspection, so it is bounded and narrow: only the answer to a request
-//! holding `tools/list` is touched; a JSON answer is read whole up to
-//! `limits.max_inspected_response` (larger: the answer is withheld, never passed unfiltered);
-//! in an event stream every event passes through as it arrives, byte for byte, except those
-//! carrying a list, which are rewritten (an event still arriving may hold at most
-//! `limits.max_inspected_response` bytes, else the stream is cut). Every response holding
+//! This is response inspection, so it is bounded and reads what the client reads (docs/design.md
+//! decision 11). A JSON answer (to a request holding `tools/list`) is read whole up to
+//! `limits.max_inspected_response` (larger: the answer is withheld, never passed unfiltered).
+//! An event stream — whatever request opened it: a POST, a resumed or standalone GET — is read
+//! as a client reads it (`portcullis_wire::sse`): every event passes through as it arrives,
+//! byte for byte, except those carrying a list, which are rewritten; events without data (the
+//! priming event) pass unread. An event whose data the gateway cannot read as JSON exactly as a
+//! client would (a lone surrogate escape, nesting past serde_json's limit, `NaN`, trailing
+//! bytes) cuts the stream before it, and so does an event still arriving past
+//! `limits.max_inspected_response`: the rest of the stream is withheld. Every response holding
 //! `result.tools` is filtered, whatever its id or event type; an answer the gateway cannot read
 //! as a client would (compressed, not JSON) is withheld. In the rewritten result only `tools`
 //! shrinks, and `cacheScope` (MCP 2026-07-28) becomes `"private"`: the list now varies per
@@ -35,6 +38,14 @@ pub struct ListFilter {
     pub visible: HashMap<String, String>,
     /// `limits.max_inspected_response`.
     pub max_inspected: usize,
+    /// Whether the request holds `tools/list`: its JSON answer is read and filtered. A JSON
+    /// answer to any other request is the answer to that request's own ids (none a listing) and
+    /// passes unread; every event stream is read whatever the request.
+    pub is_listing: bool,
+    /// Counts each event stream cut because an event could not be inspected (the metric of
+    /// failed forwards, `upstream_answer_uninspectable`): its head has gone, so the request's
+    /// own record cannot say it.
+    pub cuts: Option<prometheus_client::metrics::counter::Counter>,
 }
 
 /// Why a `tools/list` answer could not be filtered: it is withheld (fail closed).
@@ -90,20 +101,25 @@ fn filter_messages(message: &mut Value, visible: &HashMap<String, String>) -> bo
     }
 }
 
-/// The message rewritten when it holds a list; `None` when it holds none. `Err` when it is
-/// not JSON at all.
-fn rewrite_message(data: &[u8], filter: &ListFilter) -> Result<Option<String>, ()> {
-    let mut message: Value = serde_json::from_slice(data).map_err(|_| ())?;
+/// The message rewritten when it holds a list; `None` when it holds none. `Err` when it is not
+/// JSON as a client reads it (serde_json refuses what clients read otherwise: a lone surrogate
+/// escape, `NaN`, nesting past its limit, trailing bytes); the reason names the parser's
+/// position, never the text.
+fn rewrite_message(data: &[u8], filter: &ListFilter) -> Result<Option<String>, String> {
+    let mut message: Value = serde_json::from_slice(data).map_err(|e| e.to_string())?;
     Ok(filter_messages(&mut message, &filter.visible).then(|| message.to_string()))
 }
 
 /// Headers that describe the backend's bytes, not the rewritten ones.
 const STALE_AFTER_REWRITE: [&str; 6] = ["content-length", "etag", "content-digest", "repr-digest", "digest", "content-md5"];
 
-/// Filters the answer to a request holding `tools/list` (see the module docs). Answers that
-/// are not a success pass unchanged; a success the gateway cannot read is an error (withheld).
+/// Filters an answer (see the module docs). Answers that are not a success pass unchanged, as
+/// does a JSON answer to a request holding no `tools/list`; a success the gateway must read and
+/// cannot is an error (withheld).
 pub async fn rewrite(resp: Response<Body>, filter: ListFilter) -> Result<Response<Body>, FilterError> {
-    if !resp.status().is_success() {
+    let content_type = resp.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let is_stream = tool_list::is_event_stream(content_type);
+    if !resp.status().is_success() || !(is_stream || filter.is_listing) {
         return Ok(resp);
     }
     let (mut parts, body) = resp.into_parts();
@@ -126,52 +142,76 @@ pub async fn rewrite(resp: Response<Body>, filter: ListFilter) -> Result<Respons
     let out = match rewrite_message(&bytes, &filter) {
         Ok(Some(rewritten)) => Bytes::from(rewritten),
         Ok(None) => bytes,
-        Err(()) => return Err(FilterError::Unreadable(format!("it is not JSON (Content-Type {})", content_type.as_deref().unwrap_or("absent")))),
+        Err(e) => return Err(FilterError::Unreadable(format!("it is not JSON (Content-Type {}): {e}", content_type.as_deref().unwrap_or("absent")))),
     };
     Ok(Response::from_parts(parts, Full::new(out).map_err(|never| match never {}).boxed()))
 }
 
-/// The stream's state: bytes of an event still arriving, events ready to send.
+/// The stream's state: the reader (an event still arriving), events ready to send.
 struct Events {
     body: Body,
-    pending: BytesMut,
+    reader: sse::Reader,
     ready: VecDeque<Bytes>,
     filter: ListFilter,
     is_done: bool,
 }
 
 impl Events {
-    /// Takes one chunk: every event it completes goes out, each list in it filtered.
-    fn take(&mut self, chunk: &[u8]) {
-        self.pending.extend_from_slice(chunk);
-        let (events, rest) = sse::split(&self.pending, false);
+    /// Takes one chunk (`is_end`: the stream ended after it): every event it completes goes
+    /// out, each list in it filtered, up to an event that cannot be inspected, where the
+    /// stream is cut.
+    fn take(&mut self, chunk: &[u8], is_end: bool) {
         let mut out = BytesMut::new();
-        for raw in events {
-            match rewritten_event(raw, &self.filter) {
-                Some(new) => out.extend_from_slice(&new),
-                None => out.extend_from_slice(raw),
+        for raw in self.reader.push(chunk, is_end) {
+            match rewritten_event(&raw, &self.filter) {
+                Ok(Some(new)) => out.extend_from_slice(&new),
+                Ok(None) => out.extend_from_slice(&raw),
+                Err(reason) => {
+                    self.cut(&format!("an event is not JSON as a client reads it: {reason}"));
+                    break;
+                }
             }
         }
-        let rest = Bytes::copy_from_slice(rest);
-        self.pending.clear();
-        self.pending.extend_from_slice(&rest);
         if !out.is_empty() {
             self.ready.push_back(out.freeze());
         }
         // An event bigger than the bound may hold a list: cut the stream rather than pass it.
-        if self.pending.len() > self.filter.max_inspected {
+        if !self.is_done && self.reader.pending_len() > self.filter.max_inspected {
+            let limit = self.filter.max_inspected;
+            self.cut(&format!("an event is larger than {limit} bytes (limits.max_inspected_response)"));
+        }
+        if is_end {
             self.is_done = true;
+        }
+    }
+
+    /// Ends the stream here: what is left of it is withheld, never passed unfiltered.
+    fn cut(&mut self, reason: &str) {
+        self.is_done = true;
+        if let Some(cuts) = &self.filter.cuts {
+            cuts.inc();
+        }
+        static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
+        if let Some(held) = THROTTLE.admit() {
+            tracing::warn!(
+                error.code = "upstream_answer_uninspectable",
+                reason,
+                similar_held_back = held,
+                "tools.filter_list: the backend's event stream was cut before an event the gateway cannot inspect; the rest is withheld"
+            );
         }
     }
 }
 
-/// `raw` with its data replaced by the filtered message, when its data holds a list. Every
-/// event is looked at, whatever its `event` type (a client may dispatch any type to its
+/// `raw` with its data replaced by the filtered message, when its data holds a list; `None`
+/// when it is passed on as it is (no list, or no data: the priming event carries no message).
+/// Every event is looked at, whatever its `event` type (a client may dispatch any type to its
 /// JSON-RPC reader). The event's other lines (`id`, `event`, `retry`, comments) stay as they
-/// were, byte for byte.
-fn rewritten_event(raw: &[u8], filter: &ListFilter) -> Option<Vec<u8>> {
-    let data = sse::fields(raw).data?;
-    let new = rewrite_message(data.as_bytes(), filter).ok()??;
+/// were, byte for byte. `Err`: its data is not JSON as a client reads it.
+fn rewritten_event(raw: &[u8], filter: &ListFilter) -> Result<Option<Vec<u8>>, String> {
+    let fields = sse::fields(raw);
+    let Some(data) = fields.message() else { return Ok(None) };
+    let Some(new) = rewrite_message(data.as_bytes(), filter)? else { return Ok(None) };
     let mut out = Vec::with_capacity(new.len() + 64);
     let mut wrote_data = false;
     let mut rest = raw;
@@ -198,12 +238,12 @@ fn rewritten_event(raw: &[u8], filter: &ListFilter) -> Option<Vec<u8>> {
             out.extend_from_slice(line);
         }
     }
-    Some(out)
+    Ok(Some(out))
 }
 
 /// The event stream, filtered as it passes.
 fn filter_events(body: Body, filter: ListFilter) -> Body {
-    let state = Events { body, pending: BytesMut::new(), ready: VecDeque::new(), filter, is_done: false };
+    let state = Events { body, reader: sse::Reader::new(), ready: VecDeque::new(), filter, is_done: false };
     let stream = futures_util::stream::unfold(state, |mut st| async move {
         loop {
             if let Some(out) = st.ready.pop_front() {
@@ -214,13 +254,13 @@ fn filter_events(body: Body, filter: ListFilter) -> Body {
             }
             match st.body.frame().await {
                 // An unterminated last event is never dispatched by a client: it is dropped.
-                None => st.is_done = true,
+                None => st.take(&[], true),
                 Some(Err(e)) => {
                     st.is_done = true;
                     return Some((Err(e), st));
                 }
                 Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => st.take(&data),
+                    Ok(data) => st.take(&data, false),
                     Err(trailers) => return Some((Ok(trailers), st)),
                 },
             }

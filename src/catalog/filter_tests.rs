@@ -4,7 +4,7 @@ use serde_json::json;
 /// A filter vouching for the tools named, as [`answer`] lists them.
 fn filter(visible: &[&str]) -> ListFilter {
     let vouched = |n: &str| super::super::pins::digest(json!({"name": n}).as_object().expect("object")).expect("digest");
-    ListFilter { visible: visible.iter().map(|s| ((*s).to_owned(), vouched(s))).collect(), max_inspected: 4096 }
+    ListFilter { visible: visible.iter().map(|s| ((*s).to_owned(), vouched(s))).collect(), max_inspected: 4096, is_listing: true, cuts: None }
 }
 
 fn answer(id: Value) -> String {
@@ -113,13 +113,13 @@ async fn a_list_in_any_event_type_or_beside_a_non_utf8_line_is_filtered() {
 async fn an_event_stream_keeps_other_events_byte_for_byte_and_rewrites_only_the_answer() {
     let note: &'static [u8] = b"id: 1\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}\r\n\r\n: keep-alive\n\n";
     let ans: &'static str = Box::leak(format!("id: 2\nevent: message\ndata: {}\n\n", answer(json!(5))).into_boxed_str());
-    let after: &'static [u8] = b"event: ping\ndata: x\n\n";
+    let after: &'static [u8] = b"event: ping\ndata: {}\n\n";
     // The answer arrives split across chunks, in the middle of a line.
     let (first, second) = ans.as_bytes().split_at(30);
     let out = rewrite(response("text/event-stream", body_of(vec![note, first, second, after])), filter(&["b"])).await.expect("stream");
     let text = text(out).await;
     assert!(text.starts_with(std::str::from_utf8(note).expect("utf-8")), "{text}");
-    assert!(text.ends_with("event: ping\ndata: x\n\n"), "{text}");
+    assert!(text.ends_with("event: ping\ndata: {}\n\n"), "{text}");
     let (events, rest) = sse::split(text.as_bytes(), true);
     assert_eq!((events.len(), rest.len()), (4, 0), "{text}");
     assert!(std::str::from_utf8(events[2]).expect("utf-8").starts_with("id: 2\nevent: message\ndata: "), "other fields kept");
@@ -133,4 +133,60 @@ async fn an_event_bigger_than_the_bound_cuts_the_stream() {
     f.max_inspected = 8;
     let out = rewrite(response("text/event-stream", body_of(vec![b"data: 0123456789abcdef"])), f).await.expect("stream");
     assert_eq!(text(out).await, "", "nothing of the oversized event is passed");
+}
+
+/// The events `rewrite` passes for `stream`, read as a client reads them, and whether the
+/// `uninspectable` counter moved.
+async fn passed(stream: Vec<u8>, chunk: usize) -> (Vec<sse::EventFields>, u64) {
+    let cuts = prometheus_client::metrics::counter::Counter::default();
+    let mut f = filter(&["b"]);
+    f.cuts = Some(cuts.clone());
+    let chunks: Vec<&'static [u8]> = Box::leak(stream.into_boxed_slice()).chunks(chunk).collect();
+    let out = rewrite(response("text/event-stream", body_of(chunks)), f).await.expect("stream");
+    let bytes = out.into_body().collect().await.expect("body").to_bytes();
+    (sse::dispatched(&bytes), cuts.get())
+}
+
+#[tokio::test]
+async fn a_list_the_gateway_cannot_read_as_a_client_does_cuts_the_stream_before_it() {
+    let list = answer(json!(5));
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let unreadable = [
+        // What JSON.stringify writes for a cut emoji: JavaScript reads it, serde_json does not.
+        list.replace("\"name\":\"a\"", "\"name\":\"a\",\"title\":\"\\ud83d\""),
+        list.replace("\"ttlMs\":5", &format!("\"ttlMs\":5,\"x\":{deep}")),
+        list.replace("\"ttlMs\":5", "\"ttlMs\":NaN"),
+        format!("{list} {{}}"),
+    ];
+    for bad in unreadable {
+        let stream = format!(
+            "id: 0\ndata:\n\nid: 1\ndata: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}}\n\nid: 2\ndata: {bad}\n\nid: 3\ndata: {list}\n\n"
+        );
+        for chunk in [7, 4096] {
+            let (events, cuts) = passed(stream.clone().into_bytes(), chunk).await;
+            let data: Vec<_> = events.iter().map(|e| e.data.clone().unwrap_or_default()).collect();
+            assert_eq!(data.len(), 2, "only what came before the unreadable event passes: {data:?}");
+            assert_eq!(data[0], "", "the priming event passes unread");
+            assert!(!data.iter().any(|d| d.contains("\"a\"")), "{data:?}");
+            assert_eq!(cuts, 1);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_list_a_client_reads_through_a_bom_or_a_bad_byte_is_filtered() {
+    let list = answer(json!(5));
+    let mut bom = b"\xEF\xBB\xBF".to_vec();
+    bom.extend_from_slice(format!("data: {list}\n\n").as_bytes());
+    // One byte that is not UTF-8: the client reads U+FFFD in its place, and the list.
+    let odd = format!("data: {}\n\n", list.replace("\"nextCursor\":\"n\"", "\"nextCursor\":\"n#\"")).into_bytes();
+    let odd = odd.into_iter().map(|b| if b == b'#' { 0xff } else { b }).collect::<Vec<u8>>();
+    for stream in [bom, odd] {
+        for chunk in [1, 4096] {
+            let (events, cuts) = passed(stream.clone(), chunk).await;
+            assert_eq!((events.len(), cuts), (1, 0));
+            let v: Value = serde_json::from_str(events[0].data.as_deref().expect("data")).expect("json");
+            assert_eq!(v["result"]["tools"], json!([{"name": "b"}]));
+        }
+    }
 }

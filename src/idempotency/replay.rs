@@ -98,32 +98,19 @@ struct Event {
     data: Option<String>,
 }
 
-/// Splits an SSE stream into events (WHATWG HTML §9.2.6: lines end in CRLF, LF or CR; a blank
-/// line ends an event; `data` lines join with LF). Comments, `id` and `retry` are dropped.
+/// The events an SSE stream dispatches, read as a client reads them (`portcullis_wire::sse`:
+/// a leading BOM dropped, bytes that are not UTF-8 read as U+FFFD, an unterminated last event
+/// dropped). Comments, `id` and `retry` are dropped; blocks that carry neither data nor a type
+/// are left out.
 fn events(body: &[u8]) -> Vec<Event> {
-    let text = String::from_utf8_lossy(body).replace("\r\n", "\n").replace('\r', "\n");
-    let mut out = Vec::new();
-    for block in text.split("\n\n") {
-        let mut ev = Event { fields: Vec::new(), data: None };
-        for line in block.lines() {
-            let (name, value) = line.split_once(':').map(|(n, v)| (n, v.strip_prefix(' ').unwrap_or(v))).unwrap_or((line, ""));
-            match name {
-                "data" => match &mut ev.data {
-                    Some(d) => {
-                        d.push('\n');
-                        d.push_str(value);
-                    }
-                    None => ev.data = Some(value.to_owned()),
-                },
-                "event" => ev.fields.push(format!("event: {value}")),
-                _ => {}
-            }
-        }
-        if ev.data.is_some() || !ev.fields.is_empty() {
-            out.push(ev);
-        }
-    }
-    out
+    let mut reader = portcullis_wire::sse::Reader::new();
+    reader
+        .push(body, true)
+        .iter()
+        .map(|raw| portcullis_wire::sse::fields(raw))
+        .filter(|f| f.data.is_some() || f.event.is_some())
+        .map(|f| Event { fields: f.event.iter().map(|e| format!("event: {e}")).collect(), data: f.data })
+        .collect()
 }
 
 fn rewrite_sse(body: &[u8], ids: &Ids<'_>) -> Bytes {
