@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
 const ALLOW: &str = "decision := {\"allow\": true}";
 
-fn tools() -> Vec<Value> {
+pub(crate) fn tools() -> Vec<Value> {
     vec![
         json!({"name": "weather.get", "description": "Current weather for a city", "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}, "annotations": {"readOnlyHint": true}}),
         json!({"name": "files.delete", "description": "Deletes a file", "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}}, "annotations": {"destructiveHint": false}}),
@@ -66,7 +66,7 @@ async fn next_good_refresh(gw: &Gateway) {
     assert!(eventually(|| async { good_refreshes(gw).await >= before + 2.0 }).await, "no catalog refresh succeeded");
 }
 
-async fn catalog_ready(gw: &Gateway) {
+pub(crate) async fn catalog_ready(gw: &Gateway) {
     assert!(eventually(|| async { readyz(gw).await.1["checks"]["catalog"]["status"] == "ok" }).await, "catalog never fetched: {:?}", readyz(gw).await);
 }
 
@@ -456,15 +456,20 @@ async fn parameter_headers_and_protocol_versions_follow_the_2026_transport_rules
 }
 
 /// A gateway whose callers differ by their token's scopes, in front of `server`.
-struct Scoped {
+pub(crate) struct Scoped {
     _ca: common::pki::TestCa,
-    issuer: common::issuer::Issuer,
-    gw: Gateway,
+    pub(crate) issuer: common::issuer::Issuer,
+    pub(crate) gw: Gateway,
     _policy: PolicyDir,
 }
 
 impl Scoped {
-    async fn start(server: &ToolServer, mode: &str, tools: &str, rego_body: &str) -> Scoped {
+    pub(crate) async fn start(server: &ToolServer, mode: &str, tools: &str, rego_body: &str) -> Scoped {
+        Scoped::start_at(&server.url(), mode, tools, rego_body).await
+    }
+
+    /// [`Scoped::start`] in front of the MCP server at `url`.
+    pub(crate) async fn start_at(url: &str, mode: &str, tools: &str, rego_body: &str) -> Scoped {
         let ca = common::pki::TestCa::new();
         let issuer = common::issuer::Issuer::start(&ca).await;
         let policy = PolicyDir::new(&rego(rego_body));
@@ -474,17 +479,17 @@ impl Scoped {
             issuer.url(),
             ca.ca_path()
         );
-        let text = common::config_toml(&server.url(), &extra).replace("mode = \"enforce\"", &format!("mode = {mode:?}"));
+        let text = common::config_toml(url, &extra).replace("mode = \"enforce\"", &format!("mode = {mode:?}"));
         let gw = Gateway::start(Config::parse(&text, "catalog test", Path::new(".")).unwrap()).await;
         Scoped { _ca: ca, issuer, gw, _policy: policy }
     }
 
-    fn token(&self, scope: &str) -> String {
+    pub(crate) fn token(&self, scope: &str) -> String {
         self.issuer.rsa.sign(&self.issuer.claims_with("https://mcp.example.com/mcp", json!({"scope": scope})))
     }
 
     /// `tools/list` as a caller with `scope`; the answer's status, content type and body.
-    async fn list(&self, scope: &str) -> (u16, String, String) {
+    pub(crate) async fn list(&self, scope: &str) -> (u16, String, String) {
         let resp = client()
             .post(self.gw.url("/mcp"))
             .bearer_auth(self.token(scope))
@@ -503,13 +508,13 @@ impl Scoped {
 }
 
 /// Destructive tools (or tools that do not say they are read-only) need tools:write.
-const WRITE_SCOPE_POLICY: &str = "default decision := {\"allow\": true}\n\
+pub(crate) const WRITE_SCOPE_POLICY: &str = "default decision := {\"allow\": true}\n\
     decision := {\"allow\": true, \"required_scopes\": [\"tools:write\"]} if {\n\
       input.mcp.method == \"tools/call\"\n\
       not input.mcp.tool_definition.annotations.readOnlyHint\n\
     }\n";
 
-fn names(result: &Value) -> Vec<String> {
+pub(crate) fn names(result: &Value) -> Vec<String> {
     result["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()
 }
 
@@ -523,16 +528,19 @@ async fn a_filtered_list_shows_each_caller_what_it_may_call_and_the_event_stream
     let (status, content_type, reader) = s.list("tools:read").await;
     assert_eq!((status, content_type.as_str()), (200, "text/event-stream"));
     let (events, rest) = portcullis_wire::sse::split(reader.as_bytes(), true);
-    assert_eq!((events.len(), rest.len()), (3, 0), "the notification, the comment and the answer, each whole: {reader}");
-    assert!(reader.starts_with("event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\""), "other events pass untouched: {reader}");
-    let answer: Value = serde_json::from_str(&portcullis_wire::sse::fields(events[2]).data.unwrap()).unwrap();
+    assert_eq!((events.len(), rest.len()), (4, 0), "the priming event, the notification, the comment and the answer, each whole: {reader}");
+    assert!(
+        reader.contains("data:\n\nid: ") && reader.contains("\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\""),
+        "other events pass untouched: {reader}"
+    );
+    let answer: Value = serde_json::from_str(&portcullis_wire::sse::fields(events[3]).data.unwrap()).unwrap();
     assert_eq!(answer["id"], "list-1");
     assert_eq!(names(&answer["result"]), ["weather.get"], "only the read-only tool: {answer}");
     assert_eq!(answer["result"]["cacheScope"], "private", "the list now varies per caller");
 
     let (_, _, writer) = s.list("tools:read tools:write").await;
     let (events, _) = portcullis_wire::sse::split(writer.as_bytes(), true);
-    let answer: Value = serde_json::from_str(&portcullis_wire::sse::fields(events[2]).data.unwrap()).unwrap();
+    let answer: Value = serde_json::from_str(&portcullis_wire::sse::fields(events[3]).data.unwrap()).unwrap();
     assert_eq!(names(&answer["result"]), ["weather.get", "files.delete", "notes.add"]);
 
     // JSON answers too.

@@ -10,9 +10,13 @@
 //!   `initialize` is an unknown method (404, -32601).
 //!
 //! `tools/list` is paginated (`page_size` tools per page, cursors `page-N`); answers are JSON
-//! or an event stream (a `notifications/message` event, a comment, then the response). Answers
-//! can be padded or delayed, and `tools/list` can be made to fail. `tools/call` is recorded and
-//! answered with a text result naming the tool.
+//! or an event stream that opens, as a 2025-11-25 server's does, with a priming event (an `id`
+//! and an empty `data`), then a `notifications/message` event, a comment, and the response,
+//! every event with an id. Like the reference server (server-everything), it keeps every event
+//! it sent and replays those after the id a `GET` names in `Last-Event-ID` (resumption).
+//! Answers can be padded or delayed, and `tools/list` can be made to fail or to be answered
+//! with other bytes (`set_list_body`). `tools/call` is recorded and answered with a
+//! text result naming the tool.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -40,6 +44,16 @@ pub enum Protocol {
     Stateless,
 }
 
+/// Turns a `tools/list` response's JSON text into the whole body answered instead.
+#[derive(Clone)]
+struct ListData(Arc<dyn Fn(&str) -> Vec<u8> + Send + Sync>);
+
+impl std::fmt::Debug for ListData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ListData")
+    }
+}
+
 /// What the server does, changeable while it runs.
 #[derive(Debug, Clone)]
 struct Behaviour {
@@ -53,6 +67,8 @@ struct Behaviour {
     delay: Duration,
     /// `tools/list` answers 500.
     is_list_failing: bool,
+    /// The body a `tools/list` is answered with instead (from the response's JSON text).
+    list_data: Option<ListData>,
 }
 
 #[derive(Debug, Default)]
@@ -66,6 +82,8 @@ struct Record {
     /// `DELETE`s received (sessions ended).
     deletes: usize,
     sessions: u64,
+    /// Every event sent on a stream, with its id, in order (what a resumption replays).
+    events: Vec<(String, Vec<u8>)>,
 }
 
 /// The server. Stops when dropped.
@@ -83,8 +101,16 @@ impl ToolServer {
     pub async fn start(protocol: Protocol, tools: Vec<Value>) -> ToolServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let behaviour =
-            Arc::new(Mutex::new(Behaviour { tools, protocol, is_sse: false, page_size: 10, pad: 0, delay: Duration::ZERO, is_list_failing: false }));
+        let behaviour = Arc::new(Mutex::new(Behaviour {
+            tools,
+            protocol,
+            is_sse: false,
+            page_size: 10,
+            pad: 0,
+            delay: Duration::ZERO,
+            is_list_failing: false,
+            list_data: None,
+        }));
         let record = Arc::new(Mutex::new(Record::default()));
         let (b, r) = (behaviour.clone(), record.clone());
         let task = tokio::spawn(async move {
@@ -150,6 +176,18 @@ impl ToolServer {
         self.with(|b| b.is_list_failing = is_failing);
     }
 
+    /// Answers every later `tools/list` with the body `body(json_text)` makes of the response's
+    /// JSON text (with the usual content type): what a broken or hostile server might send.
+    pub fn set_list_body(&self, body: impl Fn(&str) -> Vec<u8> + Send + Sync + 'static) {
+        self.with(|b| b.list_data = Some(ListData(Arc::new(body))));
+    }
+
+    /// The ids of every event sent on a stream so far, in order (the first of each stream is
+    /// its priming event).
+    pub fn event_ids(&self) -> Vec<String> {
+        self.record.lock().unwrap().events.iter().map(|(id, _)| id.clone()).collect()
+    }
+
     /// Bodies of every `tools/call` received.
     pub fn calls(&self) -> Vec<Value> {
         self.record.lock().unwrap().calls.clone()
@@ -189,6 +227,9 @@ async fn handle(req: Request<Incoming>, behaviour: Arc<Mutex<Behaviour>>, record
     if parts.method == Method::DELETE {
         record.lock().unwrap().deletes += 1;
         return Ok(Response::builder().status(StatusCode::OK).body(full("")).unwrap());
+    }
+    if parts.method == Method::GET {
+        return Ok(resume(&parts.headers, &record));
     }
     let Ok(msg) = serde_json::from_slice::<Value>(&body) else {
         return Ok(error_response(StatusCode::BAD_REQUEST, &Value::Null, -32700, "Parse error"));
@@ -257,16 +298,51 @@ async fn handle(req: Request<Incoming>, behaviour: Arc<Mutex<Behaviour>>, record
         _ => return Ok(error_response(StatusCode::NOT_FOUND, &id, -32601, "Method not found")),
     };
     let response = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+    let list_body = b.list_data.as_ref().filter(|_| method == "tools/list").map(|f| f.0(&response));
+    let response = response.into_bytes();
     let pad = if method == "tools/list" { " ".repeat(b.pad) } else { String::new() };
     let (content_type, body) = if b.is_sse {
         let note = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "listing"}}).to_string();
-        ("text/event-stream", format!("event: message\ndata: {note}\n\n: keep-alive{pad}\n\nevent: message\ndata: {response}\n\n"))
+        let mut r = record.lock().unwrap();
+        let stream = r.events.len();
+        let mut event = |n: usize, raw: Vec<u8>| {
+            let id = format!("{stream}-{n}");
+            let mut ev = format!("id: {id}\n").into_bytes();
+            ev.extend_from_slice(&raw);
+            r.events.push((id, ev.clone()));
+            ev
+        };
+        let mut body = event(0, b"data:\n\n".to_vec());
+        body.extend(event(1, format!("event: message\ndata: {note}\n\n").into_bytes()));
+        body.extend(format!(": keep-alive{pad}\n\n").into_bytes());
+        let mut answer = b"event: message\ndata: ".to_vec();
+        answer.extend_from_slice(&response);
+        answer.extend_from_slice(b"\n\n");
+        body.extend(event(2, answer));
+        ("text/event-stream", list_body.unwrap_or(body))
     } else {
-        ("application/json", format!("{response}{pad}"))
+        let mut body = response;
+        body.extend_from_slice(pad.as_bytes());
+        ("application/json", list_body.unwrap_or(body))
     };
     let mut builder = Response::builder().status(StatusCode::OK).header("content-type", content_type);
     if let Some(s) = session {
         builder = builder.header("mcp-session-id", s);
     }
     Ok(builder.body(full(Bytes::from(body))).unwrap())
+}
+
+/// A `GET`: resumes a stream, replaying every event sent after the one `Last-Event-ID` names
+/// (as the reference server's event store does, whichever stream it was on); without one, 405
+/// (no standalone stream).
+fn resume(headers: &http::HeaderMap, record: &Mutex<Record>) -> Response<Body> {
+    let Some(last) = headers.get("last-event-id").and_then(|v| v.to_str().ok()) else {
+        return Response::builder().status(StatusCode::METHOD_NOT_ALLOWED).body(full("")).unwrap();
+    };
+    let r = record.lock().unwrap();
+    let Some(at) = r.events.iter().position(|(id, _)| id == last) else {
+        return Response::builder().status(StatusCode::NOT_FOUND).body(full("")).unwrap();
+    };
+    let body: Vec<u8> = r.events[at + 1..].iter().flat_map(|(_, ev)| ev.clone()).collect();
+    Response::builder().status(StatusCode::OK).header("content-type", "text/event-stream").body(full(Bytes::from(body))).unwrap()
 }
