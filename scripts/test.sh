@@ -33,6 +33,15 @@ if [ ! -f "$interop/node_modules/dpop/package.json" ] || ! grep -q '"version": "
   npm install --silent --no-audit --no-fund --no-save --no-package-lock --prefix "$interop" dpop@2.1.2
 fi
 export PORTCULLIS_INTEROP_NODE_MODULES="$interop/node_modules"
+# The reference-server test puts the gateway in front of the MCP reference server, pinned, in
+# its own folder (an npm install without a package.json would prune the other's packages).
+everything="$PWD/target/interop-everything"
+everything_pkg="$everything/node_modules/@modelcontextprotocol/server-everything"
+if [ ! -f "$everything_pkg/package.json" ] || ! grep -q '"version": "2026.8.31"' "$everything_pkg/package.json"; then
+  mkdir -p "$everything"
+  npm install --silent --no-audit --no-fund --no-save --no-package-lock --prefix "$everything" @modelcontextprotocol/server-everything@2026.8.31
+fi
+export PORTCULLIS_INTEROP_EVERYTHING="$everything_pkg"
 node --version
 
 # Every crate of the workspace: the root package alone is the default (default-members), which

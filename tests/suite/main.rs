@@ -36,6 +36,7 @@ mod policy_cli;
 mod protected_resource;
 mod proxy;
 mod quotas;
+mod reference_server;
 mod report;
 mod rollout;
 mod self_contained;
