@@ -9,15 +9,18 @@
 use crate::catalog::{catalog_ready, names, tools, Scoped, WRITE_SCOPE_POLICY};
 use crate::common::{self, client};
 use portcullis_test_support::tool_server::{Protocol, ToolServer};
-use portcullis_wire::sse;
 use serde_json::{json, Value};
 
 /// The tool a `tools:read` caller may not call, which its list must never show.
 const HIDDEN: &str = "files.delete";
 
-/// What a client reads in an event stream: every dispatched event's data.
-fn client_reads(body: &[u8]) -> Vec<String> {
-    sse::dispatched(body).into_iter().filter_map(|e| e.data).collect()
+/// What a client reads in an event stream: every dispatched event's data, read by a WHATWG
+/// event-stream parser that is not the gateway's.
+pub(crate) fn client_reads(body: &[u8]) -> Vec<String> {
+    let mut parser = sse_parse::SseParser::new();
+    parser.feed(body);
+    parser.finish();
+    std::iter::from_fn(|| parser.next_event()).map(|e| e.data).collect()
 }
 
 /// A POST of `body` to the gateway as a caller with `scope`, in `session` (2025-11-25).

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::answers::client_reads;
 use crate::catalog::{catalog_ready, names, Scoped};
 use crate::common::client;
-use portcullis_wire::sse;
 use serde_json::{json, Value};
 
 /// Only `echo` may be called without `tools:write`, so only it is listed to a `tools:read` caller.
@@ -80,11 +80,11 @@ async fn read_until_list(resp: reqwest::Response, wait: Duration) -> (Vec<String
     let deadline = tokio::time::Instant::now() + wait;
     while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(deadline, resp.chunk()).await {
         bytes.extend_from_slice(&chunk);
-        if sse::dispatched(&bytes).iter().any(|e| e.data.as_deref().is_some_and(|d| d.contains("\"tools\""))) {
+        if client_reads(&bytes).iter().any(|d| d.contains("\"tools\"")) {
             break;
         }
     }
-    let data = sse::dispatched(&bytes).into_iter().filter_map(|e| e.data).collect();
+    let data = client_reads(&bytes);
     (data, String::from_utf8_lossy(&bytes).into_owned())
 }
 
