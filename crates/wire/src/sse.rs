@@ -255,6 +255,43 @@ mod tests {
         assert_eq!(dispatched(b"data: 1\r\r").len(), 1, "a CR at the end ends its line");
     }
 
+    /// Bytes drawn mostly from what the reader reacts to (line ends, colons, field names, the
+    /// BOM's and invalid UTF-8's bytes), so events form often.
+    fn stream() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let piece = prop_oneof![
+            Just(b"\n".to_vec()),
+            Just(b"\r".to_vec()),
+            Just(b"\r\n".to_vec()),
+            Just(b"data:".to_vec()),
+            Just(b"data: ".to_vec()),
+            Just(b"event:".to_vec()),
+            Just(b"id: 1".to_vec()),
+            Just(b":".to_vec()),
+            Just(BOM.to_vec()),
+            Just(vec![0xff]),
+            Just(vec![0xe2, 0x82]),
+            proptest::collection::vec(any::<u8>(), 0..4),
+        ];
+        proptest::collection::vec(piece, 0..40).prop_map(|p| p.concat())
+    }
+
+    proptest::proptest! {
+        /// However a stream is cut into chunks, the reader hands out the same events, and they
+        /// are the whole-body reading's.
+        #[test]
+        fn chunking_never_changes_what_is_read(body in stream(), size in 1usize..9) {
+            let mut reader = Reader::new();
+            let mut chunked = Vec::new();
+            for chunk in body.chunks(size) {
+                chunked.extend(reader.push(chunk, false));
+            }
+            chunked.extend(reader.push(&[], true));
+            let chunked: Vec<EventFields> = chunked.iter().map(|raw| fields(raw)).filter(|f| f.data.is_some()).collect();
+            proptest::prop_assert_eq!(chunked, dispatched(&body));
+        }
+    }
+
     #[test]
     fn unterminated_event_is_the_rest() {
         let (events, rest) = split(b"data: 1\n\ndata: 2\n", false);
