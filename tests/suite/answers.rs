@@ -11,6 +11,9 @@ use crate::common::{self, client};
 use portcullis_test_support::tool_server::{Protocol, ToolServer};
 use serde_json::{json, Value};
 
+/// Makes a `tools/list` answer's body from its JSON text (`ToolServer::set_list_body`).
+type MakeBody = Box<dyn Fn(&str) -> Vec<u8> + Send + Sync>;
+
 /// The tool a `tools:read` caller may not call, which its list must never show.
 const HIDDEN: &str = "files.delete";
 
@@ -123,7 +126,7 @@ async fn a_resumed_stream_replays_the_list_filtered_and_an_event_id_alone_resume
 
 /// Event streams carrying the list in a form serde_json does not read as clients do: each
 /// must never reach the client with a hidden tool in it.
-fn unreadable_lists() -> Vec<(&'static str, Box<dyn Fn(&str) -> Vec<u8> + Send + Sync>)> {
+fn unreadable_lists() -> Vec<(&'static str, MakeBody)> {
     let event = |data: Vec<u8>| {
         let mut out = b"id: p\ndata:\n\nid: a\nevent: message\ndata: ".to_vec();
         out.extend(data);
@@ -160,7 +163,7 @@ async fn a_list_event_the_gateway_cannot_read_as_a_client_does_is_never_passed()
 
     // Bytes a client reads through: a byte order mark, a byte that is not UTF-8 (read as
     // U+FFFD). The list is read as the client reads it, and filtered.
-    let through: Vec<(&str, Box<dyn Fn(&str) -> Vec<u8> + Send + Sync>)> = vec![
+    let through: Vec<(&str, MakeBody)> = vec![
         ("a byte order mark", Box::new(|json: &str| format!("\u{FEFF}data: {json}\n\n").into_bytes())),
         (
             "a byte that is not UTF-8",
@@ -199,7 +202,7 @@ async fn a_json_list_the_gateway_cannot_read_exactly_is_withheld() {
     let server = ToolServer::start(Protocol::Stateless, tools()).await;
     let s = Scoped::start(&server, "enforce", "filter_list = true", WRITE_SCOPE_POLICY).await;
     catalog_ready(&s.gw).await;
-    let bad: Vec<Box<dyn Fn(&str) -> Vec<u8> + Send + Sync>> = vec![
+    let bad: Vec<MakeBody> = vec![
         Box::new(|json: &str| json.replace("Deletes a file", "Deletes a file \\ud83d").into_bytes()),
         Box::new(|json: &str| json.replace("\"ttlMs\":60000", "\"ttlMs\":NaN").into_bytes()),
         Box::new(|json: &str| format!("{json}{{}}").into_bytes()),

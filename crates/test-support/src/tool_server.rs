@@ -44,9 +44,12 @@ pub enum Protocol {
     Stateless,
 }
 
+/// Makes a body from a response's JSON text.
+type MakeBody = dyn Fn(&str) -> Vec<u8> + Send + Sync;
+
 /// Turns a `tools/list` response's JSON text into the whole body answered instead.
 #[derive(Clone)]
-struct ListData(Arc<dyn Fn(&str) -> Vec<u8> + Send + Sync>);
+struct ListData(Arc<MakeBody>);
 
 impl std::fmt::Debug for ListData {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
