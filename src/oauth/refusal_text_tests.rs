@@ -49,7 +49,7 @@ const VOCABULARY: [&str; 12] = [
 
 /// Every fuzz target this test knows the parsers of. A corpus folder for any other target fails
 /// the test: add its parsers to [`reasons`].
-const TARGETS: [&str; 12] = [
+const TARGETS: [&str; 13] = [
     "content_digest",
     "directory_keys",
     "dpop_proof",
@@ -61,6 +61,7 @@ const TARGETS: [&str; 12] = [
     "signature_agent",
     "signature_base",
     "signature_fields",
+    "sse_reader",
     "tool_list",
 ];
 
@@ -356,6 +357,10 @@ fn reasons(target: &str, data: &[u8]) -> Vec<String> {
         // The configured backend's tools/list answers: read by the gateway's own catalog client;
         // what is wrong with them goes to /readyz and the diagnostic log, never to a client.
         "tool_list" => {}
+        // The backend's event streams, read by tools.filter_list: one it cannot read is cut or
+        // withheld with a fixed public reason (UpstreamError::public_reason); the parser's
+        // detail goes to the diagnostic and decision logs only.
+        "sse_reader" => {}
         "policy_input" => {
             if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(data) {
                 if let Err(e) = portcullis_wire::rego_value::json_value(&doc) {
