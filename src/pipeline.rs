@@ -454,20 +454,49 @@ pub async fn settle_session(
     Ok(timings.timed_async(Stage::Session, stages.sessions.settle(exchange, status, headers, &owner)).await?)
 }
 
+/// What [`list_filter`] needs of a request, kept past its forwarding (which takes the request).
+#[derive(Debug)]
+pub struct ListingAsk {
+    method: http::Method,
+    path: String,
+    host: String,
+    now: portcullis_wire::UnixTime,
+    /// The request holds `tools/list`: its JSON answer is read too.
+    is_listing: bool,
+}
+
+impl ListingAsk {
+    /// `Some` when lists are filtered (`tools.filter_list`): every answer the client can read
+    /// may carry one.
+    pub fn of(stages: &Stages, req: &Inbound, seen: &Evidence) -> Option<ListingAsk> {
+        stages.catalog.as_ref().filter(|c| c.filter_list)?;
+        let is_listing = seen.mcp.as_ref().is_some_and(|m| m.messages.iter().any(|m| m.method.as_deref() == Some("tools/list")));
+        Some(ListingAsk { method: req.head.method.clone(), path: req.head.uri.path().to_owned(), host: req.authority.clone(), now: req.now, is_listing })
+    }
+
+    /// Whether the answer is read: a successful event stream (whatever the request), or the
+    /// successful answer to a request holding `tools/list`.
+    pub fn reads(&self, resp: &http::Response<crate::decision::ResponseBody>) -> bool {
+        let content_type = resp.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        resp.status().is_success() && (self.is_listing || portcullis_wire::tool_list::is_event_stream(content_type))
+    }
+}
+
 /// Filtered lists (`tools.filter_list`, docs/catalog.md): for every answer the client can read
 /// — the answer to a request holding `tools/list` (alone or in a batch), and every event stream
 /// whatever opened it (a POST, a resumed or standalone GET: decision 11, a stream may replay a
 /// list answered earlier) — the tools this caller could call: those the pins let through, each
 /// allowed by the policy asked as if the caller called it (`input.mcp.listing = true`, no
 /// arguments; an approval or quota in that decision does not hide it, missing scopes do).
-/// `None` when lists are not filtered. Without a catalog nothing is shown: the gateway cannot
-/// vouch for any tool; nor for a tool the catalog does not know.
-pub fn list_filter(stages: &Stages, req: &Inbound, seen: &Evidence, max_inspected: usize) -> Option<crate::catalog::filter::ListFilter> {
+/// Worked out only for an answer [`ListingAsk::reads`] (the policy is asked once per catalogued
+/// tool). Without a catalog nothing is shown: the gateway cannot vouch for any tool; nor for a
+/// tool the catalog does not know.
+pub fn list_filter(stages: &Stages, ask: &ListingAsk, seen: &Evidence, max_inspected: usize) -> Option<crate::catalog::filter::ListFilter> {
     let catalog = stages.catalog.as_ref().filter(|c| c.filter_list)?;
     let no_messages = McpRequest::default();
     let mcp = seen.mcp.as_ref().unwrap_or(&no_messages);
     let listing = mcp.messages.iter().find(|m| m.method.as_deref() == Some("tools/list"));
-    let is_listing = listing.is_some();
+    let is_listing = ask.is_listing;
     let hide_all = crate::catalog::filter::ListFilter { visible: std::collections::HashMap::new(), max_inspected, is_listing, cuts: None };
     // Claims the policy cannot be given: nothing can be shown (fail closed).
     let Ok(claims) = seen.token.as_ref().map(|t| t.policy_claims()).transpose() else { return Some(hide_all) };
@@ -481,7 +510,7 @@ pub fn list_filter(stages: &Stages, req: &Inbound, seen: &Evidence, max_inspecte
         binding,
         claims,
     });
-    let request = RequestView { method: req.head.method.as_str(), path: req.head.uri.path(), host: &req.authority };
+    let request = RequestView { method: ask.method.as_str(), path: &ask.path, host: &ask.host };
     let mut visible = std::collections::HashMap::new();
     for (name, digest, view) in catalog.callable_tools() {
         let call = mcp::McpMessage {
@@ -497,7 +526,7 @@ pub fn list_filter(stages: &Stages, req: &Inbound, seen: &Evidence, max_inspecte
         };
         let asked = McpRequest { messages: vec![call], session: mcp.session.clone(), protocol_version: mcp.protocol_version.clone(), ..McpRequest::default() };
         let definitions = [(name, view)];
-        let input = PolicyInput { request, agent, token, mcp: &asked, catalog: CatalogView { definitions: &definitions, is_listing: true }, now: req.now };
+        let input = PolicyInput { request, agent, token, mcp: &asked, catalog: CatalogView { definitions: &definitions, is_listing: true }, now: ask.now };
         let allowed = stages.policy.decide(&input).is_ok_and(|d| d.verdict.allow && check_scopes(&d.verdict.required_scopes, token.as_ref()).is_ok());
         if allowed {
             let [(name, _)] = definitions;

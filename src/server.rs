@@ -401,8 +401,7 @@ impl Shared {
                             findings = fwd.findings().to_vec();
                             let (outcome, summary) = forward_summary(&fwd);
                             let exchange = crate::session::Exchange::of(&inbound.head);
-                            let listing = pipeline::list_filter(&self.stages, &inbound, fwd.evidence(), self.config.limits.max_inspected_response)
-                                .map(|f| crate::catalog::filter::ListFilter { cuts: Some(self.metrics.uninspectable_cuts()), ..f });
+                            let listing = pipeline::ListingAsk::of(&self.stages, &inbound, fwd.evidence());
                             // A list the gateway rewrites must come uncompressed: a compressed one
                             // could not be read, so it would be withheld.
                             let mut inbound = inbound;
@@ -413,7 +412,13 @@ impl Shared {
                             let result = self.upstream.forward(inbound, &fwd).instrument(stage_span(Stage::Upstream)).await;
                             timings.record(Stage::Upstream, started.elapsed());
                             let result = match (result, listing) {
-                                (Ok(resp), Some(filter)) => self.filter_list(resp, filter).await,
+                                // The visible tools are worked out only for an answer that is read.
+                                (Ok(resp), Some(ask)) if ask.reads(&resp) => {
+                                    match pipeline::list_filter(&self.stages, &ask, fwd.evidence(), self.config.limits.max_inspected_response) {
+                                        Some(f) => self.filter_list(resp, crate::catalog::filter::ListFilter { cuts: Some(self.metrics.uninspectable_cuts()), ..f }).await,
+                                        None => Ok(resp),
+                                    }
+                                }
                                 (other, _) => other,
                             };
                             seen = fwd.into_evidence();

@@ -190,3 +190,22 @@ async fn a_list_a_client_reads_through_a_bom_or_a_bad_byte_is_filtered() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_json_answer_to_another_request_passes_unread_and_its_event_streams_are_filtered() {
+    let mut f = filter(&["b"]);
+    f.is_listing = false;
+    f.max_inspected = 16;
+    // Larger than the bound and not a listing: passed as it came, headers and all.
+    let big: &'static str = Box::leak(answer(json!(5)).into_boxed_str());
+    let out = rewrite(response("application/json", body_of(vec![big.as_bytes()])), f.clone()).await.expect("passed");
+    assert_eq!(out.headers()[http::header::CONTENT_LENGTH], "999");
+    assert_eq!(text(out).await, big);
+    // A stream is read whatever the request: a replayed list is filtered.
+    f.max_inspected = 4096;
+    let stream: &'static str = Box::leak(format!("id: 0\ndata:\n\nid: 1\ndata: {big}\n\n").into_boxed_str());
+    let out = rewrite(response("text/event-stream", body_of(vec![stream.as_bytes()])), f).await.expect("stream");
+    let events = sse::dispatched(text(out).await.as_bytes());
+    let v: Value = serde_json::from_str(events[1].data.as_deref().expect("data")).expect("json");
+    assert_eq!(v["result"]["tools"], json!([{"name": "b"}]));
+}
