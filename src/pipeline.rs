@@ -474,11 +474,11 @@ impl ListingAsk {
         Some(ListingAsk { method: req.head.method.clone(), path: req.head.uri.path().to_owned(), host: req.authority.clone(), now: req.now, is_listing })
     }
 
-    /// Whether the answer is read: a successful event stream (whatever the request), or the
-    /// successful answer to a request holding `tools/list`.
-    pub fn reads(&self, resp: &http::Response<crate::decision::ResponseBody>) -> bool {
-        let content_type = resp.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
-        resp.status().is_success() && (self.is_listing || portcullis_wire::tool_list::is_event_stream(content_type))
+    /// Whether the answer with `status` and `headers` is read: a successful event stream
+    /// (whatever the request), or the successful answer to a request holding `tools/list`.
+    pub fn reads(&self, status: http::StatusCode, headers: &http::HeaderMap) -> bool {
+        let content_type = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        status.is_success() && (self.is_listing || portcullis_wire::tool_list::is_event_stream(content_type))
     }
 }
 

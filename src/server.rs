@@ -413,7 +413,7 @@ impl Shared {
                             timings.record(Stage::Upstream, started.elapsed());
                             let result = match (result, listing) {
                                 // The visible tools are worked out only for an answer that is read.
-                                (Ok(resp), Some(ask)) if ask.reads(&resp) => {
+                                (Ok(resp), Some(ask)) if ask.reads(resp.status(), resp.headers()) => {
                                     match pipeline::list_filter(&self.stages, &ask, fwd.evidence(), self.config.limits.max_inspected_response) {
                                         Some(f) => self.filter_list(resp, crate::catalog::filter::ListFilter { cuts: Some(self.metrics.uninspectable_cuts()), ..f }).await,
                                         None => Ok(resp),
