@@ -53,6 +53,14 @@ pub enum DemoError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// Another demo that is still running uses the folder.
+    #[error("the demo folder {path} is used by a running demo (process {pid}): pass another --dir, or leave out --dir for a new folder (if no demo runs, remove {path}/demo.pid)")]
+    InUse {
+        /// The folder.
+        path: PathBuf,
+        /// The process named in its `demo.pid`.
+        pid: u32,
+    },
     /// The agent key could not be made or read.
     #[error(transparent)]
     Key(#[from] KeyError),

@@ -101,12 +101,22 @@ async fn tour_gets_the_expected_statuses_in_enforce_and_monitor_mode() {
     demo.shutdown().await;
 }
 
+/// The folder a demo run printed on its `files` line.
+fn printed_folder(stdout: &str) -> std::path::PathBuf {
+    let line = stdout.lines().find(|l| l.trim_start().starts_with("files ")).unwrap_or_else(|| panic!("no files line: {stdout}"));
+    std::path::PathBuf::from(line.trim_start().trim_start_matches("files").trim())
+}
+
 #[test]
-fn tour_only_prints_the_table_and_exits_zero() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN).args(["demo", "--tour-only", "--dir"]).arg(dir.path()).output().unwrap();
+fn tour_only_prints_the_table_and_exits_zero_in_a_fresh_folder_of_its_own() {
+    let out = Command::new(BIN).args(["demo", "--tour-only"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let folder = printed_folder(&stdout);
+    let name = folder.file_name().unwrap().to_string_lossy().into_owned();
+    let _ = std::fs::remove_dir_all(&folder);
     assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    // Not the fixed folder two demos once shared (the second overwrote the first's configs).
+    assert!(name.starts_with("portcullis-demo-") && name.len() > "portcullis-demo-".len(), "{name}");
     for (request, status, _) in EXPECTED {
         let line = stdout.lines().find(|l| l.starts_with("enforce") && l.contains(request)).unwrap_or_else(|| panic!("no row {request}: {stdout}"));
         assert!(line.contains(&format!("  {status}  ")), "{line}");
@@ -117,6 +127,26 @@ fn tour_only_prints_the_table_and_exits_zero() {
     assert_eq!(shell.matches("200 would_deny").count(), 3, "policy refusals are enforced only at step 4: {shell}");
     assert!(shell.trim_end().ends_with("403 deny"), "{shell}");
     assert!(!stdout.contains("Try it"), "--tour-only does not stay up: {stdout}");
+}
+
+#[test]
+fn a_folder_a_running_demo_uses_is_refused_and_the_claim_ends_with_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    // A running process holds the folder (this test's own process stands for the first demo).
+    std::fs::write(dir.path().join("demo.pid"), format!("{}\n", std::process::id())).unwrap();
+    let out = Command::new(BIN).args(["demo", "--tour-only", "--dir"]).arg(dir.path()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("used by a running demo") && stderr.contains(&std::process::id().to_string()) && stderr.contains("--dir"), "{stderr}");
+    assert!(!dir.path().join("token").exists(), "nothing of the running demo's is overwritten");
+
+    // A claim left by a process that is gone (a killed demo) does not hold the folder, and a
+    // finished run leaves none behind.
+    std::fs::write(dir.path().join("demo.pid"), "4294967295\n").unwrap();
+    let out = Command::new(BIN).args(["demo", "--tour-only", "--dir"]).arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(printed_folder(&String::from_utf8_lossy(&out.stdout)), std::fs::canonicalize(dir.path()).unwrap());
+    assert!(!dir.path().join("demo.pid").exists(), "the claim ends with the run");
 }
 
 /// Kills the demo if the test fails before it stopped by itself.
