@@ -39,6 +39,10 @@ enum Command {
         /// Where to listen.
         #[arg(long, default_value = "127.0.0.1:3001")]
         addr: std::net::SocketAddr,
+        /// List the tools of this JSON file (an array of MCP Tool objects) instead of the
+        /// built-in three, read again at every tools/list: edit a definition to try `tools diff`.
+        #[arg(long)]
+        tools: Option<std::path::PathBuf>,
     },
     /// Probe a health endpoint (for container HEALTHCHECKs without curl); exit 0 when it answers 200.
     Healthcheck {
@@ -209,14 +213,14 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::ExampleBackend { addr } => {
+        Command::ExampleBackend { addr, tools } => {
             let rt = match runtime(true) {
                 Ok(rt) => rt,
                 Err(code) => return code,
             };
             rt.block_on(async move {
                 let stop = portcullis::server::shutdown_signal();
-                match portcullis_test_support::backend::Backend::start(addr).await {
+                match portcullis_test_support::backend::Backend::start_with_tools(addr, tools).await {
                     Ok(b) => {
                         eprintln!("example MCP backend listening on http://{}/mcp", b.addr);
                         tokio::select! {
@@ -226,7 +230,7 @@ fn main() -> ExitCode {
                         ExitCode::SUCCESS
                     }
                     Err(e) => {
-                        eprintln!("error: cannot listen on {addr}: {e}");
+                        eprintln!("error: {e}");
                         ExitCode::from(2)
                     }
                 }
