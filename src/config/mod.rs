@@ -254,6 +254,21 @@ impl Config {
         Config::parse(&text, &path.display().to_string(), &base)
     }
 
+    /// Settings that are valid but cannot do what they say, each named like a [`FieldError`]:
+    /// `portcullis check` prints them and the gateway logs them at start, and both go on.
+    pub fn warnings(&self) -> Vec<FieldError> {
+        let mut out = Vec::new();
+        let limits = &self.limits;
+        if limits.body_timeout > limits.request_timeout {
+            let (body, request) = (humantime::format_duration(limits.body_timeout), humantime::format_duration(limits.request_timeout));
+            out.push(FieldError::new(
+                "limits.body_timeout",
+                format!("{body} is longer than limits.request_timeout ({request}), which bounds the whole request, body included: it would never fire"),
+            ));
+        }
+        out
+    }
+
     /// The embedded default config (README "Embedded defaults").
     pub fn embedded_default() -> Result<Config, ConfigError> {
         Config::parse(EMBEDDED_DEFAULT, "embedded default config", Path::new("."))

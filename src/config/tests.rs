@@ -62,6 +62,15 @@ fn admission_limits_have_defaults_and_are_validated() {
     assert_eq!(fields, ["limits.max_in_flight", "limits.request_timeout"]);
     assert!(parse(&format!("{MINIMAL}\n[limits]\nmax_in_flight = 1000001\n")).is_err(), "a typo does not turn the limit off");
     assert!(parse(&format!("{MINIMAL}\n[limits]\nrequest_timeout = 60\n")).is_err(), "a duration needs a unit");
+    let defaults = parse(MINIMAL).expect("valid");
+    assert!(defaults.warnings().is_empty(), "{:?}", defaults.warnings());
+    let long_body = parse(&format!("{MINIMAL}\n[limits]\nbody_timeout = \"5 years\"\n")).expect("valid, but not what was meant");
+    let warnings: Vec<String> = long_body.warnings().iter().map(ToString::to_string).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("limits.body_timeout: 5years ") && warnings[0].contains("limits.request_timeout (1m)") && warnings[0].contains("never fire"),
+        "{warnings:?}"
+    );
 }
 
 #[test]
