@@ -31,6 +31,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
 /// The gateway's public URL: what tokens name as audience and DPoP proofs as `htu`.
 const PUBLIC_URL: &str = "https://mcp.example.com/mcp";
 const USER: &str = "user-1842";
+/// (HTTP method, MCP method) of what an SDK sends in a session that lists the tools and calls
+/// one: its own initialize, initialized notification, GET stream and DELETE, and the two calls.
+const SDK_REQUESTS: [(&str, &str); 6] =
+    [("POST", "initialize"), ("POST", "notifications/initialized"), ("POST", "tools/list"), ("POST", "tools/call"), ("GET", ""), ("DELETE", "")];
 /// Longest an agent run may take.
 const RUN_LIMIT: Duration = Duration::from_secs(60);
 
@@ -178,12 +182,12 @@ async fn run(sdk: Sdk, args: &[String]) -> Option<Run> {
     Some(Run { ok: out.status.success(), stdout: String::from_utf8_lossy(&out.stdout).into(), stderr: String::from_utf8_lossy(&out.stderr).into() })
 }
 
-/// A line is verified when the signature stage named the agent and key, nothing was found
-/// wrong, and the request was signed.
-fn assert_verified(lines: &[Value], w_origin: &str, keyid: &str) {
+/// Every line is of a signed request whose agent and key were verified (the log names them
+/// only then) and whose token's user was verified.
+fn assert_verified(lines: &[Value], origin: &str, keyid: &str) {
     for l in lines {
         assert_eq!(l["signed"], true, "{l}");
-        assert_eq!(l["agent"], w_origin, "{l}");
+        assert_eq!(l["agent"], origin, "{l}");
         assert_eq!(l["keyid"], keyid, "{l}");
         assert_eq!(l["sub"], USER, "{l}");
     }
@@ -209,7 +213,7 @@ async fn every_request_the_sdk_sends_is_verified(sdk: Sdk) {
         assert_eq!(l["binding"], "agent_key", "the DPoP proof is by the signing key: {l}");
     }
     let seen = requests(&lines);
-    for expected in [("POST", "initialize"), ("POST", "notifications/initialized"), ("POST", "tools/list"), ("POST", "tools/call"), ("GET", ""), ("DELETE", "")] {
+    for expected in SDK_REQUESTS {
         assert!(seen.contains(&(expected.0.to_owned(), expected.1.to_owned())), "{sdk:?} sent no {expected:?}: {seen:?}");
     }
 }

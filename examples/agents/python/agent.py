@@ -216,11 +216,22 @@ def main() -> int:
     args = p.parse_args()
     try:
         return asyncio.run(run(args))
-    except MCPError as e:
-        say(f"MCP error {e.code}: {e.message}")
     except Exception as e:  # noqa: BLE001 (the agent's last word: say what failed)
-        say(f"failed: {type(e).__name__}: {e}")
+        for cause in leaves(e):
+            if isinstance(cause, MCPError):
+                say(f"MCP error {cause.code}: {cause.message}")
+            else:
+                say(f"failed: {type(cause).__name__}: {cause}")
     return 1
+
+
+def leaves(e: BaseException):
+    """The exceptions inside the SDK's task-group exception groups."""
+    if isinstance(e, BaseExceptionGroup):
+        for inner in e.exceptions:
+            yield from leaves(inner)
+    else:
+        yield e
 
 
 if __name__ == "__main__":
