@@ -41,6 +41,9 @@ const MAX_RETRIES = 3;
 const say = (text: string) => process.stderr.write(`${text}\n`);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** A request body as sent: bytes (the SDK gives JSON text, which is encoded once). */
+type Bytes = Uint8Array<ArrayBuffer>;
+
 interface Options {
   url: string;
   key: string;
@@ -61,7 +64,7 @@ async function signedFetch(o: Options): Promise<typeof fetch> {
     publicKey: await crypto.subtle.importKey('jwk', { kty, crv, x }, { name: 'Ed25519' }, true, ['verify']),
   };
 
-  async function signed(url: URL, init: RequestInit, body: Uint8Array | undefined): Promise<Headers> {
+  async function signed(url: URL, init: RequestInit, body: Bytes | undefined): Promise<Headers> {
     const method = (init.method ?? 'GET').toUpperCase();
     const headers = new Headers(init.headers);
     if (token !== undefined) {
@@ -102,7 +105,7 @@ async function signedFetch(o: Options): Promise<typeof fetch> {
   return async (input: string | URL | Request, init: RequestInit = {}) => {
     const url = new URL(input instanceof Request ? input.url : input);
     // The exact bytes sent: the digest is computed over them and nothing re-encodes them.
-    const body = typeof init.body === 'string' ? new TextEncoder().encode(init.body) : (init.body as Uint8Array | undefined);
+    const body = typeof init.body === 'string' ? new TextEncoder().encode(init.body) : (init.body as Bytes | undefined);
     for (let attempt = 0; ; attempt++) {
       const response = await fetch(url, { ...init, body, headers: await signed(url, init, body), redirect: 'manual' });
       if (response.status < 400) return response;
