@@ -10,6 +10,7 @@ mod common;
 
 mod admin;
 mod admission;
+mod agents;
 mod approvals;
 mod attacks;
 mod catalog;
