@@ -454,8 +454,11 @@ impl Shared {
                 enforcing: self.config.mode.enforcing(),
                 outcome: outcome.as_str(),
                 status,
-                error: summary.as_ref().map(|(c, _)| *c).or(upstream_error.as_ref().map(|e| e.code())),
-                reason: summary.map(|(_, r)| r).or(upstream_error.as_ref().map(|e| e.to_string())),
+                // What the client was answered: a failed forward's error, even where a monitored
+                // refusal was forwarded (that refusal stays the first of `findings`), so a 502
+                // is never blamed on a stage that blocked nothing.
+                error: upstream_error.as_ref().map(|e| e.code()).or(summary.as_ref().map(|(c, _)| *c)),
+                reason: upstream_error.as_ref().map(|e| e.to_string()).or(summary.map(|(_, r)| r)),
                 findings: findings.iter().map(Finding::line).collect(),
                 upstream_error: upstream_error.as_ref().map(|e| e.code()),
                 method: method.as_str(),
@@ -619,11 +622,12 @@ fn monitor_notice_text(modes: &crate::config::Modes, sink: &crate::config::Decis
         _ => "save the decision log (log.decisions) and run `portcullis report FILE`".to_owned(),
     };
     let watched: Vec<&str> = crate::config::Group::ALL.into_iter().filter(|g| !modes.is_enforcing(*g)).map(crate::config::Group::as_str).collect();
+    let requests = if n == 1 { "request" } else { "requests" };
     if modes.enforcing().is_empty() {
-        format!("monitor mode: nothing is blocked; {n} requests would have been refused so far — {how}")
+        format!("monitor mode: nothing is blocked; {n} {requests} would have been refused so far — {how}")
     } else {
         format!(
-            "staged mode: {} only log, {} refuse; {n} requests would have been refused so far by the groups that only log — {how}",
+            "staged mode: {} only log, {} refuse; {n} {requests} would have been refused so far by the groups that only log — {how}",
             watched.join(", "),
             modes.enforcing().join(", ")
         )

@@ -416,9 +416,10 @@ pub struct DecisionRecord<'a> {
     pub outcome: &'static str,
     /// Status sent to the client.
     pub status: u16,
-    /// The refusal code (sent or would-be), or the upstream error code.
+    /// What the client was answered: the refusal code, or the upstream error code when
+    /// forwarding failed; else (monitor mode) the would-be refusal code.
     pub error: Option<&'static str>,
-    /// The refusal reason text.
+    /// The reason text that goes with `error`.
     pub reason: Option<String>,
     /// Every refusal found, in pipeline order; the first decides `error`/`reason` (in staged
     /// mode, the first from an enforcing group when the request was refused).

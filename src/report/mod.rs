@@ -263,8 +263,11 @@ impl Report {
             bump(&mut self.by_rule, rule).add(ruled);
         }
         if outcome != "allow" {
-            let code = text(&rec, "error").unwrap_or("unknown");
-            let reason = text(&rec, "reason").unwrap_or("");
+            // A monitored refusal's would-be reason is its first finding: `error` says what the
+            // client was answered, which is the upstream's error when the forward failed.
+            let first = rec.get("findings").and_then(|f| f.get(0)).filter(|_| outcome == "would_deny");
+            let code = first.and_then(|f| f.get("error")).and_then(|v| v.as_str()).or(text(&rec, "error")).unwrap_or("unknown");
+            let reason = first.and_then(|f| f.get("reason")).and_then(|v| v.as_str()).or(text(&rec, "reason")).unwrap_or("");
             let key = if self.reasons.len() < MAX_KEYS || self.reasons.contains_key(&(code.to_owned(), reason.to_owned())) {
                 (code.to_owned(), reason.to_owned())
             } else {
