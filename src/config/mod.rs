@@ -1,6 +1,6 @@
 //! Configuration: TOML → [`RawConfig`] (serde, mirrors the file) → [`Config`] (validated).
 //!
-//! Loaded once at start. Every key is listed in README "Configuration reference"; unknown keys are an
+//! Loaded once at start. Every key is listed in docs/configuration.md; unknown keys are an
 //! error that names the key (serde's `deny_unknown_fields`, which cannot be combined with
 //! `flatten`, so no section flattens). Validation checks every field before failing and the
 //! error names each bad field by its dotted path. `portcullis check` runs exactly this code

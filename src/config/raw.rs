@@ -14,7 +14,7 @@ use super::RawMode;
 // Raw configuration: mirrors the TOML file. Defaults live here so the file can stay short.
 // ---------------------------------------------------------------------------------------------
 
-/// The TOML file as written. See README "Configuration reference".
+/// The TOML file as written. See docs/configuration.md.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
