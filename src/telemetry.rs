@@ -356,6 +356,11 @@ impl TokenMetrics {
         self.cache.get_or_create(&ResultLabels { result: if is_hit { "hit" } else { "miss" } }).inc();
     }
 
+    /// Counts one opaque token refused from the inactive-token cache (no introspection call).
+    pub fn token_cache_inactive_hit(&self) {
+        self.cache.get_or_create(&ResultLabels { result: "inactive_hit" }).inc();
+    }
+
     /// Counts one JWKS fetch; `result` is `ok` or `error`.
     pub fn jwks_fetch(&self, result: &'static str) {
         self.jwks_fetches.get_or_create(&ResultLabels { result }).inc();
@@ -390,7 +395,7 @@ impl TokenMetrics {
 impl Metrics {
     /// Registers the token stage's counters.
     pub fn register_token(&mut self, m: &TokenMetrics) {
-        self.registry.register("token_cache_lookups", "Verified-token cache lookups by result (hit, miss)", m.cache.clone());
+        self.registry.register("token_cache_lookups", "Verified-token cache lookups by result (hit, miss; inactive_hit: an opaque token introspection called inactive moments ago, refused without asking again)", m.cache.clone());
         self.registry.register("jwks_fetches", "Issuer JWKS fetches by result (ok, error)", m.jwks_fetches.clone());
         self.registry.register(
             "jwks_refetch_budget_exhausted",
