@@ -224,6 +224,7 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
     // Every phase of a connection has a deadline (`connection`), so a permit is always given
     // back.
     let permits = Arc::new(Semaphore::new(shared.config.limits.max_connections));
+    let write_timeouts = shared.metrics.bound_counter("write_timeout");
     let mut connections = JoinSet::new();
     loop {
         while connections.try_join_next().is_some() {}
@@ -248,7 +249,7 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
         };
         let _ = stream.set_nodelay(true);
         let deadlines = connection::Deadlines::new(&shared.config.limits, tokio::time::Instant::now());
-        let (shared, builder, stop, tls) = (shared.clone(), builder.clone(), stop.clone(), tls.clone());
+        let (shared, builder, stop, tls, write_timeouts) = (shared.clone(), builder.clone(), stop.clone(), tls.clone(), write_timeouts.clone());
         connections.spawn(async move {
             let _permit = permit;
             let respond = move |is_tls: bool| {
@@ -270,10 +271,10 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
                 }
             };
             match tls {
-                None => connection::serve(&builder, stream, peer, deadlines, stop, respond(false)).await,
+                None => connection::serve(&builder, stream, peer, deadlines, stop, respond(false), write_timeouts).await,
                 // The handshake counts against the time to the first request head.
                 Some(acceptor) => match tokio::time::timeout_at(deadlines.first_request, acceptor.accept(stream)).await {
-                    Ok(Ok(tls_stream)) => connection::serve(&builder, tls_stream, peer, deadlines, stop, respond(true)).await,
+                    Ok(Ok(tls_stream)) => connection::serve(&builder, tls_stream, peer, deadlines, stop, respond(true), write_timeouts).await,
                     Ok(Err(e)) => tracing::debug!(peer = %peer, error = %e, "TLS handshake failed"),
                     Err(_) => tracing::debug!(peer = %peer, "TLS handshake timed out"),
                 },
