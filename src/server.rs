@@ -86,6 +86,8 @@ pub(crate) struct Shared {
     /// The paths forwarded (the MCP endpoint and `upstream.extra_paths`).
     routes: portcullis_wire::target::Routes,
     body_budget: Arc<BodyBudget>,
+    /// `limits.max_header_bytes_in_flight`: the heads of the requests being handled.
+    head_budget: Arc<BodyBudget>,
     /// `limits.max_in_flight`: requests being decided or waiting for the backend's answer,
     /// over all connections. Taken once the body is read (admission).
     slots: Arc<Semaphore>,
@@ -184,6 +186,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         prm_paths,
         routes: portcullis_wire::target::Routes::new(&config.listen.public_url, &config.upstream.extra_paths),
         body_budget: BodyBudget::new(config.limits.max_body_in_flight),
+        head_budget: BodyBudget::new(config.limits.max_header_bytes_in_flight),
         slots: Arc::new(Semaphore::new(config.limits.max_in_flight)),
         is_shutting_down: AtomicBool::new(false),
         config,
