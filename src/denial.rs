@@ -245,6 +245,10 @@ impl Denial {
             // The I/O detail stays in the diagnostic log: it describes the gateway's insides.
             Denial::BodyUnreadable(_) => "request body could not be read (connection reset or invalid framing)".to_owned(),
             // The evaluation error is for the operator's log, not the client.
+            // The budget is no secret of the policy's, and the caller can act on it.
+            Denial::Policy(PolicyError::OverBudget { budget, .. }) => {
+                format!("policy_error: the policy did not decide within {budget:?} (limits.policy_budget); send fewer or smaller messages")
+            }
             Denial::Policy(_) => "policy_error".to_owned(),
             other => other.to_string(),
         }

@@ -174,7 +174,9 @@ impl Stages {
         } else {
             None
         };
-        let policy = Policy::new(&config.policy).map_err(|e| errors.push(FieldError::new("policy.paths", e.to_string())));
+        let policy = Policy::new(&config.policy)
+            .map(|p| p.with_budget(config.limits.policy_budget))
+            .map_err(|e| errors.push(FieldError::new("policy.paths", e.to_string())));
         let catalog = if config.tools.is_enabled() {
             Catalog::new(&config.tools, &config.upstream, &config.listen.public_url).map(|c| Some(Arc::new(c))).map_err(|e| errors.push(e))
         } else {
