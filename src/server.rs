@@ -168,6 +168,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     // Fetches the tool catalog now and every tools.refresh; stops with the gateway.
     let catalog_refresher = stages.catalog.as_ref().map(|c| AbortOnDrop(c.spawn_refresher()));
     metrics.register_with(|r| stages.approvals.metrics().register(r));
+    metrics.register_with(|r| stages.policy.register_metrics(r));
     if let Some(errors) = stages.state_errors() {
         metrics.register_state(errors);
     }

@@ -259,13 +259,33 @@ impl Policy {
         self.lane.turn(mcp.is_some_and(|m| schedule::is_heavy(m.messages.len(), m.body_len)))
     }
 
+    /// Runs `work` (`what`: `digest`, `mcp`) on a body of `body_len` bytes: in place for a
+    /// small body; for one of 16KiB or more, with a turn of the same lane as heavy policy
+    /// evaluations and off the async workers, so hashing or parsing a few large bodies does
+    /// not stall the other requests on their workers.
+    pub(crate) async fn off_workers<T>(&self, what: &'static str, body_len: usize, work: impl FnOnce() -> T) -> T {
+        let heavy = body_len >= schedule::INLINE_MAX_BODY;
+        let _turn = self.lane.turn(heavy).await;
+        self.lane.run_counted(what, heavy, work)
+    }
+
+    /// Registers `portcullis_offloaded_total{work}` (work done off the async workers: `digest`,
+    /// `mcp`, `policy`).
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register(
+            "offloaded",
+            "Work run off the async workers because its body was large or it was a batch (digest, mcp parse, policy)",
+            self.lane.offloaded().clone(),
+        );
+    }
+
     /// Evaluates the policy for `input`: one evaluation per JSON-RPC message; the request is
     /// refused if any message is, else required scopes and quotas are the union of all. A
     /// heavy request (see [`Policy::turn`]) is evaluated off the async workers; the call
     /// returns when the decision is made either way.
     pub fn decide(&self, input: &PolicyInput<'_>) -> Result<Decided, PolicyError> {
         let heavy = schedule::is_heavy(input.mcp.messages.len(), input.mcp.body_len);
-        schedule::Lane::run(heavy, || self.decide_here(input))
+        self.lane.run_counted("policy", heavy, || self.decide_here(input))
     }
 
     fn decide_here(&self, input: &PolicyInput<'_>) -> Result<Decided, PolicyError> {
