@@ -265,7 +265,8 @@ impl Policy {
     /// not stall the other requests on their workers.
     pub(crate) async fn off_workers<T>(&self, what: &'static str, body_len: usize, work: impl FnOnce() -> T) -> T {
         let heavy = body_len >= schedule::INLINE_MAX_BODY;
-        let _turn = self.lane.turn(heavy).await;
+        // Awaited only when heavy: a small body pays no turn at all.
+        let _turn = if heavy { self.lane.turn(true).await } else { None };
         self.lane.run_counted(what, heavy, work)
     }
 
