@@ -262,7 +262,7 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
             headers.push((HeaderName::from_static("accept-signature"), challenge.accept_signature.clone()));
         }
         Denial::RateLimited { retry_after } => headers.push((RETRY_AFTER, retry_after_secs(*retry_after).to_string())),
-        Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed => {
+        Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed | Denial::HeadsOverloaded => {
             headers.push((RETRY_AFTER, "1".to_owned()))
         }
         // draft-ietf-httpapi-idempotency-key-header §2.7: a 409 may be retried as it is.

@@ -46,6 +46,10 @@ pub enum Denial {
     /// unread, before any stage; the client may retry shortly. Also `overloaded`.
     #[error("the gateway is handling as many requests as it may (limits.max_in_flight); retry shortly")]
     Shed,
+    /// The heads of the requests being handled already add up to
+    /// `limits.max_header_bytes_in_flight`: this one is refused unread. Also `overloaded`.
+    #[error("the gateway is holding as many request head bytes as it may (limits.max_header_bytes_in_flight); retry shortly")]
+    HeadsOverloaded,
     /// The request was not answered within `limits.request_timeout` of its admission; its
     /// handling was stopped wherever it was (possibly after it was forwarded).
     #[error("the gateway did not finish handling the request within {after:?} (limits.request_timeout)")]
@@ -167,7 +171,7 @@ impl Denial {
             Denial::BodyTooLarge { .. } => "body_too_large",
             Denial::BodyTimeout { .. } => "body_timeout",
             Denial::BodyUnreadable(_) => "body_unreadable",
-            Denial::Overloaded | Denial::Shed => "overloaded",
+            Denial::Overloaded | Denial::Shed | Denial::HeadsOverloaded => "overloaded",
             Denial::RequestTimeout { .. } => "request_timeout",
             Denial::Digest(_) | Denial::Signature(_) | Denial::KeyResolution(_) => "invalid_agent_credentials",
             Denial::ReplayedSignature => "replayed_signature",
@@ -222,7 +226,9 @@ impl Denial {
             Denial::SessionConflict(_) => StatusCode::BAD_GATEWAY,
             Denial::Idempotency(e) => e.status(),
             Denial::Catalog(e) => e.status(),
-            Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed => StatusCode::SERVICE_UNAVAILABLE,
+            Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed | Denial::HeadsOverloaded => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             // The gateway, acting as a gateway, gave up waiting (RFC 9110 §15.6.5); as with
             // `upstream_timeout`, the backend may have acted on the request.
             Denial::RequestTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -239,6 +245,10 @@ impl Denial {
             // The I/O detail stays in the diagnostic log: it describes the gateway's insides.
             Denial::BodyUnreadable(_) => "request body could not be read (connection reset or invalid framing)".to_owned(),
             // The evaluation error is for the operator's log, not the client.
+            // The budget is no secret of the policy's, and the caller can act on it.
+            Denial::Policy(PolicyError::OverBudget { budget, .. }) => {
+                format!("policy_error: the policy did not decide within {budget:?} (limits.policy_budget); send fewer or smaller messages")
+            }
             Denial::Policy(_) => "policy_error".to_owned(),
             other => other.to_string(),
         }

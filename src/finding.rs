@@ -109,6 +109,7 @@ impl FindingStage {
             | Denial::BodyUnreadable(_)
             | Denial::Overloaded
             | Denial::Shed
+            | Denial::HeadsOverloaded
             | Denial::RequestTimeout { .. }
             | Denial::NotFound
             | Denial::BadTarget(_) => FindingStage::Body,

@@ -174,7 +174,9 @@ impl Stages {
         } else {
             None
         };
-        let policy = Policy::new(&config.policy).map_err(|e| errors.push(FieldError::new("policy.paths", e.to_string())));
+        let policy = Policy::new(&config.policy)
+            .map(|p| p.with_budget(config.limits.policy_budget))
+            .map_err(|e| errors.push(FieldError::new("policy.paths", e.to_string())));
         let catalog = if config.tools.is_enabled() {
             Catalog::new(&config.tools, &config.upstream, &config.listen.public_url).map(|c| Some(Arc::new(c))).map_err(|e| errors.push(e))
         } else {
@@ -291,7 +293,15 @@ async fn run_stages(
     judge: &mut Judge,
     deferred: &mut Option<crate::state::admit::ReplayKeys>,
 ) -> Result<(), Denial> {
-    judge.judge(FindingStage::Digest, timings.timed(Stage::Digest, || stages.digest.verify(&req.head.headers, &req.body)))?;
+    // A large body is hashed off the async workers (the wait for a turn is in the stage's time).
+    let hashes = req.head.headers.contains_key(portcullis_wire::digest::CONTENT_DIGEST);
+    let digest = timings
+        .timed_async(
+            Stage::Digest,
+            stages.policy.off_workers("digest", if hashes { req.body.len() } else { 0 }, || stages.digest.verify(&req.head.headers, &req.body)),
+        )
+        .await;
+    judge.judge(FindingStage::Digest, digest)?;
     // Stages 3–5 (signature, key, signature): the finding names the one that refused.
     let resolved = judge.judge_any(timings.timed_async(Stage::Signature, resolve_signature(req, stages)).await)?.flatten();
     let verified = match resolved {
@@ -355,7 +365,9 @@ async fn run_stages(
     }
     // Stage 8: JSON only now, after the identity stages passed on the raw bytes (or, for a
     // group in monitor mode, were judged: the body is forwarded anyway).
-    let parsed = timings.timed(Stage::Mcp, || mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch));
+    // A large body is parsed off the async workers, like its policy evaluation.
+    let parsing = stages.policy.off_workers("mcp", req.body.len(), || mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch));
+    let parsed = timings.timed_async(Stage::Mcp, parsing).await;
     let Some(parsed) = judge.judge(FindingStage::Mcp, parsed)? else { return Ok(()) };
     // A protocol version outside mcp.versions is a finding of its own: in monitor mode the
     // log still names the method and tool the body asks for.

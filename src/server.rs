@@ -86,6 +86,8 @@ pub(crate) struct Shared {
     /// The paths forwarded (the MCP endpoint and `upstream.extra_paths`).
     routes: portcullis_wire::target::Routes,
     body_budget: Arc<BodyBudget>,
+    /// `limits.max_header_bytes_in_flight`: the heads of the requests being handled.
+    head_budget: Arc<BodyBudget>,
     /// `limits.max_in_flight`: requests being decided or waiting for the backend's answer,
     /// over all connections. Taken once the body is read (admission).
     slots: Arc<Semaphore>,
@@ -166,6 +168,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     // Fetches the tool catalog now and every tools.refresh; stops with the gateway.
     let catalog_refresher = stages.catalog.as_ref().map(|c| AbortOnDrop(c.spawn_refresher()));
     metrics.register_with(|r| stages.approvals.metrics().register(r));
+    metrics.register_with(|r| stages.policy.register_metrics(r));
     if let Some(errors) = stages.state_errors() {
         metrics.register_state(errors);
     }
@@ -184,6 +187,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         prm_paths,
         routes: portcullis_wire::target::Routes::new(&config.listen.public_url, &config.upstream.extra_paths),
         body_budget: BodyBudget::new(config.limits.max_body_in_flight),
+        head_budget: BodyBudget::new(config.limits.max_header_bytes_in_flight),
         slots: Arc::new(Semaphore::new(config.limits.max_in_flight)),
         is_shutting_down: AtomicBool::new(false),
         config,
@@ -228,6 +232,7 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
     // Every phase of a connection has a deadline (`connection`), so a permit is always given
     // back.
     let permits = Arc::new(Semaphore::new(shared.config.limits.max_connections));
+    let write_timeouts = shared.metrics.bound_counter("write_timeout");
     let mut connections = JoinSet::new();
     loop {
         while connections.try_join_next().is_some() {}
@@ -252,7 +257,7 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
         };
         let _ = stream.set_nodelay(true);
         let deadlines = connection::Deadlines::new(&shared.config.limits, tokio::time::Instant::now());
-        let (shared, builder, stop, tls) = (shared.clone(), builder.clone(), stop.clone(), tls.clone());
+        let (shared, builder, stop, tls, write_timeouts) = (shared.clone(), builder.clone(), stop.clone(), tls.clone(), write_timeouts.clone());
         connections.spawn(async move {
             let _permit = permit;
             let respond = move |is_tls: bool| {
@@ -274,10 +279,10 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
                 }
             };
             match tls {
-                None => connection::serve(&builder, stream, peer, deadlines, stop, respond(false)).await,
+                None => connection::serve(&builder, stream, peer, deadlines, stop, respond(false), write_timeouts).await,
                 // The handshake counts against the time to the first request head.
                 Some(acceptor) => match tokio::time::timeout_at(deadlines.first_request, acceptor.accept(stream)).await {
-                    Ok(Ok(tls_stream)) => connection::serve(&builder, tls_stream, peer, deadlines, stop, respond(true)).await,
+                    Ok(Ok(tls_stream)) => connection::serve(&builder, tls_stream, peer, deadlines, stop, respond(true), write_timeouts).await,
                     Ok(Err(e)) => tracing::debug!(peer = %peer, error = %e, "TLS handshake failed"),
                     Err(_) => tracing::debug!(peer = %peer, "TLS handshake timed out"),
                 },

@@ -219,6 +219,14 @@ pub struct Limits {
     pub max_in_flight: usize,
     /// Time from a request's admission to its response head.
     pub request_timeout: Duration,
+    /// Request head bytes held at once, over all requests.
+    pub max_header_bytes_in_flight: u64,
+    /// Open admin connections bound.
+    pub max_admin_connections: usize,
+    /// Time a response may wait for the client to read it.
+    pub write_timeout: Duration,
+    /// Policy time per request, over all its evaluations.
+    pub policy_budget: Duration,
 }
 
 /// Where decision-log lines go.
@@ -392,6 +400,27 @@ impl Config {
             },
         );
         check("limits.request_timeout", nonzero(raw.limits.request_timeout.0));
+        check(
+            "limits.max_header_bytes_in_flight",
+            if raw.limits.max_header_bytes_in_flight.0 < raw.limits.max_header_bytes.0 {
+                Err(format!("must be at least limits.max_header_bytes ({} bytes), so one largest head fits", raw.limits.max_header_bytes.0))
+            } else {
+                Ok(())
+            },
+        );
+        check(
+            "limits.max_admin_connections",
+            if !(1..=10_000).contains(&raw.limits.max_admin_connections) { Err("must be between 1 and 10000".into()) } else { Ok(()) },
+        );
+        check("limits.write_timeout", nonzero(raw.limits.write_timeout.0));
+        check(
+            "limits.policy_budget",
+            if raw.limits.policy_budget.0.is_zero() || raw.limits.policy_budget.0 > Duration::from_secs(60) {
+                Err("must be between 1ms and 60s".into())
+            } else {
+                Ok(())
+            },
+        );
         check("admin.addr", admin.as_ref().map(|_| ()).map_err(Clone::clone));
         for (field, reason) in raw.idempotency.problems() {
             check(field, Err(reason));
@@ -479,6 +508,10 @@ impl Config {
                     max_inspected_response: raw.limits.max_inspected_response.0 as usize,
                     max_in_flight: raw.limits.max_in_flight.unwrap_or_else(default_max_in_flight),
                     request_timeout: raw.limits.request_timeout.0,
+                    max_header_bytes_in_flight: raw.limits.max_header_bytes_in_flight.0,
+                    max_admin_connections: raw.limits.max_admin_connections,
+                    write_timeout: raw.limits.write_timeout.0,
+                    policy_budget: raw.limits.policy_budget.0,
                 },
                 signatures,
                 oauth,

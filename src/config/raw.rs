@@ -167,6 +167,17 @@ pub struct RawLimits {
     /// Longest time from a request's admission to its response head (a streamed body is not
     /// bounded); past it → 504 `request_timeout`.
     pub request_timeout: HumanDuration,
+    /// Request head bytes (each field's name and value plus 32, and the target) held at once by
+    /// requests being handled, over all connections; past it → 503 `overloaded`.
+    pub max_header_bytes_in_flight: ByteSize,
+    /// Most connections open at once on the admin listener; past it a new one is closed at once.
+    pub max_admin_connections: usize,
+    /// A response the client stops reading (its bytes waiting for the client to take them) for
+    /// this long has its connection closed and the backend's answer released.
+    pub write_timeout: HumanDuration,
+    /// Longest time the policy may spend on one request, over all its evaluations (a batch is
+    /// one per message); past it → 403 `policy_error`.
+    pub policy_budget: HumanDuration,
 }
 
 impl Default for RawLimits {
@@ -193,6 +204,13 @@ impl Default for RawLimits {
             // own, more precise errors first; this one catches what nothing else bounds (the queue for a
             // heavy policy evaluation, a stage waiting on several fetches in turn).
             request_timeout: HumanDuration(Duration::from_secs(60)),
+            // 512 heads of the default `max_header_bytes`; typical heads are a few hundred bytes to
+            // a few KiB, so this is thousands of ordinary requests in flight.
+            max_header_bytes_in_flight: ByteSize(32 << 20),
+            max_admin_connections: 64,
+            write_timeout: HumanDuration(Duration::from_secs(30)),
+            // Four times one evaluation's own bound: a batch of ordinary calls takes milliseconds.
+            policy_budget: HumanDuration(Duration::from_secs(1)),
         }
     }
 }

@@ -13,6 +13,7 @@ mod admission;
 mod agents;
 mod approvals;
 mod attacks;
+mod bounds;
 mod catalog;
 mod cli;
 mod client;
