@@ -12,6 +12,7 @@ mod admin;
 mod admission;
 mod approvals;
 mod attacks;
+mod caller_limits;
 mod catalog;
 mod cli;
 mod client;
