@@ -23,8 +23,9 @@ use portcullis_wire::UnixTime;
 /// pushed out), else the ms until the caller's first entry expires.
 const ADMIT_LUA: &str = r"
 local now = tonumber(ARGV[3])
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  redis.call('ZADD', KEYS[1], 'GT', ARGV[2], ARGV[1])
+local held = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if held then
+  if tonumber(ARGV[2]) > tonumber(held) then redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1]) end
 else
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
   if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then
@@ -40,8 +41,11 @@ return -1
 
 /// TOUCH: KEYS[1] = the caller's set; ARGV[1] = member, ARGV[2] = its new expiry (ms),
 /// ARGV[3] = now (ms). A member not held is not added; an expiry is never brought forward.
+/// (Plain ZSCORE/ZADD rather than `ZADD XX GT`, which needs Redis 6.2.)
 const TOUCH_LUA: &str = r"
-if redis.call('ZADD', KEYS[1], 'XX', 'GT', 'CH', ARGV[2], ARGV[1]) == 1 then
+local held = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if held and tonumber(ARGV[2]) > tonumber(held) then
+  redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
   local want = tonumber(ARGV[2]) - tonumber(ARGV[3])
   if redis.call('PTTL', KEYS[1]) < want then redis.call('PEXPIRE', KEYS[1], math.max(1, want)) end
 end
