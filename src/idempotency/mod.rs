@@ -95,7 +95,7 @@ pub enum IdempotencyError {
     #[error("the policy requires an idempotency key but the journal is off (idempotency.enabled = false)")]
     Disabled,
     /// The caller holds `idempotency.max_entries_per_caller` live entries (decision 13).
-    #[error("this caller holds as many idempotency entries as it may (idempotency.max_entries_per_caller); retry after {}s", crate::denial::retry_after_secs(*.retry_after))]
+    #[error("this caller holds as many idempotency entries as it may (idempotency.max_entries_per_caller)")]
     CallerLimit {
         /// When the caller's first entry expires.
         retry_after: Duration,

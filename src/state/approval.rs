@@ -23,7 +23,8 @@ use super::StoreError;
 use portcullis_wire::UnixTime;
 
 /// Most records the memory store holds; past it (after dropping expired ones) new links fail
-/// closed (503) rather than grow without bound.
+/// closed (503) rather than grow without bound. `approvals.max_pending_per_caller` is at most
+/// this (config keeps its own copy: config sits below state).
 pub const MAX_MEMORY_RECORDS: usize = 100_000;
 
 /// What a person is asked to approve, and what the retry must match.
