@@ -55,6 +55,11 @@ impl World {
     /// Tokens optional (verified when sent), no signatures, approvals on, [`BOUNDS`], in
     /// `mode`, with `state` lines in `[state]`.
     fn config(&self, mode: &str, state: &str) -> Config {
+        self.config_logging(mode, state, None)
+    }
+
+    /// [`World::config`], with decision-log lines written to `log`.
+    fn config_logging(&self, mode: &str, state: &str, log: Option<&Path>) -> Config {
         let extra = format!(
             "{policy}\n{BOUNDS}[signatures]\nrequired = false\n\
              [oauth]\nrequired = false\nissuer = {iss:?}\nissuer_ca = {ca:?}\n\
@@ -65,7 +70,10 @@ impl World {
             ca = self.ca.ca_path(),
             key = self.dir.path().join("state.key"),
         );
-        let text = common::config_toml(&self.upstream.url(), &extra).replace("mode = \"enforce\"", &format!("mode = {mode:?}"));
+        let mut text = common::config_toml(&self.upstream.url(), &extra).replace("mode = \"enforce\"", &format!("mode = {mode:?}"));
+        if let Some(log) = log {
+            text = text.replace("decisions = \"off\"", &format!("decisions = {:?}", log.display().to_string()));
+        }
         Config::parse(&text, "caller limits test", Path::new(".")).unwrap()
     }
 
@@ -217,7 +225,8 @@ async fn one_user_cannot_queue_every_approval() {
 #[tokio::test]
 async fn the_bounds_hold_in_monitor_mode() {
     let w = World::new().await;
-    let gw = Gateway::start(w.config("monitor", "")).await;
+    let (_dir, log) = common::temp_path("decisions.jsonl");
+    let gw = Gateway::start(w.config_logging("monitor", "", Some(&log))).await;
     let mallory = w.token("mallory");
     for i in 0..3 {
         assert_eq!(pay(&gw, &mallory, &format!("mon-{i}")).await.status(), 200);
@@ -229,6 +238,11 @@ async fn the_bounds_hold_in_monitor_mode() {
     }
     assert_caller_limit(initialize(&gw, Some(&mallory)).await, "limits.max_sessions_per_caller", 24 * 3600 * 5 / 4).await;
     assert_eq!(pay(&gw, &w.token("bob"), "mon-bob").await.status(), 200, "other callers are unaffected");
+    // 3 payments, the refused one, 2 sessions, the refused one, bob's payment.
+    let lines = common::wait_for_decision_lines(&log, 8).await;
+    let refused: Vec<(Value, Value)> =
+        lines.iter().filter(|l| l["error"] == "caller_limit_exceeded").map(|l| (l["outcome"].clone(), l["status"].clone())).collect();
+    assert_eq!(refused, vec![(json!("deny"), json!(429)); 2], "logged as refused, not would_deny: {lines:?}");
     gw.shutdown().await;
 }
 
