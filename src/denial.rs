@@ -150,6 +150,18 @@ pub enum Denial {
     /// pin where one is required, or there is no catalog yet to vouch for it (docs/catalog.md).
     #[error("{0}")]
     Catalog(CatalogError),
+    /// A per-caller bound on a shared store (decision 13): this caller holds as many entries as
+    /// it may (idempotency entries, open sessions, pending approvals); everyone else is
+    /// unaffected. A resource bound, not a decision: it holds in monitor mode too.
+    #[error("this caller holds as many {what} as it may ({setting}); retry after {}s", retry_after_secs(*.retry_after))]
+    CallerLimitExceeded {
+        /// What the caller holds too many of.
+        what: &'static str,
+        /// The setting that bounds it.
+        setting: &'static str,
+        /// When the caller's first entry leaves.
+        retry_after: Duration,
+    },
     /// The shared state store (replay cache, sessions, quotas) cannot be reached; fail closed.
     #[error("state store unavailable: {reason}")]
     StateUnavailable {
@@ -194,6 +206,7 @@ impl Denial {
             Denial::Idempotency(e) => e.code(),
             Denial::Catalog(e) => e.code(),
             Denial::StateUnavailable { .. } => "state_unavailable",
+            Denial::CallerLimitExceeded { .. } => "caller_limit_exceeded",
             Denial::NotFound => "not_found",
             Denial::BadTarget(_) => "bad_request",
         }
@@ -221,7 +234,7 @@ impl Denial {
             // MCP URL elicitation: the answer is a JSON-RPC message real clients must read
             // (200; 400 for -32021, as MCP 2026-07-28 requires).
             Denial::ApprovalRequired(link) => link.status(),
-            Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Denial::RateLimited { .. } | Denial::CallerLimitExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             Denial::SessionNotFound(_) => StatusCode::NOT_FOUND,
             Denial::SessionConflict(_) => StatusCode::BAD_GATEWAY,
             Denial::Idempotency(e) => e.status(),
@@ -253,6 +266,12 @@ impl Denial {
             other => other.to_string(),
         }
     }
+
+    /// Whether this refusal is a resource bound rather than a decision: refused whatever the
+    /// mode of its stage group (decision 13), since passing it on would fill a shared store.
+    pub fn is_resource_bound(&self) -> bool {
+        matches!(self, Denial::CallerLimitExceeded { .. })
+    }
 }
 
 impl From<ApprovalError> for Denial {
@@ -262,6 +281,9 @@ impl From<ApprovalError> for Denial {
             ApprovalError::NotPossible(reason) => Denial::HumanApprovalRequired(reason),
             ApprovalError::Unavailable => Denial::ApprovalUnavailable,
             ApprovalError::Denied => Denial::ApprovalDenied,
+            ApprovalError::CallerLimit { retry_after } => {
+                Denial::CallerLimitExceeded { what: "pending approvals", setting: "approvals.max_pending_per_caller", retry_after }
+            }
             // Fail closed, naming the store: no approval is vouched for without a record.
             ApprovalError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
         }
@@ -283,6 +305,9 @@ impl From<IdempotencyError> for Denial {
         match e {
             // Fail closed, naming the store: never a second execution for want of a record.
             IdempotencyError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
+            IdempotencyError::CallerLimit { retry_after } => {
+                Denial::CallerLimitExceeded { what: "idempotency entries", setting: "idempotency.max_entries_per_caller", retry_after }
+            }
             other => Denial::Idempotency(other),
         }
     }
@@ -293,6 +318,9 @@ impl From<SessionError> for Denial {
         match e {
             SessionError::NotFound | SessionError::Malformed => Denial::SessionNotFound(e),
             SessionError::Conflict => Denial::SessionConflict(e),
+            SessionError::CallerLimit { retry_after } => {
+                Denial::CallerLimitExceeded { what: "open sessions", setting: "limits.max_sessions_per_caller", retry_after }
+            }
             // Fail closed, naming the store: no session is vouched for without a record.
             SessionError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
         }

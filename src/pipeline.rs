@@ -82,7 +82,7 @@ impl Refusal {
 
     /// Whether a finding comes from a stage group `modes` enforces: then the request is refused.
     pub fn is_enforced(&self, modes: &Modes) -> bool {
-        self.findings.iter().any(|f| modes.is_enforcing(f.stage.group()))
+        self.findings.iter().any(|f| f.is_enforced(modes))
     }
 
     /// What was verified before the refusal.
@@ -197,7 +197,7 @@ impl Stages {
             directory,
             replay: ReplayGuard::new(sig.clock_skew, stores.replay.clone()),
             token,
-            sessions: SessionGuard::new(stores.session.clone(), config.state.session_ttl),
+            sessions: SessionGuard::new(stores.session.clone(), config.state.session_ttl, config.limits.max_sessions_per_caller),
             policy,
             is_policy_enabled: config.policy.enabled,
             max_batch: config.limits.max_batch,
@@ -419,12 +419,17 @@ async fn run_stages(
             sub: seen.token.as_ref().and_then(|t| t.sub()),
             agent: seen.agent.as_ref().map(|a| a.agent()),
             keyid: seen.agent.as_ref().map(|a| a.keyid()),
+            caller: seen.caller(req.peer.addr.ip()),
         };
         let checked = stages.approvals.check(call, &ask, stages.modes.is_enforcing(Group::Policy), req.now).await;
         seen.approval = judge.judge(FindingStage::Approval, checked)?;
     }
     if let Some(key_use) = key_use {
-        let caller = crate::idempotency::Caller { sub: seen.token.as_ref().and_then(|t| t.sub()), agent: seen.agent.as_ref().map(|a| a.agent()) };
+        let caller = crate::idempotency::Caller {
+            sub: seen.token.as_ref().and_then(|t| t.sub()),
+            agent: seen.agent.as_ref().map(|a| a.agent()),
+            key: seen.caller(req.peer.addr.ip()),
+        };
         let claimed = stages.idempotency.claim(req, caller, seen.mcp.as_ref(), key_use);
         let Some(claim) = judge.judge(FindingStage::Idempotency, timings.timed_async(Stage::Idempotency, claimed).await)? else { return Ok(()) };
         seen.idempotency = claim;
@@ -455,7 +460,8 @@ pub async fn settle_session(
         return Ok(());
     }
     let owner = session::owner(seen);
-    Ok(timings.timed_async(Stage::Session, stages.sessions.settle(exchange, status, headers, &owner)).await?)
+    let caller = seen.caller(exchange.peer());
+    Ok(timings.timed_async(Stage::Session, stages.sessions.settle(exchange, status, headers, &owner, caller)).await?)
 }
 
 /// Filtered lists (`tools.filter_list`, docs/catalog.md): for the answer to a request holding

@@ -409,7 +409,7 @@ impl Shared {
                         Verdict::Forward(fwd) => {
                             findings = fwd.findings().to_vec();
                             let (outcome, summary) = forward_summary(&fwd);
-                            let exchange = crate::session::Exchange::of(&inbound.head);
+                            let exchange = crate::session::Exchange::of(&inbound.head, inbound.peer.addr.ip());
                             let listing = pipeline::list_filter(&self.stages, &inbound, fwd.evidence(), self.config.limits.max_inspected_response);
                             // A list the gateway rewrites must come uncompressed: a compressed one
                             // could not be read, so it would be withheld.

@@ -213,6 +213,8 @@ pub struct Limits {
     pub max_body_in_flight: u64,
     /// Messages per JSON-RPC batch bound.
     pub max_batch: usize,
+    /// Open sessions per caller bound.
+    pub max_sessions_per_caller: usize,
     /// Bytes of a backend answer read to rewrite it.
     pub max_inspected_response: usize,
     /// Client requests handled at once, over all connections (set, or sized for the machine).
@@ -387,6 +389,14 @@ impl Config {
         );
         check("limits.max_batch", if !(1..=10_000).contains(&raw.limits.max_batch) { Err("must be between 1 and 10000".into()) } else { Ok(()) });
         check(
+            "limits.max_sessions_per_caller",
+            if raw.limits.max_sessions_per_caller.is_some_and(|n| !(1..=raw.state.max_sessions.max(1)).contains(&n)) {
+                Err("must be between 1 and state.max_sessions (one caller must not be able to hold every session)".into())
+            } else {
+                Ok(())
+            },
+        );
+        check(
             "limits.max_inspected_response",
             if !(1024..=256 << 20).contains(&raw.limits.max_inspected_response.0) { Err("must be between 1KiB and 256MiB".into()) } else { Ok(()) },
         );
@@ -445,6 +455,7 @@ impl Config {
         let signatures = Signatures::from_raw(raw.signatures, ctx).map_err(|e| errs.extend(e));
         let oauth = OAuth::from_raw(raw.oauth, ctx).map_err(|e| errs.extend(e));
         let policy = PolicySettings::from_raw(raw.policy, ctx).map_err(|e| errs.extend(e));
+        let sessions_per_caller = raw.limits.max_sessions_per_caller.unwrap_or_else(|| raw.state.max_sessions.min(100)).max(1);
         let state = StateSettings::from_raw(raw.state, ctx).map_err(|e| errs.extend(e));
         let mode = Modes::try_from(raw.mode).map_err(|e| errs.extend(e));
         let tools = Tools::from_raw(raw.tools, ctx).map_err(|e| errs.extend(e));
@@ -505,6 +516,7 @@ impl Config {
                     max_streams_per_connection: raw.limits.max_streams_per_connection,
                     max_body_in_flight: raw.limits.max_body_in_flight.0,
                     max_batch: raw.limits.max_batch,
+                    max_sessions_per_caller: sessions_per_caller,
                     max_inspected_response: raw.limits.max_inspected_response.0 as usize,
                     max_in_flight: raw.limits.max_in_flight.unwrap_or_else(default_max_in_flight),
                     request_timeout: raw.limits.request_timeout.0,

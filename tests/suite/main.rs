@@ -14,6 +14,7 @@ mod agents;
 mod approvals;
 mod attacks;
 mod bounds;
+mod caller_limits;
 mod catalog;
 mod cli;
 mod client;
