@@ -209,7 +209,15 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     for w in shared.config.warnings() {
         warn!(field = %w.field, "Configuration warning: {}", w.reason);
     }
-    tokio::spawn(probe_upstream(shared.config.upstream.url.clone(), shared.config.upstream.connect_timeout));
+    // Before the first request is accepted: a backend that is not running is named now, not by
+    // the first 502; a running one keeps this connection for the first request.
+    if let Err(error) = shared.upstream.warm().await {
+        warn!(
+            upstream = %shared.config.upstream.url,
+            error = %error,
+            "The upstream MCP server does not accept connections: until it does, every request the gateway would forward is answered 502 upstream_unavailable (start the backend, e.g. `portcullis example-backend`, or set upstream.url)"
+        );
+    }
     let admin_task = admin_listener.map(|l| tokio::spawn(admin::serve(l, shared.clone(), admin_stop_rx)));
     let task = tokio::spawn(async move {
         // Reloads and catalog fetches stop with the gateway.
@@ -687,24 +695,6 @@ pub fn check(config: &Config) -> Result<(), StartError> {
         tls::acceptor(files)?;
     }
     Ok(())
-}
-
-/// Tries one connection to the upstream at start and says so when it is refused: a gateway
-/// whose backend is not running answers every forwarded request 502 `upstream_unavailable`,
-/// and the first thing a newcomer sees should name the backend, not the request.
-async fn probe_upstream(url: url::Url, timeout: Duration) {
-    let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else { return };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let error = match tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port))).await {
-        Ok(Ok(_)) => return,
-        Ok(Err(e)) => e.to_string(),
-        Err(_) => format!("no answer within {timeout:?} (upstream.connect_timeout)"),
-    };
-    warn!(
-        upstream = %url,
-        error = %error,
-        "The upstream MCP server does not accept connections: until it does, every request the gateway would forward is answered 502 upstream_unavailable (start the backend, e.g. `portcullis example-backend`, or set upstream.url)"
-    );
 }
 
 /// A background task that ends when its owner is dropped.
