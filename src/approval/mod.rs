@@ -24,6 +24,7 @@ use crate::config::{self, FieldError};
 use crate::oauth::relying_party::RelyingParty;
 use crate::policy::verdict::ApprovalAsk;
 use crate::state::approval::{ApprovalRecord, ApprovalStore, Ask, BindingKey};
+use crate::state::caller::{CallerBound, CallerKey};
 use crate::state::StoreError;
 use portcullis_wire::mcp::McpRequest;
 use portcullis_wire::UnixTime;
@@ -128,6 +129,13 @@ pub enum ApprovalError {
     /// The person denied this call (403 `approval_denied`).
     #[error("the person asked to approve this call denied it")]
     Denied,
+    /// The caller already has `approvals.max_pending_per_caller` links awaiting a person
+    /// (429 `caller_limit_exceeded`, decision 13).
+    #[error("this caller has as many approvals pending as it may")]
+    CallerLimit {
+        /// When the caller's first pending link expires.
+        retry_after: std::time::Duration,
+    },
     /// The approval store could not answer (503, fail closed).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -170,6 +178,8 @@ pub struct CallView<'a> {
     pub agent: Option<&'a str>,
     /// The verified keyid.
     pub keyid: Option<&'a str>,
+    /// Whom a new pending link counts against (decision 13).
+    pub caller: CallerKey,
 }
 
 /// The approval stage and pages, built from `[approvals]`.
@@ -272,7 +282,8 @@ impl Approvals {
             let url = format!("{}/{}", self.settings.base_url(), r.code);
             Box::new(Link { id: r.id.clone(), url, message: r.message.clone(), jsonrpc_id: digest.id.clone().unwrap_or(Value::Null), shape })
         };
-        match self.store.ask(&binding, &fresh, now).await? {
+        let bound = CallerBound::new(call.caller, self.settings.max_pending_per_caller);
+        match self.store.ask(&binding, &fresh, &bound, now).await? {
             Ask::Issued => {
                 self.metrics.links_issued.inc();
                 Err(ApprovalError::Required(link(&fresh)))
@@ -285,6 +296,7 @@ impl Approvals {
                 Ok(ApprovalUse { id: record.id, approved_by, forward_body })
             }
             Ask::Denied(_) => Err(ApprovalError::Denied),
+            Ask::CallerFull(full) => Err(ApprovalError::CallerLimit { retry_after: full.retry_after }),
         }
     }
 }

@@ -10,8 +10,11 @@ mod common;
 
 mod admin;
 mod admission;
+mod agents;
 mod approvals;
 mod attacks;
+mod bounds;
+mod caller_limits;
 mod catalog;
 mod cli;
 mod client;

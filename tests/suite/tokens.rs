@@ -442,3 +442,27 @@ async fn oversized_jwks_is_not_read_and_fails_closed() {
     assert!(body["reason"].as_str().unwrap().contains("larger than"), "{body}");
     assert!(s.upstream.seen().is_empty());
 }
+
+#[tokio::test]
+async fn an_opaque_token_found_inactive_is_refused_again_without_another_introspection_call() {
+    let s = Setup::start_with("mode = \"enforce\"", |i| {
+        format!(
+            "[oauth.introspection]\nurl = \"{}/introspect\"\nclient_id = \"{}\"\nclient_secret = \"{}\"\n",
+            i.url(),
+            issuer::CLIENT_ID,
+            issuer::CLIENT_SECRET
+        )
+    })
+    .await;
+    // An attacker repeating a made-up (or revoked) opaque token: the issuer says inactive once.
+    for _ in 0..5 {
+        assert_invalid_token(&s, "opaque-made-up-by-an-attacker", "not active").await;
+    }
+    assert_eq!(s.issuer.introspection_calls(), 1, "an inactive token is remembered (by its hash) for a short while");
+    // Another bad token is its own entry: it is asked about once too.
+    assert_invalid_token(&s, "opaque-another-made-up-one", "not active").await;
+    assert_eq!(s.issuer.introspection_calls(), 2);
+    let metrics = common::client().get(s.gw.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("portcullis_token_cache_lookups_total{result=\"inactive_hit\"} 4"), "{metrics}");
+    assert!(!metrics.contains("opaque-made-up"), "never the token itself");
+}
