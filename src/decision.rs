@@ -276,7 +276,11 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         // A catalog can come back with the next fetch (tools.refresh).
         Denial::Catalog(crate::catalog::CatalogError::Unavailable) => headers.push((RETRY_AFTER, "1".to_owned())),
         Denial::Catalog(_) => {}
-        Denial::ApprovalRequired(_) | Denial::HumanApprovalRequired(_) | Denial::ApprovalDenied | Denial::ApprovalUnavailable => {}
+        Denial::ApprovalRequired(_)
+        | Denial::HumanApprovalRequired(_)
+        | Denial::ApprovalDenied
+        | Denial::ApprovalUnavailable
+        | Denial::CallTooLargeToShow(_) => {}
         Denial::BodyTooLarge { .. }
         | Denial::BodyTimeout { .. }
         | Denial::BodyUnreadable(_)

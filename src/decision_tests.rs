@@ -176,7 +176,9 @@ fn every_denial_has_a_code_and_status() {
         Denial::Mcp(McpError::InvalidRequest { id: None, reason: "x".into() }),
         Denial::Mcp(McpError::BatchTooLarge { size: 101, limit: 100 }),
         Denial::Mcp(McpError::HeaderMismatch { id: None, reason: "x".into() }),
+        Denial::Mcp(McpError::TooDeep { id: None, what: "arguments" }),
         Denial::Policy(PolicyError::Evaluation { version: "v".into(), reason: "x".into() }),
+        Denial::CallTooLargeToShow(crate::approval::shown::TooLarge { size: 70_000, limit: 65_536 }),
     ];
     let expected = [
         (413, "body_too_large"),
@@ -204,11 +206,16 @@ fn every_denial_has_a_code_and_status() {
         (400, "invalid_request"),
         (400, "batch_too_large"),
         (400, "header_mismatch"),
+        (400, "invalid_request"),
         (403, "agent_access_denied"),
+        (403, "approval_unavailable"),
     ];
+    assert_eq!(all.len(), expected.len());
     for (d, (status, code)) in all.iter().zip(expected) {
         assert_eq!((d.status().as_u16(), d.code()), (status, code), "{d:?}");
     }
+    // Decision 13 names the reason; the sizes stay in the diagnostic text.
+    assert_eq!(all[all.len() - 1].reason(), "call_too_large_to_show");
 }
 
 #[test]

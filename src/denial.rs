@@ -127,6 +127,10 @@ pub enum Denial {
     /// The call needs approval but no verified user can be asked.
     #[error("this call needs a person's approval, but the request carries no verified user to ask")]
     ApprovalUnavailable,
+    /// The call needs approval but is larger than the page shows whole (`approvals.max_shown`,
+    /// decision 13): no link. Also `approval_unavailable`, reason `call_too_large_to_show`.
+    #[error("{0}")]
+    CallTooLargeToShow(crate::approval::shown::TooLarge),
     /// A quota or rate limit the decision named is spent (stage 10).
     #[error("rate limit exceeded, retry after {}s", retry_after_secs(*.retry_after))]
     RateLimited {
@@ -199,7 +203,7 @@ impl Denial {
             Denial::ApprovalRequired(_) => "approval_required",
             Denial::HumanApprovalRequired(_) => "human_approval_required",
             Denial::ApprovalDenied => "approval_denied",
-            Denial::ApprovalUnavailable => "approval_unavailable",
+            Denial::ApprovalUnavailable | Denial::CallTooLargeToShow(_) => "approval_unavailable",
             Denial::RateLimited { .. } => "rate_limit_exceeded",
             Denial::SessionNotFound(_) => "session_not_found",
             Denial::SessionConflict(_) => "session_conflict",
@@ -230,7 +234,8 @@ impl Denial {
             | Denial::Policy(_)
             | Denial::HumanApprovalRequired(_)
             | Denial::ApprovalDenied
-            | Denial::ApprovalUnavailable => StatusCode::FORBIDDEN,
+            | Denial::ApprovalUnavailable
+            | Denial::CallTooLargeToShow(_) => StatusCode::FORBIDDEN,
             // MCP URL elicitation: the answer is a JSON-RPC message real clients must read
             // (200; 400 for -32021, as MCP 2026-07-28 requires).
             Denial::ApprovalRequired(link) => link.status(),
@@ -263,6 +268,8 @@ impl Denial {
                 format!("policy_error: the policy did not decide within {budget:?} (limits.policy_budget); send fewer or smaller messages")
             }
             Denial::Policy(_) => "policy_error".to_owned(),
+            // A stable code, as decision 13 names it; the sizes are in the diagnostic text.
+            Denial::CallTooLargeToShow(_) => "call_too_large_to_show".to_owned(),
             other => other.to_string(),
         }
     }
@@ -280,6 +287,7 @@ impl From<ApprovalError> for Denial {
             ApprovalError::Required(link) => Denial::ApprovalRequired(link),
             ApprovalError::NotPossible(reason) => Denial::HumanApprovalRequired(reason),
             ApprovalError::Unavailable => Denial::ApprovalUnavailable,
+            ApprovalError::TooLargeToShow(e) => Denial::CallTooLargeToShow(e),
             ApprovalError::Denied => Denial::ApprovalDenied,
             ApprovalError::CallerLimit { retry_after } => {
                 Denial::CallerLimitExceeded { what: "pending approvals", setting: "approvals.max_pending_per_caller", retry_after }

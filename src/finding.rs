@@ -125,7 +125,11 @@ impl FindingStage {
             Denial::RateLimited { .. } => FindingStage::Quota,
             Denial::Idempotency(_) => FindingStage::Idempotency,
             Denial::Catalog(_) => FindingStage::Catalog,
-            Denial::ApprovalRequired(_) | Denial::HumanApprovalRequired(_) | Denial::ApprovalDenied | Denial::ApprovalUnavailable => FindingStage::Approval,
+            Denial::ApprovalRequired(_)
+            | Denial::HumanApprovalRequired(_)
+            | Denial::ApprovalDenied
+            | Denial::ApprovalUnavailable
+            | Denial::CallTooLargeToShow(_) => FindingStage::Approval,
             // The stores behind the policy group (quotas, journal, approvals) are the ones a
             // stage would return with `?`; replay and sessions are judged by name.
             Denial::StateUnavailable { .. } | Denial::CallerLimitExceeded { .. } => FindingStage::Policy,

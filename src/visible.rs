@@ -3,6 +3,9 @@
 //! that text, and an invisible or reordering character would let it show the person one thing
 //! while another is approved or pinned.
 
+use icu_properties::props::{DefaultIgnorableCodePoint, GeneralCategory, GeneralCategoryGroup};
+use icu_properties::{CodePointMapData, CodePointSetData};
+
 /// `text` with each character [`is_invisible`] says a person would not see as itself written
 /// as `\u{HEX}`; everything else unchanged.
 pub fn escaped(text: &str) -> String {
@@ -18,19 +21,20 @@ pub fn escaped(text: &str) -> String {
 }
 
 /// Whether `c` does not show as a glyph of its own, or changes how the text around it is
-/// ordered or joined: controls (C0 but tab and line feed, DEL, C1), the Unicode format
-/// characters (general category Cf: soft hyphen, zero-width spaces and joiners, the
+/// ordered or joined: every control but tab and line feed (C0, DEL, C1), every format
+/// character (general category Cf: soft hyphen, zero-width spaces and joiners, the
 /// bidirectional embeddings, overrides, isolates and marks, word joiners, the byte-order mark,
-/// interlinear annotation marks, tag characters), the line and paragraph separators, variation
-/// selectors, and the blank fillers (Hangul fillers, the Mongolian vowel separator).
+/// interlinear annotation marks, tag characters), private-use and unassigned code points, the
+/// line and paragraph separators, every space but U+0020 (a no-break or ideographic space
+/// looks like a space and is not one), and the default-ignorable code points (variation
+/// selectors, Hangul fillers, the Mongolian vowel separator). The properties are Unicode's,
+/// from ICU4X's compiled data, not a list kept by hand.
 pub fn is_invisible(c: char) -> bool {
-    matches!(u32::from(c),
-        0x00..=0x08 | 0x0b..=0x1f | 0x7f..=0x9f
-        | 0xad | 0x034f | 0x0600..=0x0605 | 0x061c | 0x06dd | 0x070f | 0x0890 | 0x0891 | 0x08e2 | 0x115f | 0x1160 | 0x17b4 | 0x17b5 | 0x180b..=0x180f
-        | 0x200b..=0x200f | 0x2028..=0x202e | 0x2060..=0x206f | 0x3164
-        | 0xfe00..=0xfe0f | 0xfeff | 0xffa0 | 0xfff0..=0xfffb
-        | 0x110bd | 0x110cd | 0x13430..=0x1343f | 0x1bca0..=0x1bca3 | 0x1d173..=0x1d17a
-        | 0xe0000..=0xe0fff)
+    if c.is_ascii_graphic() || matches!(c, ' ' | '\t' | '\n') {
+        return false;
+    }
+    let hidden = GeneralCategoryGroup::Other.union(GeneralCategoryGroup::Separator);
+    hidden.contains(CodePointMapData::<GeneralCategory>::new().get(c)) || CodePointSetData::new::<DefaultIgnorableCodePoint>().contains(c)
 }
 
 #[cfg(test)]
@@ -57,5 +61,15 @@ mod tests {
         let missed: Vec<String> =
             cf.iter().filter_map(|&u| char::from_u32(u)).filter(|&c| !is_invisible(c)).map(|c| format!("U+{:04X}", u32::from(c))).collect();
         assert!(missed.is_empty(), "format characters shown as themselves: {missed:?}");
+    }
+
+    #[test]
+    fn look_alike_spaces_private_use_and_unassigned_code_points_are_invisible_too() {
+        for c in ['\u{a0}', '\u{2000}', '\u{202f}', '\u{3000}', '\u{e000}', '\u{f8ff}', '\u{10ffff}', '\u{e0100}', '\u{3164}', '\u{180e}'] {
+            assert!(is_invisible(c), "U+{:04X}", u32::from(c));
+        }
+        for c in ['a', '~', ' ', '\t', '\n', 'é', 'ж', '中', '€', '😀', '\u{301}', '\u{1f3fd}'] {
+            assert!(!is_invisible(c), "U+{:04X}", u32::from(c));
+        }
     }
 }

@@ -39,6 +39,9 @@ pub struct Approvals {
     pub state_key: Option<secrecy::SecretSlice<u8>>,
     /// `listen.public_url`'s origin: links and the OIDC redirect URI are made from it.
     pub public_origin: Option<Url>,
+    /// The largest call the page shows, in bytes of compact JSON (decision 13: whole, or no
+    /// approval).
+    pub max_shown: usize,
 }
 
 impl std::fmt::Debug for Approvals {
@@ -49,6 +52,7 @@ impl std::fmt::Debug for Approvals {
             .field("ttl", &self.ttl)
             .field("max_login_age", &self.max_login_age)
             .field("client_id", &self.client_id)
+            .field("max_shown", &self.max_shown)
             .finish_non_exhaustive()
     }
 }
@@ -91,6 +95,10 @@ impl Approvals {
             if d < Duration::from_secs(1) {
                 errs.push(FieldError::new(field, "must be at least 1s"));
             }
+        }
+        // A person reads every byte of what they approve: past a megabyte nobody does.
+        if !(1024..=1 << 20).contains(&raw.max_shown.0) {
+            errs.push(FieldError::new("approvals.max_shown", "must be between 1KiB and 1MiB"));
         }
         let read = |field: &'static str, p: &PathBuf| -> Result<Vec<u8>, FieldError> {
             let full = base_dir.join(p);
@@ -138,6 +146,7 @@ impl Approvals {
             client_secret,
             state_key,
             public_origin,
+            max_shown: raw.max_shown.0 as usize,
         })
     }
 

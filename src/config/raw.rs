@@ -650,6 +650,10 @@ pub struct RawApprovals {
     /// A file holding at least 32 bytes of key for cookies, CSRF tokens and `requestState`;
     /// without it a key is generated at start (one instance only).
     pub state_key_file: Option<PathBuf>,
+    /// The largest call (tool name and arguments, as compact JSON) the page shows; the page
+    /// shows every call whole, so a larger one gets no approval (403 `approval_unavailable`,
+    /// `call_too_large_to_show`).
+    pub max_shown: ByteSize,
 }
 
 impl Default for RawApprovals {
@@ -663,6 +667,7 @@ impl Default for RawApprovals {
             client_id: "portcullis".to_owned(),
             client_secret_file: None,
             state_key_file: None,
+            max_shown: ByteSize(64 << 10),
         }
     }
 }

@@ -191,3 +191,15 @@ fn a_filtered_list_needs_the_policy() {
     assert!(named.iter().any(|(f, p)| *f == "tools.filter_list" && p.contains("policy.enabled")), "{named:?}");
     assert!(parse(&format!("{MINIMAL}\n[tools]\ncatalog = \"fetch\"\nfilter_list = true\n")).is_ok(), "with the policy on it is fine");
 }
+
+#[test]
+fn approvals_max_shown_defaults_to_64_kib_and_is_bounded() {
+    assert_eq!(parse(MINIMAL).expect("valid").approvals.max_shown, 64 << 10);
+    let c = parse(&format!("{MINIMAL}\n[approvals]\nmax_shown = \"16KiB\"\n")).expect("valid");
+    assert_eq!(c.approvals.max_shown, 16 << 10);
+    for bad in ["0", "\"1000B\"", "\"2MiB\""] {
+        let Err(ConfigError::Invalid { errors, .. }) = parse(&format!("{MINIMAL}\n[approvals]\nmax_shown = {bad}\n")) else { panic!("{bad} accepted") };
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["approvals.max_shown"], "{bad}");
+    }
+}

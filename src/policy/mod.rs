@@ -56,8 +56,9 @@ pub enum PolicyError {
         /// regorus's message.
         reason: String,
     },
-    /// The input could not be converted (e.g. tool arguments nested too deep): refused, since
-    /// an input the policy cannot see must not be decided on.
+    /// The input could not be converted (token claims nested too deep; arguments too deep are
+    /// the client's error, refused at the MCP parse): refused, since an input the policy
+    /// cannot see must not be decided on.
     #[error("policy {version}: input not convertible: {reason}")]
     Input {
         /// The policy set's version.

@@ -42,9 +42,9 @@ pub struct ApprovalRecord {
     pub keyid: String,
     /// `tools/call`, `resources/read` or `prompts/get`.
     pub method: String,
-    /// The tool, resource or prompt.
+    /// The tool, resource or prompt, as the page shows it (a JSON string, `approval::shown`).
     pub target: String,
-    /// The arguments as shown on the page (JSON, truncated).
+    /// The arguments as the page shows them: whole, indented JSON (`approval::shown`).
     pub arguments: String,
     /// The policy's message.
     pub message: String,
