@@ -275,17 +275,9 @@ fn agent_for(demo: &Demo, sub: &str) -> Result<Agent, DemoError> {
 /// demo issuer as `user` by its login page's link, and presses Approve.
 pub async fn approve_on_page(demo: &Demo, link: &str, user: &str) -> Result<(), DemoError> {
     let fail = |detail: String| DemoError::Tour { step: "approval page".to_owned(), detail };
-    let root = reqwest::Certificate::from_pem(demo.ca.ca_pem.as_bytes()).map_err(|e| fail(e.to_string()))?;
-    let http = reqwest::Client::builder()
-        .add_root_certificate(root)
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .timeout(std::time::Duration::from_secs(10))
-        .build()
-        .map_err(|e| fail(e.to_string()))?;
     // The gateway's public origin is where it listens: nothing to map.
     let origin = url::Url::parse(link).map_err(|e| fail(e.to_string()))?.origin().ascii_serialization();
-    let mut browser = portcullis_test_support::browser::Browser::new(http, &origin, &origin);
+    let mut browser = portcullis_test_support::browser::Browser::trusting(demo.ca.ca_pem.as_bytes(), &origin, &origin).map_err(&fail)?;
     let login = browser.get(link).await.map_err(&fail)?;
     let marker = format!("{}={user}\"", portcullis_test_support::issuer::LOGIN_AS);
     let href = login

@@ -262,13 +262,7 @@ async fn the_gateways_answers_reach_the_user(sdk: Sdk) {
 
     w.issuer.log_in_as(USER, unix_now());
     let pem = std::fs::read(w.ca.ca_path()).unwrap();
-    let http = reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .build()
-        .unwrap();
-    let mut browser = common::browser::Browser::new(http, "https://mcp.example.com", &format!("http://{}", w.gateway.addr));
+    let mut browser = common::browser::Browser::trusting(&pem, "https://mcp.example.com", &format!("http://{}", w.gateway.addr)).unwrap();
     let page = browser.get(&link).await.unwrap();
     assert_eq!(page.status, 200, "{}", page.body);
     let csrf = page.csrf().unwrap().to_owned();

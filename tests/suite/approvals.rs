@@ -158,13 +158,7 @@ struct Browser(common::browser::Browser);
 impl Browser {
     fn new(ca: &TestCa, gw: &Gateway) -> Browser {
         let pem = std::fs::read(ca.ca_path()).unwrap();
-        let http = reqwest::Client::builder()
-            .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .build()
-            .unwrap();
-        Browser(common::browser::Browser::new(http, "https://mcp.example.com", &format!("http://{}", gw.addr)))
+        Browser(common::browser::Browser::trusting(&pem, "https://mcp.example.com", &format!("http://{}", gw.addr)).unwrap())
     }
 
     async fn get(&mut self, url: &str) -> Page {

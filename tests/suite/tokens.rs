@@ -354,17 +354,14 @@ async fn issuer_down_fails_closed_with_503_naming_the_issuer() {
     assert!(metrics.contains("portcullis_jwks_fetches_total{result=\"error\"} 1"), "{metrics}");
 }
 
+/// `[oauth.introspection]` at the test issuer, with the client it accepts.
+fn introspection(i: &Issuer) -> String {
+    format!("[oauth.introspection]\nurl = \"{}/introspect\"\nclient_id = \"{}\"\nclient_secret = \"{}\"\n", i.url(), issuer::CLIENT_ID, issuer::CLIENT_SECRET)
+}
+
 #[tokio::test]
 async fn opaque_tokens_are_introspected_active_forwarded_inactive_refused() {
-    let s = Setup::start_with("mode = \"enforce\"", |i| {
-        format!(
-            "[oauth.introspection]\nurl = \"{}/introspect\"\nclient_id = \"{}\"\nclient_secret = \"{}\"\n",
-            i.url(),
-            issuer::CLIENT_ID,
-            issuer::CLIENT_SECRET
-        )
-    })
-    .await;
+    let s = Setup::start_with("mode = \"enforce\"", introspection).await;
     let exp = issuer::unix_now() + 300;
     s.issuer.register_opaque("opaque-active-1", json!({"active": true, "sub": "user-7", "aud": AUD, "exp": exp, "scope": "mcp:tools", "client_id": "c1"}));
     s.issuer.register_opaque("opaque-other-aud", json!({"active": true, "sub": "user-7", "aud": "https://other.example", "exp": exp}));
@@ -445,15 +442,7 @@ async fn oversized_jwks_is_not_read_and_fails_closed() {
 
 #[tokio::test]
 async fn an_opaque_token_found_inactive_is_refused_again_without_another_introspection_call() {
-    let s = Setup::start_with("mode = \"enforce\"", |i| {
-        format!(
-            "[oauth.introspection]\nurl = \"{}/introspect\"\nclient_id = \"{}\"\nclient_secret = \"{}\"\n",
-            i.url(),
-            issuer::CLIENT_ID,
-            issuer::CLIENT_SECRET
-        )
-    })
-    .await;
+    let s = Setup::start_with("mode = \"enforce\"", introspection).await;
     // An attacker repeating a made-up (or revoked) opaque token: the issuer says inactive once.
     for _ in 0..5 {
         assert_invalid_token(&s, "opaque-made-up-by-an-attacker", "not active").await;

@@ -45,6 +45,20 @@ impl Browser {
         }
     }
 
+    /// [`Browser::new`] over a client of its own that trusts `ca_pem` (the test CA the issuer's
+    /// certificate chains to), with redirects left to the browser and no proxy.
+    pub fn trusting(ca_pem: &[u8], public: &str, local: &str) -> Result<Browser, String> {
+        let root = reqwest::Certificate::from_pem(ca_pem).map_err(|e| e.to_string())?;
+        let http = reqwest::Client::builder()
+            .add_root_certificate(root)
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(|e| e.to_string())?;
+        Ok(Browser::new(http, public, local))
+    }
+
     /// GET `url`, following redirects.
     pub async fn get(&mut self, url: &str) -> Result<Page, String> {
         self.open(reqwest::Method::GET, url, None).await
