@@ -25,7 +25,13 @@ need nginx /usr/sbin/nginx "the reference proxy"
 
 # The gateway under test is the release binary, run as its own process; the driver is told
 # where it is (it cannot find it by itself: it is another package's binary).
-cargo build --release -p portcullis --bin portcullis
+# With --perf the gateway is built with the `profiling` profile (release code with its symbols
+# and debug info: the release binary is stripped), so perf can name its functions.
+profile=release
+for arg in "$@"; do
+    [ "$arg" = "--perf" ] && profile=profiling
+done
+cargo build --profile "$profile" -p portcullis --bin portcullis
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
-export PORTCULLIS_BIN="$target_dir/release/portcullis"
+export PORTCULLIS_BIN="$target_dir/$profile/portcullis"
 exec cargo run --release -p portcullis-load -- "$@"

@@ -11,6 +11,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion};
 use portcullis::quota::QuotaSpec;
 use portcullis::state::admit::{AdmitStore, ReplayKeys};
+use portcullis::state::caller::{CallerBound, CallerKey};
 use portcullis::state::journal::{JournalStore, MemoryJournalStore, RecordedAnswer, Ticket};
 use portcullis::state::quota::{MemoryQuotaStore, QuotaStore};
 use portcullis::state::redis::{RedisSettings, RedisStore};
@@ -118,7 +119,10 @@ fn stores(c: &mut Criterion) {
         let answer = &answer;
         g.bench_function(name, |b| {
             b.to_async(&rt).iter(|| {
-                let ticket = Ticket { key: format!("j:{}", n.fetch_add(1, Ordering::Relaxed)), fingerprint: [7; 32], token: "t".into() };
+                let i = n.fetch_add(1, Ordering::Relaxed);
+                // 64 callers, each far below its bound: the count is paid for, never hit.
+                let bound = CallerBound::new(CallerKey::agent(&format!("bench-{}", i % 64)), usize::MAX);
+                let ticket = Ticket { key: format!("j:{i}"), fingerprint: [7; 32], token: "t".into(), bound };
                 async move {
                     black_box(store.reserve(&ticket, Duration::from_secs(60)).await.unwrap());
                     black_box(store.complete(&ticket, answer, Duration::from_secs(5)).await.unwrap())

@@ -3,10 +3,12 @@
 //!
 //! ```text
 //! portcullis keygen --out keys          # publish keys/.well-known/… at https://agent.example
-//! cargo run --example agent -- keys/agent.jwk https://agent.example http://127.0.0.1:8443/mcp [TOKEN]
+//! cargo run --example agent -- keys/agent.jwk https://agent.example http://127.0.0.1:8443/mcp [TOKEN_FILE]
 //! ```
 //!
-//! With `portcullis demo` running, use the key, agent URL, gateway URL and token it prints.
+//! The token is read from a file, never taken on the command line (where cargo echoes it and
+//! the shell history and `ps` keep it). With `portcullis demo` running, use the key, agent URL,
+//! gateway URL and token file it prints.
 
 use std::process::ExitCode;
 
@@ -17,7 +19,7 @@ use serde_json::json;
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [key, agent_url, gateway, rest @ ..] = args.as_slice() else {
-        eprintln!("usage: agent KEY.jwk AGENT_URL GATEWAY_URL [TOKEN]");
+        eprintln!("usage: agent KEY.jwk AGENT_URL GATEWAY_URL [TOKEN_FILE]");
         return ExitCode::from(2);
     };
     match run(key, agent_url, gateway, rest.first()).await {
@@ -29,11 +31,12 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(key: &str, agent_url: &str, gateway: &str, token: Option<&String>) -> Result<(), Box<dyn std::error::Error>> {
+async fn run(key: &str, agent_url: &str, gateway: &str, token_file: Option<&String>) -> Result<(), Box<dyn std::error::Error>> {
     let key = load_private_jwk(std::path::Path::new(key))?;
     let mut agent = Agent::new(key, agent_url)?;
-    if let Some(t) = token {
-        agent = agent.with_token(t.as_str());
+    if let Some(path) = token_file {
+        let token = std::fs::read_to_string(path).map_err(|e| format!("cannot read the token file {path}: {e}"))?;
+        agent = agent.with_token(token.trim());
     }
     println!("signing as {agent_url} with keyid {}", agent.keyid());
 

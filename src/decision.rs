@@ -130,6 +130,9 @@ pub fn filters_lists(modes: &Modes) -> bool {
 /// to an answer already on its way: withheld in enforce mode, passed on in monitor mode (the
 /// mode of the finding's stage group).
 pub fn apply_mode_to_answer(modes: &Modes, finding: &Finding, denial: Denial) -> Answer {
+    if finding.is_enforced(modes) {
+        return Answer::Withhold(denial);
+    }
     match modes.of(finding.stage.group()) {
         Mode::Enforce => Answer::Withhold(denial),
         Mode::Monitor => Answer::PassOn(denial),
@@ -261,8 +264,10 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         Denial::Signature(_) | Denial::KeyResolution(_) if !challenge.accept_signature.is_empty() => {
             headers.push((HeaderName::from_static("accept-signature"), challenge.accept_signature.clone()));
         }
-        Denial::RateLimited { retry_after } => headers.push((RETRY_AFTER, retry_after_secs(*retry_after).to_string())),
-        Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed => {
+        Denial::RateLimited { retry_after } | Denial::CallerLimitExceeded { retry_after, .. } => {
+            headers.push((RETRY_AFTER, retry_after_secs(*retry_after).to_string()))
+        }
+        Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed | Denial::HeadsOverloaded => {
             headers.push((RETRY_AFTER, "1".to_owned()))
         }
         // draft-ietf-httpapi-idempotency-key-header §2.7: a 409 may be retried as it is.
@@ -271,7 +276,11 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         // A catalog can come back with the next fetch (tools.refresh).
         Denial::Catalog(crate::catalog::CatalogError::Unavailable) => headers.push((RETRY_AFTER, "1".to_owned())),
         Denial::Catalog(_) => {}
-        Denial::ApprovalRequired(_) | Denial::HumanApprovalRequired(_) | Denial::ApprovalDenied | Denial::ApprovalUnavailable => {}
+        Denial::ApprovalRequired(_)
+        | Denial::HumanApprovalRequired(_)
+        | Denial::ApprovalDenied
+        | Denial::ApprovalUnavailable
+        | Denial::CallTooLargeToShow(_) => {}
         Denial::BodyTooLarge { .. }
         | Denial::BodyTimeout { .. }
         | Denial::BodyUnreadable(_)

@@ -156,6 +156,7 @@ fn every_denial_has_a_code_and_status() {
         Denial::BodyUnreadable("reset".into()),
         Denial::Overloaded,
         Denial::Shed,
+        Denial::HeadsOverloaded,
         Denial::RequestTimeout { after: Duration::from_secs(60) },
         Denial::Digest(DigestError::Missing),
         Denial::Signature(SignatureError::Missing),
@@ -175,12 +176,15 @@ fn every_denial_has_a_code_and_status() {
         Denial::Mcp(McpError::InvalidRequest { id: None, reason: "x".into() }),
         Denial::Mcp(McpError::BatchTooLarge { size: 101, limit: 100 }),
         Denial::Mcp(McpError::HeaderMismatch { id: None, reason: "x".into() }),
+        Denial::Mcp(McpError::TooDeep { id: None, what: "arguments" }),
         Denial::Policy(PolicyError::Evaluation { version: "v".into(), reason: "x".into() }),
+        Denial::CallTooLargeToShow(crate::approval::shown::TooLarge { size: 70_000, limit: 65_536 }),
     ];
     let expected = [
         (413, "body_too_large"),
         (408, "body_timeout"),
         (400, "body_unreadable"),
+        (503, "overloaded"),
         (503, "overloaded"),
         (503, "overloaded"),
         (504, "request_timeout"),
@@ -202,11 +206,16 @@ fn every_denial_has_a_code_and_status() {
         (400, "invalid_request"),
         (400, "batch_too_large"),
         (400, "header_mismatch"),
+        (400, "invalid_request"),
         (403, "agent_access_denied"),
+        (403, "approval_unavailable"),
     ];
+    assert_eq!(all.len(), expected.len());
     for (d, (status, code)) in all.iter().zip(expected) {
         assert_eq!((d.status().as_u16(), d.code()), (status, code), "{d:?}");
     }
+    // Decision 13 names the reason; the sizes stay in the diagnostic text.
+    assert_eq!(all[all.len() - 1].reason(), "call_too_large_to_show");
 }
 
 #[test]
@@ -322,4 +331,28 @@ fn quota_errors_become_rate_limit_or_store_refusals() {
     assert!(matches!(d, Denial::RateLimited { retry_after } if retry_after == Duration::from_secs(3)));
     let d: Denial = QuotaError::Store(crate::state::StoreError::Unavailable { store: "memory".into(), reason: "full".into() }).into();
     assert_eq!(d.code(), "state_unavailable");
+}
+
+#[tokio::test]
+async fn a_caller_over_its_bound_is_429_with_retry_after_in_every_mode() {
+    let errors: [Denial; 3] = [
+        crate::idempotency::IdempotencyError::CallerLimit { retry_after: Duration::from_millis(1500) }.into(),
+        SessionError::CallerLimit { retry_after: Duration::from_millis(1500) }.into(),
+        crate::approval::ApprovalError::CallerLimit { retry_after: Duration::from_millis(1500) }.into(),
+    ];
+    for (d, setting) in errors.into_iter().zip(["idempotency.max_entries_per_caller", "limits.max_sessions_per_caller", "approvals.max_pending_per_caller"]) {
+        assert!(d.reason().contains(setting) && d.reason().ends_with("retry after 2s"), "{}", d.reason());
+        // A resource bound, not a decision: refused in monitor mode, and an answer withheld.
+        let monitor = Modes::uniform(Mode::Monitor);
+        let finding = crate::finding::Finding::of(&d);
+        assert!(matches!(
+            apply_mode_to_answer(&monitor, &finding, Denial::from(SessionError::CallerLimit { retry_after: Duration::from_secs(1) })),
+            Answer::Withhold(_)
+        ));
+        let resp = respond(&d, "r", &challenge());
+        assert!(matches!(apply_mode(&monitor, Err(Refusal::for_test(d))), Verdict::Refuse(_)), "{setting}");
+        assert_eq!(resp.status(), 429);
+        assert_eq!(resp.headers()[RETRY_AFTER], "2");
+        assert_eq!(body_json(resp).await["error"], "caller_limit_exceeded");
+    }
 }

@@ -46,6 +46,10 @@ pub enum Denial {
     /// unread, before any stage; the client may retry shortly. Also `overloaded`.
     #[error("the gateway is handling as many requests as it may (limits.max_in_flight); retry shortly")]
     Shed,
+    /// The heads of the requests being handled already add up to
+    /// `limits.max_header_bytes_in_flight`: this one is refused unread. Also `overloaded`.
+    #[error("the gateway is holding as many request head bytes as it may (limits.max_header_bytes_in_flight); retry shortly")]
+    HeadsOverloaded,
     /// The request was not answered within `limits.request_timeout` of its admission; its
     /// handling was stopped wherever it was (possibly after it was forwarded).
     #[error("the gateway did not finish handling the request within {after:?} (limits.request_timeout)")]
@@ -123,6 +127,10 @@ pub enum Denial {
     /// The call needs approval but no verified user can be asked.
     #[error("this call needs a person's approval, but the request carries no verified user to ask")]
     ApprovalUnavailable,
+    /// The call needs approval but is larger than the page shows whole (`approvals.max_shown`,
+    /// decision 13): no link. Also `approval_unavailable`, reason `call_too_large_to_show`.
+    #[error("{0}")]
+    CallTooLargeToShow(crate::approval::shown::TooLarge),
     /// A quota or rate limit the decision named is spent (stage 10).
     #[error("rate limit exceeded, retry after {}s", retry_after_secs(*.retry_after))]
     RateLimited {
@@ -150,6 +158,18 @@ pub enum Denial {
     /// pin where one is required, or there is no catalog yet to vouch for it (docs/catalog.md).
     #[error("{0}")]
     Catalog(CatalogError),
+    /// A per-caller bound on a shared store (decision 13): this caller holds as many entries as
+    /// it may (idempotency entries, open sessions, pending approvals); everyone else is
+    /// unaffected. A resource bound, not a decision: it holds in monitor mode too.
+    #[error("this caller holds as many {what} as it may ({setting}); retry after {}s", retry_after_secs(*.retry_after))]
+    CallerLimitExceeded {
+        /// What the caller holds too many of.
+        what: &'static str,
+        /// The setting that bounds it.
+        setting: &'static str,
+        /// When the caller's first entry leaves.
+        retry_after: Duration,
+    },
     /// The shared state store (replay cache, sessions, quotas) cannot be reached; fail closed.
     #[error("state store unavailable: {reason}")]
     StateUnavailable {
@@ -171,7 +191,7 @@ impl Denial {
             Denial::BodyTooLarge { .. } => "body_too_large",
             Denial::BodyTimeout { .. } => "body_timeout",
             Denial::BodyUnreadable(_) => "body_unreadable",
-            Denial::Overloaded | Denial::Shed => "overloaded",
+            Denial::Overloaded | Denial::Shed | Denial::HeadsOverloaded => "overloaded",
             Denial::RequestTimeout { .. } => "request_timeout",
             Denial::Digest(_) | Denial::Signature(_) | Denial::KeyResolution(_) => "invalid_agent_credentials",
             Denial::ReplayedSignature => "replayed_signature",
@@ -187,7 +207,7 @@ impl Denial {
             Denial::ApprovalRequired(_) => "approval_required",
             Denial::HumanApprovalRequired(_) => "human_approval_required",
             Denial::ApprovalDenied => "approval_denied",
-            Denial::ApprovalUnavailable => "approval_unavailable",
+            Denial::ApprovalUnavailable | Denial::CallTooLargeToShow(_) => "approval_unavailable",
             Denial::RateLimited { .. } => "rate_limit_exceeded",
             Denial::SessionNotFound(_) => "session_not_found",
             Denial::ResumeWithoutSession => "invalid_request",
@@ -195,6 +215,7 @@ impl Denial {
             Denial::Idempotency(e) => e.code(),
             Denial::Catalog(e) => e.code(),
             Denial::StateUnavailable { .. } => "state_unavailable",
+            Denial::CallerLimitExceeded { .. } => "caller_limit_exceeded",
             Denial::NotFound => "not_found",
             Denial::BadTarget(_) => "bad_request",
         }
@@ -218,17 +239,20 @@ impl Denial {
             | Denial::Policy(_)
             | Denial::HumanApprovalRequired(_)
             | Denial::ApprovalDenied
-            | Denial::ApprovalUnavailable => StatusCode::FORBIDDEN,
+            | Denial::ApprovalUnavailable
+            | Denial::CallTooLargeToShow(_) => StatusCode::FORBIDDEN,
             // MCP URL elicitation: the answer is a JSON-RPC message real clients must read
             // (200; 400 for -32021, as MCP 2026-07-28 requires).
             Denial::ApprovalRequired(link) => link.status(),
-            Denial::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Denial::RateLimited { .. } | Denial::CallerLimitExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
             Denial::SessionNotFound(_) => StatusCode::NOT_FOUND,
             Denial::ResumeWithoutSession => StatusCode::BAD_REQUEST,
             Denial::SessionConflict(_) => StatusCode::BAD_GATEWAY,
             Denial::Idempotency(e) => e.status(),
             Denial::Catalog(e) => e.status(),
-            Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed => StatusCode::SERVICE_UNAVAILABLE,
+            Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed | Denial::HeadsOverloaded => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             // The gateway, acting as a gateway, gave up waiting (RFC 9110 §15.6.5); as with
             // `upstream_timeout`, the backend may have acted on the request.
             Denial::RequestTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -245,9 +269,21 @@ impl Denial {
             // The I/O detail stays in the diagnostic log: it describes the gateway's insides.
             Denial::BodyUnreadable(_) => "request body could not be read (connection reset or invalid framing)".to_owned(),
             // The evaluation error is for the operator's log, not the client.
+            // The budget is no secret of the policy's, and the caller can act on it.
+            Denial::Policy(PolicyError::OverBudget { budget, .. }) => {
+                format!("policy_error: the policy did not decide within {budget:?} (limits.policy_budget); send fewer or smaller messages")
+            }
             Denial::Policy(_) => "policy_error".to_owned(),
+            // A stable code, as decision 13 names it; the sizes are in the diagnostic text.
+            Denial::CallTooLargeToShow(_) => "call_too_large_to_show".to_owned(),
             other => other.to_string(),
         }
+    }
+
+    /// Whether this refusal is a resource bound rather than a decision: refused whatever the
+    /// mode of its stage group (decision 13), since passing it on would fill a shared store.
+    pub fn is_resource_bound(&self) -> bool {
+        matches!(self, Denial::CallerLimitExceeded { .. })
     }
 }
 
@@ -257,7 +293,11 @@ impl From<ApprovalError> for Denial {
             ApprovalError::Required(link) => Denial::ApprovalRequired(link),
             ApprovalError::NotPossible(reason) => Denial::HumanApprovalRequired(reason),
             ApprovalError::Unavailable => Denial::ApprovalUnavailable,
+            ApprovalError::TooLargeToShow(e) => Denial::CallTooLargeToShow(e),
             ApprovalError::Denied => Denial::ApprovalDenied,
+            ApprovalError::CallerLimit { retry_after } => {
+                Denial::CallerLimitExceeded { what: "pending approvals", setting: "approvals.max_pending_per_caller", retry_after }
+            }
             // Fail closed, naming the store: no approval is vouched for without a record.
             ApprovalError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
         }
@@ -279,6 +319,9 @@ impl From<IdempotencyError> for Denial {
         match e {
             // Fail closed, naming the store: never a second execution for want of a record.
             IdempotencyError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
+            IdempotencyError::CallerLimit { retry_after } => {
+                Denial::CallerLimitExceeded { what: "idempotency entries", setting: "idempotency.max_entries_per_caller", retry_after }
+            }
             other => Denial::Idempotency(other),
         }
     }
@@ -289,6 +332,9 @@ impl From<SessionError> for Denial {
         match e {
             SessionError::NotFound | SessionError::Malformed => Denial::SessionNotFound(e),
             SessionError::Conflict => Denial::SessionConflict(e),
+            SessionError::CallerLimit { retry_after } => {
+                Denial::CallerLimitExceeded { what: "open sessions", setting: "limits.max_sessions_per_caller", retry_after }
+            }
             // Fail closed, naming the store: no session is vouched for without a record.
             SessionError::Store(e) => Denial::StateUnavailable { reason: e.to_string() },
         }

@@ -6,6 +6,7 @@ use portcullis_wire::mcp::McpRequest;
 
 use crate::oauth::{Binding, VerifiedToken};
 use crate::signature::VerifiedSignature;
+use crate::state::caller::CallerKey;
 
 /// What the stages verified so far: the policy input, the identity headers sent upstream and
 /// the decision log are built from this, and from nothing a client can set directly.
@@ -31,6 +32,21 @@ pub struct Evidence {
     pub idempotency: Option<crate::idempotency::Claim>,
     /// The approval this request consumed, when the policy asked for one.
     pub approval: Option<crate::approval::ApprovalUse>,
+}
+
+impl Evidence {
+    /// Whom per-caller bounds count this request against (decision 13), from what was verified
+    /// only: the user (the token's issuer and `sub`), else the agent, else the client address
+    /// `peer` (one bucket per address for callers with no verified identity).
+    pub fn caller(&self, peer: std::net::IpAddr) -> CallerKey {
+        if let Some((iss, sub)) = self.token.as_ref().and_then(|t| Some((t.iss(), t.sub()?))) {
+            return CallerKey::user(iss, sub);
+        }
+        match &self.agent {
+            Some(a) => CallerKey::agent(a.agent()),
+            None => CallerKey::address(peer),
+        }
+    }
 }
 
 /// What the decision log says about the policy decision.

@@ -109,6 +109,7 @@ impl FindingStage {
             | Denial::BodyUnreadable(_)
             | Denial::Overloaded
             | Denial::Shed
+            | Denial::HeadsOverloaded
             | Denial::RequestTimeout { .. }
             | Denial::NotFound
             | Denial::BadTarget(_) => FindingStage::Body,
@@ -124,10 +125,14 @@ impl FindingStage {
             Denial::RateLimited { .. } => FindingStage::Quota,
             Denial::Idempotency(_) => FindingStage::Idempotency,
             Denial::Catalog(_) => FindingStage::Catalog,
-            Denial::ApprovalRequired(_) | Denial::HumanApprovalRequired(_) | Denial::ApprovalDenied | Denial::ApprovalUnavailable => FindingStage::Approval,
+            Denial::ApprovalRequired(_)
+            | Denial::HumanApprovalRequired(_)
+            | Denial::ApprovalDenied
+            | Denial::ApprovalUnavailable
+            | Denial::CallTooLargeToShow(_) => FindingStage::Approval,
             // The stores behind the policy group (quotas, journal, approvals) are the ones a
             // stage would return with `?`; replay and sessions are judged by name.
-            Denial::StateUnavailable { .. } => FindingStage::Policy,
+            Denial::StateUnavailable { .. } | Denial::CallerLimitExceeded { .. } => FindingStage::Policy,
         }
     }
 }
@@ -142,12 +147,20 @@ pub struct Finding {
     pub error: &'static str,
     /// `Denial::reason()`.
     pub reason: String,
+    /// A resource bound (`Denial::is_resource_bound`): enforced whatever the mode.
+    pub is_resource_bound: bool,
 }
 
 impl Finding {
     /// The finding `denial` is, judged at `stage`.
     pub fn new(stage: FindingStage, denial: &Denial) -> Finding {
-        Finding { stage, error: denial.code(), reason: denial.reason() }
+        Finding { stage, error: denial.code(), reason: denial.reason(), is_resource_bound: denial.is_resource_bound() }
+    }
+
+    /// Whether this finding refuses the request under `modes`: its stage group enforces, or it
+    /// is a resource bound, which holds in monitor mode too (decision 13).
+    pub fn is_enforced(&self, modes: &Modes) -> bool {
+        self.is_resource_bound || modes.is_enforcing(self.stage.group())
     }
 
     /// `denial` at the stage [`FindingStage::of`] names.
@@ -196,8 +209,10 @@ impl Judge {
             Ok(v) => Ok(Some(v)),
             Err(e) => {
                 let denial = e.into();
-                self.findings.push(Finding::new(stage, &denial));
-                if self.modes.is_enforcing(stage.group()) {
+                let finding = Finding::new(stage, &denial);
+                let is_enforced = finding.is_enforced(&self.modes);
+                self.findings.push(finding);
+                if is_enforced {
                     self.is_stopped = true;
                     Err(denial)
                 } else {
@@ -230,7 +245,7 @@ impl Judge {
             Err(denial) if self.is_stopped => denial,
             Err(denial) => {
                 let finding = Finding::of(&denial);
-                let is_enforced = self.modes.is_enforcing(finding.stage.group());
+                let is_enforced = finding.is_enforced(&self.modes);
                 self.findings.push(finding);
                 match self.first {
                     Some(first) if !is_enforced => first,

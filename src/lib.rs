@@ -40,3 +40,4 @@ pub mod state;
 pub mod telemetry;
 pub mod throttle;
 pub mod tls;
+pub mod visible;

@@ -11,8 +11,9 @@ use portcullis::config::Config;
 #[derive(Parser)]
 #[command(name = "portcullis", version, about = "MCP gateway: agent signatures, OAuth tokens and Rego policy in front of an MCP server")]
 struct Cli {
-    /// Config file (TOML). Without it, the embedded default config runs.
-    #[arg(long, global = true)]
+    /// Config file (TOML) of the gateway that runs when no command is given. Without it, the
+    /// embedded default config runs.
+    #[arg(long)]
     config: Option<PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
@@ -21,9 +22,17 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the gateway (the default when no command is given).
-    Run,
+    Run {
+        /// Config file (TOML). Without it, the embedded default config runs.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Validate the config and every stage built from it, then exit (non-zero on error).
-    Check,
+    Check {
+        /// Config file (TOML) to validate. Without it, the embedded default config is checked.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Print the embedded default config.
     DefaultConfig,
     /// Summarise a decision log: what enforcement would do (text; `--html` writes a page with charts).
@@ -39,6 +48,10 @@ enum Command {
         /// Where to listen.
         #[arg(long, default_value = "127.0.0.1:3001")]
         addr: std::net::SocketAddr,
+        /// List the tools of this JSON file (an array of MCP Tool objects) instead of the
+        /// built-in three, read again at every tools/list: edit a definition to try `tools diff`.
+        #[arg(long)]
+        tools: Option<std::path::PathBuf>,
     },
     /// Probe a health endpoint (for container HEALTHCHECKs without curl); exit 0 when it answers 200.
     Healthcheck {
@@ -69,6 +82,9 @@ enum ToolsCommand {
     /// Fetch the backend's tools (as the gateway does) and write the digest of each definition
     /// to the pins file.
     Pin {
+        /// Config file (TOML): the backend is its upstream.url, the pins file its tools.pins.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// The pins file to write (default: tools.pins).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -76,6 +92,9 @@ enum ToolsCommand {
     /// Fetch the backend's tools and print which pinned definitions changed, and which fields;
     /// exit 1 on any drift.
     Diff {
+        /// Config file (TOML): the backend is its upstream.url, the pins file its tools.pins.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// The pins file to compare with (default: tools.pins).
         #[arg(long)]
         pins: Option<PathBuf>,
@@ -85,8 +104,12 @@ enum ToolsCommand {
 #[derive(Subcommand)]
 enum PolicyCommand {
     /// Evaluate `policy.query` of the config's policy for an input document; print the
-    /// decision and the rules that fired.
+    /// decision and the rules that fired. Exit 1 when the decision is malformed (the gateway
+    /// would refuse with policy_error), 2 when the policy or the input cannot be read.
     Eval {
+        /// Config file (TOML) whose [policy] is evaluated. Without it, the bundled policy.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// The input document (JSON, docs/design.md "Policy contract").
         #[arg(long)]
         input: PathBuf,
@@ -98,6 +121,12 @@ enum PolicyCommand {
         #[arg(default_value = "policies")]
         dir: PathBuf,
     },
+}
+
+/// The config a command uses: its own `--config`, else the one given before the command
+/// (`portcullis --config FILE check` reads as well as `portcullis check --config FILE`).
+fn config_path(own: Option<PathBuf>, before: &Option<PathBuf>) -> Option<PathBuf> {
+    own.or_else(|| before.clone())
 }
 
 fn load(path: Option<&PathBuf>) -> Result<Config, portcullis::config::ConfigError> {
@@ -194,7 +223,13 @@ static ALLOCATOR: MiMalloc = MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command.unwrap_or(Command::Run) {
+    let command = cli.command.unwrap_or(Command::Run { config: None });
+    let uses_config = matches!(command, Command::Run { .. } | Command::Check { .. } | Command::Tools(_) | Command::Policy(PolicyCommand::Eval { .. }));
+    if cli.config.is_some() && !uses_config {
+        eprintln!("error: this command reads no config file: leave out --config");
+        return ExitCode::from(2);
+    }
+    match command {
         Command::DefaultConfig => {
             print!("{}", portcullis::config::EMBEDDED_DEFAULT);
             ExitCode::SUCCESS
@@ -209,14 +244,14 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::ExampleBackend { addr } => {
+        Command::ExampleBackend { addr, tools } => {
             let rt = match runtime(true) {
                 Ok(rt) => rt,
                 Err(code) => return code,
             };
             rt.block_on(async move {
                 let stop = portcullis::server::shutdown_signal();
-                match portcullis_test_support::backend::Backend::start(addr).await {
+                match portcullis_test_support::backend::Backend::start_with_tools(addr, tools).await {
                     Ok(b) => {
                         eprintln!("example MCP backend listening on http://{}/mcp", b.addr);
                         tokio::select! {
@@ -226,7 +261,7 @@ fn main() -> ExitCode {
                         ExitCode::SUCCESS
                     }
                     Err(e) => {
-                        eprintln!("error: cannot listen on {addr}: {e}");
+                        eprintln!("error: {e}");
                         ExitCode::from(2)
                     }
                 }
@@ -251,12 +286,16 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Policy(PolicyCommand::Eval { input }) => match load(cli.config.as_ref()) {
-            Ok(c) => report(portcullis::policy::tooling::eval_file(&c, &input).map(|r| (r.render(), true))),
+        Command::Policy(PolicyCommand::Eval { config, input }) => match load(config_path(config, &cli.config).as_ref()) {
+            // A decision the gateway would refuse as policy_error is a failed evaluation.
+            Ok(c) => report(portcullis::policy::tooling::eval_file(&c, &input).map(|r| (r.render(), r.verdict.is_ok()))),
             Err(e) => report(Err(e.to_string())),
         },
         Command::Tools(command) => {
-            let config = match load(cli.config.as_ref()) {
+            let own = match &command {
+                ToolsCommand::Pin { config, .. } | ToolsCommand::Diff { config, .. } => config.clone(),
+            };
+            let config = match load(config_path(own, &cli.config).as_ref()) {
                 Ok(c) => c,
                 Err(e) => return report(Err(e.to_string())),
             };
@@ -266,17 +305,22 @@ fn main() -> ExitCode {
             };
             report(rt.block_on(async {
                 match command {
-                    ToolsCommand::Pin { out } => portcullis::catalog::tooling::pin(&config, out.as_deref()).await.map(|text| (text, true)),
-                    ToolsCommand::Diff { pins } => portcullis::catalog::tooling::diff(&config, pins.as_deref()).await,
+                    ToolsCommand::Pin { out, .. } => portcullis::catalog::tooling::pin(&config, out.as_deref()).await.map(|text| (text, true)),
+                    ToolsCommand::Diff { pins, .. } => portcullis::catalog::tooling::diff(&config, pins.as_deref()).await,
                 }
             }))
         }
         Command::Policy(PolicyCommand::Test { dir }) => {
             report(portcullis::policy::tooling::test(&dir).map(|r| portcullis::policy::tooling::render_tests(&r)).map_err(|e| e.to_string()))
         }
-        Command::Check => match load(cli.config.as_ref()).map_err(portcullis::server::StartError::from).and_then(|c| portcullis::server::check(&c).map(|()| c))
+        Command::Check { config } => match load(config_path(config, &cli.config).as_ref())
+            .map_err(portcullis::server::StartError::from)
+            .and_then(|c| portcullis::server::check(&c).map(|()| c))
         {
             Ok(c) => {
+                for w in c.warnings() {
+                    eprintln!("warning: {w}");
+                }
                 println!("{}: configuration is valid (mode = {})", c.origin, c.mode.describe());
                 ExitCode::SUCCESS
             }
@@ -285,8 +329,8 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Run => {
-            let config = match load(cli.config.as_ref()) {
+        Command::Run { config } => {
+            let config = match load(config_path(config, &cli.config).as_ref()) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("error: {e}");

@@ -85,7 +85,7 @@ impl Refusal {
 
     /// Whether a finding comes from a stage group `modes` enforces: then the request is refused.
     pub fn is_enforced(&self, modes: &Modes) -> bool {
-        self.findings.iter().any(|f| modes.is_enforcing(f.stage.group()))
+        self.findings.iter().any(|f| f.is_enforced(modes))
     }
 
     /// What was verified before the refusal.
@@ -177,7 +177,9 @@ impl Stages {
         } else {
             None
         };
-        let policy = Policy::new(&config.policy).map_err(|e| errors.push(FieldError::new("policy.paths", e.to_string())));
+        let policy = Policy::new(&config.policy)
+            .map(|p| p.with_budget(config.limits.policy_budget))
+            .map_err(|e| errors.push(FieldError::new("policy.paths", e.to_string())));
         let catalog = if config.tools.is_enabled() {
             Catalog::new(&config.tools, &config.upstream, &config.listen.public_url).map(|c| Some(Arc::new(c))).map_err(|e| errors.push(e))
         } else {
@@ -198,7 +200,7 @@ impl Stages {
             directory,
             replay: ReplayGuard::new(sig.clock_skew, stores.replay.clone()),
             token,
-            sessions: SessionGuard::new(stores.session.clone(), config.state.session_ttl),
+            sessions: SessionGuard::new(stores.session.clone(), config.state.session_ttl, config.limits.max_sessions_per_caller),
             policy,
             is_policy_enabled: config.policy.enabled,
             max_batch: config.limits.max_batch,
@@ -294,7 +296,15 @@ async fn run_stages(
     judge: &mut Judge,
     deferred: &mut Option<crate::state::admit::ReplayKeys>,
 ) -> Result<(), Denial> {
-    judge.judge(FindingStage::Digest, timings.timed(Stage::Digest, || stages.digest.verify(&req.head.headers, &req.body)))?;
+    // A large body is hashed off the async workers (the wait for a turn is in the stage's time).
+    let hashes = req.head.headers.contains_key(portcullis_wire::digest::CONTENT_DIGEST);
+    let digest = timings
+        .timed_async(
+            Stage::Digest,
+            stages.policy.off_workers("digest", if hashes { req.body.len() } else { 0 }, || stages.digest.verify(&req.head.headers, &req.body)),
+        )
+        .await;
+    judge.judge(FindingStage::Digest, digest)?;
     // Stages 3–5 (signature, key, signature): the finding names the one that refused.
     let resolved = judge.judge_any(timings.timed_async(Stage::Signature, resolve_signature(req, stages)).await)?.flatten();
     let verified = match resolved {
@@ -363,7 +373,9 @@ async fn run_stages(
     }
     // Stage 8: JSON only now, after the identity stages passed on the raw bytes (or, for a
     // group in monitor mode, were judged: the body is forwarded anyway).
-    let parsed = timings.timed(Stage::Mcp, || mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch));
+    // A large body is parsed off the async workers, like its policy evaluation.
+    let parsing = stages.policy.off_workers("mcp", req.body.len(), || mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch));
+    let parsed = timings.timed_async(Stage::Mcp, parsing).await;
     let Some(parsed) = judge.judge(FindingStage::Mcp, parsed)? else { return Ok(()) };
     // A protocol version outside mcp.versions is a finding of its own: in monitor mode the
     // log still names the method and tool the body asks for.
@@ -415,12 +427,17 @@ async fn run_stages(
             sub: seen.token.as_ref().and_then(|t| t.sub()),
             agent: seen.agent.as_ref().map(|a| a.agent()),
             keyid: seen.agent.as_ref().map(|a| a.keyid()),
+            caller: seen.caller(req.peer.addr.ip()),
         };
         let checked = stages.approvals.check(call, &ask, stages.modes.is_enforcing(Group::Policy), req.now).await;
         seen.approval = judge.judge(FindingStage::Approval, checked)?;
     }
     if let Some(key_use) = key_use {
-        let caller = crate::idempotency::Caller { sub: seen.token.as_ref().and_then(|t| t.sub()), agent: seen.agent.as_ref().map(|a| a.agent()) };
+        let caller = crate::idempotency::Caller {
+            sub: seen.token.as_ref().and_then(|t| t.sub()),
+            agent: seen.agent.as_ref().map(|a| a.agent()),
+            key: seen.caller(req.peer.addr.ip()),
+        };
         let claimed = stages.idempotency.claim(req, caller, seen.mcp.as_ref(), key_use);
         let Some(claim) = judge.judge(FindingStage::Idempotency, timings.timed_async(Stage::Idempotency, claimed).await)? else { return Ok(()) };
         seen.idempotency = claim;
@@ -451,7 +468,8 @@ pub async fn settle_session(
         return Ok(());
     }
     let owner = session::owner(seen);
-    Ok(timings.timed_async(Stage::Session, stages.sessions.settle(exchange, status, headers, &owner)).await?)
+    let caller = seen.caller(exchange.peer());
+    Ok(timings.timed_async(Stage::Session, stages.sessions.settle(exchange, status, headers, &owner, caller)).await?)
 }
 
 /// What [`list_filter`] needs of a request, kept past its forwarding (which takes the request).

@@ -74,6 +74,13 @@ impl Upstream {
         Upstream { pool, base_path: cfg.url.path().trim_end_matches('/').to_owned(), host, response_timeout: cfg.response_timeout, forward_token }
     }
 
+    /// Connects to the backend once, at start, and keeps the connection for the first request:
+    /// `Err` says why the backend cannot be reached (it is not running, or `upstream.url` is
+    /// wrong), so the gateway can say so before any request is answered 502.
+    pub async fn warm(&self) -> Result<(), String> {
+        self.pool.warm().await
+    }
+
     /// Sends `req` upstream and returns the response head with its body still streaming.
     /// `permission` is the proof that the request may go (a permit, or a monitored refusal);
     /// the identity headers are made from its evidence and nothing else.

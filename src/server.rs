@@ -86,6 +86,8 @@ pub(crate) struct Shared {
     /// The paths forwarded (the MCP endpoint and `upstream.extra_paths`).
     routes: portcullis_wire::target::Routes,
     body_budget: Arc<BodyBudget>,
+    /// `limits.max_header_bytes_in_flight`: the heads of the requests being handled.
+    head_budget: Arc<BodyBudget>,
     /// `limits.max_in_flight`: requests being decided or waiting for the backend's answer,
     /// over all connections. Taken once the body is read (admission).
     slots: Arc<Semaphore>,
@@ -166,6 +168,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     // Fetches the tool catalog now and every tools.refresh; stops with the gateway.
     let catalog_refresher = stages.catalog.as_ref().map(|c| AbortOnDrop(c.spawn_refresher()));
     metrics.register_with(|r| stages.approvals.metrics().register(r));
+    metrics.register_with(|r| stages.policy.register_metrics(r));
     if let Some(errors) = stages.state_errors() {
         metrics.register_state(errors);
     }
@@ -184,6 +187,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         prm_paths,
         routes: portcullis_wire::target::Routes::new(&config.listen.public_url, &config.upstream.extra_paths),
         body_budget: BodyBudget::new(config.limits.max_body_in_flight),
+        head_budget: BodyBudget::new(config.limits.max_header_bytes_in_flight),
         slots: Arc::new(Semaphore::new(config.limits.max_in_flight)),
         is_shutting_down: AtomicBool::new(false),
         config,
@@ -201,6 +205,18 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     );
     if let Some(a) = admin_addr {
         info!(addr = %a, "Admin listener on /healthz /readyz /metrics");
+    }
+    for w in shared.config.warnings() {
+        warn!(field = %w.field, "Configuration warning: {}", w.reason);
+    }
+    // Before the first request is accepted: a backend that is not running is named now, not by
+    // the first 502; a running one keeps this connection for the first request.
+    if let Err(error) = shared.upstream.warm().await {
+        warn!(
+            upstream = %shared.config.upstream.url,
+            error = %error,
+            "The upstream MCP server does not accept connections: until it does, every request the gateway would forward is answered 502 upstream_unavailable (start the backend, e.g. `portcullis example-backend`, or set upstream.url)"
+        );
     }
     let admin_task = admin_listener.map(|l| tokio::spawn(admin::serve(l, shared.clone(), admin_stop_rx)));
     let task = tokio::spawn(async move {
@@ -224,6 +240,7 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
     // Every phase of a connection has a deadline (`connection`), so a permit is always given
     // back.
     let permits = Arc::new(Semaphore::new(shared.config.limits.max_connections));
+    let write_timeouts = shared.metrics.bound_counter("write_timeout");
     let mut connections = JoinSet::new();
     loop {
         while connections.try_join_next().is_some() {}
@@ -248,7 +265,7 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
         };
         let _ = stream.set_nodelay(true);
         let deadlines = connection::Deadlines::new(&shared.config.limits, tokio::time::Instant::now());
-        let (shared, builder, stop, tls) = (shared.clone(), builder.clone(), stop.clone(), tls.clone());
+        let (shared, builder, stop, tls, write_timeouts) = (shared.clone(), builder.clone(), stop.clone(), tls.clone(), write_timeouts.clone());
         connections.spawn(async move {
             let _permit = permit;
             let respond = move |is_tls: bool| {
@@ -270,10 +287,10 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
                 }
             };
             match tls {
-                None => connection::serve(&builder, stream, peer, deadlines, stop, respond(false)).await,
+                None => connection::serve(&builder, stream, peer, deadlines, stop, respond(false), write_timeouts).await,
                 // The handshake counts against the time to the first request head.
                 Some(acceptor) => match tokio::time::timeout_at(deadlines.first_request, acceptor.accept(stream)).await {
-                    Ok(Ok(tls_stream)) => connection::serve(&builder, tls_stream, peer, deadlines, stop, respond(true)).await,
+                    Ok(Ok(tls_stream)) => connection::serve(&builder, tls_stream, peer, deadlines, stop, respond(true), write_timeouts).await,
                     Ok(Err(e)) => tracing::debug!(peer = %peer, error = %e, "TLS handshake failed"),
                     Err(_) => tracing::debug!(peer = %peer, "TLS handshake timed out"),
                 },
@@ -400,7 +417,7 @@ impl Shared {
                         Verdict::Forward(fwd) => {
                             findings = fwd.findings().to_vec();
                             let (outcome, summary) = forward_summary(&fwd);
-                            let exchange = crate::session::Exchange::of(&inbound.head);
+                            let exchange = crate::session::Exchange::of(&inbound.head, inbound.peer.addr.ip());
                             let listing = pipeline::ListingAsk::of(&self.stages, &inbound, fwd.evidence());
                             // A list the gateway rewrites must come uncompressed: a compressed one
                             // could not be read, so it would be withheld.
@@ -456,8 +473,11 @@ impl Shared {
                 enforcing: self.config.mode.enforcing(),
                 outcome: outcome.as_str(),
                 status,
-                error: summary.as_ref().map(|(c, _)| *c).or(upstream_error.as_ref().map(|e| e.code())),
-                reason: summary.map(|(_, r)| r).or(upstream_error.as_ref().map(|e| e.to_string())),
+                // What the client was answered: a failed forward's error, even where a monitored
+                // refusal was forwarded (that refusal stays the first of `findings`), so a 502
+                // is never blamed on a stage that blocked nothing.
+                error: upstream_error.as_ref().map(|e| e.code()).or(summary.as_ref().map(|(c, _)| *c)),
+                reason: upstream_error.as_ref().map(|e| e.to_string()).or(summary.map(|(_, r)| r)),
                 findings: findings.iter().map(Finding::line).collect(),
                 upstream_error: upstream_error.as_ref().map(|e| e.code()),
                 method: method.as_str(),
@@ -623,11 +643,12 @@ fn monitor_notice_text(modes: &crate::config::Modes, sink: &crate::config::Decis
         _ => "save the decision log (log.decisions) and run `portcullis report FILE`".to_owned(),
     };
     let watched: Vec<&str> = crate::config::Group::ALL.into_iter().filter(|g| !modes.is_enforcing(*g)).map(crate::config::Group::as_str).collect();
+    let requests = if n == 1 { "request" } else { "requests" };
     if modes.enforcing().is_empty() {
-        format!("monitor mode: nothing is blocked; {n} requests would have been refused so far — {how}")
+        format!("monitor mode: nothing is blocked; {n} {requests} would have been refused so far — {how}")
     } else {
         format!(
-            "staged mode: {} only log, {} refuse; {n} requests would have been refused so far by the groups that only log — {how}",
+            "staged mode: {} only log, {} refuse; {n} {requests} would have been refused so far by the groups that only log — {how}",
             watched.join(", "),
             modes.enforcing().join(", ")
         )

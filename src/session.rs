@@ -21,6 +21,10 @@
 //!   issued before a restart of a gateway with the memory store is therefore refused (fail
 //!   closed); with Redis the binding survives restarts and is shared by every instance.
 //! - **Ending.** A 2xx answer to the owner's DELETE removes the binding.
+//! - **Bounding.** Each caller (the verified user, else agent, else client address) holds at
+//!   most `limits.max_sessions_per_caller` live sessions (decision 13). A new session over it is
+//!   not bound and the backend's answer is withheld: 429 `caller_limit_exceeded` with
+//!   `Retry-After`, in monitor mode too. Ending or idling out a session frees its slot.
 //!
 //! The session id is a bearer credential: it is never logged (only [`SessionKey::log_prefix`],
 //! a short hash), never quoted in a refusal, and the store holds only its SHA-256.
@@ -31,6 +35,7 @@ use std::time::Duration;
 use http::{HeaderMap, Method, StatusCode};
 
 use crate::evidence::Evidence;
+use crate::state::caller::{CallerBound, CallerKey};
 use crate::state::session::{Binding, OwnerKey, SessionKey, SessionStore};
 use crate::state::StoreError;
 use portcullis_wire::mcp::SESSION_ID_HEADER;
@@ -50,6 +55,12 @@ pub enum SessionError {
     /// The backend answered with a session id that is already bound to another identity.
     #[error("the MCP server issued a session id that is bound to another client")]
     Conflict,
+    /// The caller holds `limits.max_sessions_per_caller` live sessions: the new one is not bound.
+    #[error("this caller holds as many open sessions as it may")]
+    CallerLimit {
+        /// When the caller's first session would expire unused.
+        retry_after: Duration,
+    },
     /// The session store could not answer: fail closed.
     #[error("session store: {0}")]
     Store(#[from] StoreError),
@@ -59,6 +70,7 @@ pub enum SessionError {
 pub struct SessionGuard {
     store: Arc<dyn SessionStore>,
     ttl: Duration,
+    max_per_caller: usize,
 }
 
 impl std::fmt::Debug for SessionGuard {
@@ -74,12 +86,18 @@ impl std::fmt::Debug for SessionGuard {
 pub struct Exchange {
     is_delete: bool,
     presented: Option<SessionKey>,
+    peer: std::net::IpAddr,
 }
 
 impl Exchange {
-    /// The request's method and session id.
-    pub fn of(head: &http::request::Parts) -> Exchange {
-        Exchange { is_delete: head.method == Method::DELETE, presented: presented(&head.headers).ok().flatten() }
+    /// The request's method and session id, and the client's address `peer`.
+    pub fn of(head: &http::request::Parts, peer: std::net::IpAddr) -> Exchange {
+        Exchange { is_delete: head.method == Method::DELETE, presented: presented(&head.headers).ok().flatten(), peer }
+    }
+
+    /// The client's address (the per-caller bucket of a caller with no verified identity).
+    pub fn peer(&self) -> std::net::IpAddr {
+        self.peer
     }
 
     /// Whether the backend's answer `status`/`headers` binds or ends a session, i.e. whether
@@ -112,9 +130,10 @@ fn session_key(id: &[u8]) -> Option<SessionKey> {
 }
 
 impl SessionGuard {
-    /// The stage over `store`; a binding unused for `ttl` (`state.session_ttl`) is forgotten.
-    pub fn new(store: Arc<dyn SessionStore>, ttl: Duration) -> SessionGuard {
-        SessionGuard { store, ttl }
+    /// The stage over `store`; a binding unused for `ttl` (`state.session_ttl`) is forgotten;
+    /// a caller holds at most `max_per_caller` sessions (`limits.max_sessions_per_caller`).
+    pub fn new(store: Arc<dyn SessionStore>, ttl: Duration, max_per_caller: usize) -> SessionGuard {
+        SessionGuard { store, ttl, max_per_caller }
     }
 
     /// Runs for a request that carries `Mcp-Session-Id`, after the identity and token stages:
@@ -123,7 +142,7 @@ impl SessionGuard {
         let Some(session) = presented(headers)? else { return Ok(()) };
         match self.store.verify(&session, owner, self.ttl).await? {
             Binding::Owner => Ok(()),
-            Binding::Unbound => {
+            Binding::Unbound | Binding::CallerFull(_) => {
                 tracing::debug!(session.hash = %session.log_prefix(), "Session id not bound (unknown, ended or expired)");
                 Err(SessionError::NotFound)
             }
@@ -141,8 +160,9 @@ impl SessionGuard {
     /// Runs after the backend's response head arrived and before it is passed on (only when
     /// [`Exchange::needs_settling`]): binds each new session id in `headers` to `owner`, and
     /// after a successful DELETE removes the ended session's binding. A removal the store
-    /// cannot make is logged, not refused: the backend has ended the session anyway.
-    pub async fn settle(&self, exchange: &Exchange, status: StatusCode, headers: &HeaderMap, owner: &OwnerKey) -> Result<(), SessionError> {
+    /// cannot make is logged, not refused: the backend has ended the session anyway. New
+    /// sessions count against `caller`.
+    pub async fn settle(&self, exchange: &Exchange, status: StatusCode, headers: &HeaderMap, owner: &OwnerKey, caller: CallerKey) -> Result<(), SessionError> {
         if !status.is_success() {
             return Ok(());
         }
@@ -164,8 +184,12 @@ impl SessionGuard {
                 // The request's own session, echoed back: checked before forwarding.
                 continue;
             }
-            match self.store.bind(&session, owner, self.ttl).await? {
+            match self.store.bind(&session, owner, &CallerBound::new(caller, self.max_per_caller), self.ttl).await? {
                 Binding::Owner => tracing::debug!(session.hash = %session.log_prefix(), "Session bound to the requesting identity"),
+                Binding::CallerFull(full) => {
+                    tracing::debug!(session.hash = %session.log_prefix(), "Session not bound: the caller holds limits.max_sessions_per_caller sessions");
+                    return Err(SessionError::CallerLimit { retry_after: full.retry_after });
+                }
                 Binding::Other | Binding::Unbound => {
                     tracing::warn!(session.hash = %session.log_prefix(), "MCP server issued a session id already bound to another identity");
                     return Err(SessionError::Conflict);

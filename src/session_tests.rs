@@ -7,7 +7,7 @@ use crate::state::session::MemorySessionStore;
 const TTL: Duration = Duration::from_secs(60);
 
 fn guard() -> SessionGuard {
-    SessionGuard::new(Arc::new(MemorySessionStore::new(100)), TTL)
+    SessionGuard::new(Arc::new(MemorySessionStore::new(100)), TTL, 100)
 }
 
 fn with_session(values: &[&[u8]]) -> HeaderMap {
@@ -23,7 +23,7 @@ fn request(method: Method, session: Option<&str>) -> Exchange {
     if let Some(s) = session {
         b = b.header(SESSION_ID, s);
     }
-    Exchange::of(&b.body(()).expect("request").into_parts().0)
+    Exchange::of(&b.body(()).expect("request").into_parts().0, std::net::Ipv4Addr::LOCALHOST.into())
 }
 
 fn alice() -> OwnerKey {
@@ -40,7 +40,7 @@ async fn a_session_issued_to_one_identity_is_refused_to_another() {
     let init = request(Method::POST, None);
     let answer = with_session(&[b"s-1"]);
     assert!(init.needs_settling(StatusCode::OK, &answer));
-    g.settle(&init, StatusCode::OK, &answer, &alice()).await.expect("bound");
+    g.settle(&init, StatusCode::OK, &answer, &alice(), CallerKey::agent("alice")).await.expect("bound");
     assert_eq!(g.check(&with_session(&[b"s-1"]), &alice()).await, Ok(()));
     assert_eq!(g.check(&with_session(&[b"s-1"]), &mallory()).await, Err(SessionError::NotFound));
     assert_eq!(g.check(&with_session(&[b"s-2"]), &alice()).await, Err(SessionError::NotFound), "never issued");
@@ -50,7 +50,7 @@ async fn a_session_issued_to_one_identity_is_refused_to_another() {
 #[tokio::test]
 async fn malformed_session_headers_name_no_session() {
     let g = guard();
-    g.settle(&request(Method::POST, None), StatusCode::OK, &with_session(&[b"s-1"]), &alice()).await.expect("bound");
+    g.settle(&request(Method::POST, None), StatusCode::OK, &with_session(&[b"s-1"]), &alice(), CallerKey::agent("alice")).await.expect("bound");
     for bad in [&[&b"s-1"[..], b"s-1"][..], &[b""], &[b"s 1"], &[b"s-\xe9"]] {
         assert_eq!(g.check(&with_session(bad), &alice()).await, Err(SessionError::Malformed), "{bad:?}");
     }
@@ -62,10 +62,10 @@ async fn only_successful_answers_bind_and_echoes_need_no_work() {
     let init = request(Method::POST, None);
     let answer = with_session(&[b"s-err"]);
     assert!(!init.needs_settling(StatusCode::BAD_REQUEST, &answer));
-    g.settle(&init, StatusCode::BAD_REQUEST, &answer, &alice()).await.expect("nothing to do");
+    g.settle(&init, StatusCode::BAD_REQUEST, &answer, &alice(), CallerKey::agent("alice")).await.expect("nothing to do");
     assert_eq!(g.check(&answer, &alice()).await, Err(SessionError::NotFound), "an error answer binds nothing");
     assert!(!init.needs_settling(StatusCode::OK, &HeaderMap::new()));
-    g.settle(&init, StatusCode::OK, &with_session(&[b"s-ok"]), &alice()).await.expect("bound");
+    g.settle(&init, StatusCode::OK, &with_session(&[b"s-ok"]), &alice(), CallerKey::agent("alice")).await.expect("bound");
     assert!(!request(Method::POST, Some("s-ok")).needs_settling(StatusCode::OK, &with_session(&[b"s-ok"])), "an echo is not a new id");
 }
 
@@ -73,25 +73,25 @@ async fn only_successful_answers_bind_and_echoes_need_no_work() {
 async fn a_backend_reissuing_a_bound_id_to_someone_else_is_a_conflict() {
     let g = guard();
     let init = request(Method::POST, None);
-    g.settle(&init, StatusCode::OK, &with_session(&[b"fixed"]), &alice()).await.expect("bound");
-    let err = g.settle(&init, StatusCode::OK, &with_session(&[b"fixed"]), &mallory()).await.expect_err("conflict");
+    g.settle(&init, StatusCode::OK, &with_session(&[b"fixed"]), &alice(), CallerKey::agent("alice")).await.expect("bound");
+    let err = g.settle(&init, StatusCode::OK, &with_session(&[b"fixed"]), &mallory(), CallerKey::agent("mallory")).await.expect_err("conflict");
     assert_eq!(err, SessionError::Conflict);
     assert_eq!(g.check(&with_session(&[b"fixed"]), &alice()).await, Ok(()), "still the first owner's");
-    g.settle(&init, StatusCode::OK, &with_session(&[b"fixed"]), &alice()).await.expect("the owner again: no conflict");
+    g.settle(&init, StatusCode::OK, &with_session(&[b"fixed"]), &alice(), CallerKey::agent("alice")).await.expect("the owner again: no conflict");
 }
 
 #[tokio::test]
 async fn the_owners_successful_delete_ends_the_binding() {
     let g = guard();
-    g.settle(&request(Method::POST, None), StatusCode::OK, &with_session(&[b"s-1"]), &alice()).await.expect("bound");
+    g.settle(&request(Method::POST, None), StatusCode::OK, &with_session(&[b"s-1"]), &alice(), CallerKey::agent("alice")).await.expect("bound");
     let delete = request(Method::DELETE, Some("s-1"));
     assert!(!delete.needs_settling(StatusCode::METHOD_NOT_ALLOWED, &HeaderMap::new()), "405: the session goes on");
-    g.settle(&delete, StatusCode::METHOD_NOT_ALLOWED, &HeaderMap::new(), &alice()).await.expect("nothing");
+    g.settle(&delete, StatusCode::METHOD_NOT_ALLOWED, &HeaderMap::new(), &alice(), CallerKey::agent("alice")).await.expect("nothing");
     assert_eq!(g.check(&with_session(&[b"s-1"]), &alice()).await, Ok(()));
-    g.settle(&delete, StatusCode::OK, &HeaderMap::new(), &mallory()).await.expect("not mallory's to end");
+    g.settle(&delete, StatusCode::OK, &HeaderMap::new(), &mallory(), CallerKey::agent("mallory")).await.expect("not mallory's to end");
     assert_eq!(g.check(&with_session(&[b"s-1"]), &alice()).await, Ok(()));
     assert!(delete.needs_settling(StatusCode::OK, &HeaderMap::new()));
-    g.settle(&delete, StatusCode::OK, &HeaderMap::new(), &alice()).await.expect("ended");
+    g.settle(&delete, StatusCode::OK, &HeaderMap::new(), &alice(), CallerKey::agent("alice")).await.expect("ended");
     assert_eq!(g.check(&with_session(&[b"s-1"]), &alice()).await, Err(SessionError::NotFound));
 }
 
@@ -99,7 +99,7 @@ struct DownStore;
 
 #[async_trait::async_trait]
 impl SessionStore for DownStore {
-    async fn bind(&self, _: &SessionKey, _: &OwnerKey, _: Duration) -> Result<Binding, StoreError> {
+    async fn bind(&self, _: &SessionKey, _: &OwnerKey, _: &CallerBound, _: Duration) -> Result<Binding, StoreError> {
         Err(StoreError::Unavailable { store: "test store".into(), reason: "connection refused".into() })
     }
     async fn verify(&self, _: &SessionKey, _: &OwnerKey, _: Duration) -> Result<Binding, StoreError> {
@@ -112,9 +112,11 @@ impl SessionStore for DownStore {
 
 #[tokio::test]
 async fn an_unavailable_store_is_an_error_not_a_pass() {
-    let g = SessionGuard::new(Arc::new(DownStore), TTL);
+    let g = SessionGuard::new(Arc::new(DownStore), TTL, 100);
     assert!(matches!(g.check(&with_session(&[b"s"]), &alice()).await, Err(SessionError::Store(_))));
     let init = request(Method::POST, None);
-    assert!(matches!(g.settle(&init, StatusCode::OK, &with_session(&[b"s"]), &alice()).await, Err(SessionError::Store(_))));
-    g.settle(&request(Method::DELETE, Some("s")), StatusCode::OK, &HeaderMap::new(), &alice()).await.expect("an unremovable binding only expires later");
+    assert!(matches!(g.settle(&init, StatusCode::OK, &with_session(&[b"s"]), &alice(), CallerKey::agent("alice")).await, Err(SessionError::Store(_))));
+    g.settle(&request(Method::DELETE, Some("s")), StatusCode::OK, &HeaderMap::new(), &alice(), CallerKey::agent("alice"))
+        .await
+        .expect("an unremovable binding only expires later");
 }

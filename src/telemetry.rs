@@ -178,6 +178,13 @@ pub struct Metrics {
     upstream_errors: Family<ErrorLabels, Counter>,
     in_flight: Gauge,
     admitted: Gauge,
+    bounds: Family<BoundLabels, Counter>,
+}
+
+/// Label of `portcullis_bounds_reached_total`: the `[limits]` key whose bound was reached.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BoundLabels {
+    limit: &'static str,
 }
 
 impl Default for Metrics {
@@ -208,7 +215,13 @@ impl Metrics {
         registry.register("in_flight_requests", "Requests being handled now (body read included)", in_flight.clone());
         let admitted = Gauge::default();
         registry.register("admitted_requests", "Requests holding a limits.max_in_flight slot (after the body read, until the response head)", admitted.clone());
-        Metrics { registry, requests, findings, stage_seconds, stage_series: Default::default(), request_seconds, upstream_errors, in_flight, admitted }
+        let bounds = Family::<BoundLabels, Counter>::default();
+        registry.register(
+            "bounds_reached",
+            "Work refused or connections closed because a [limits] bound was reached, by key (max_header_bytes_in_flight, max_admin_connections, write_timeout)",
+            bounds.clone(),
+        );
+        Metrics { registry, requests, findings, stage_seconds, stage_series: Default::default(), request_seconds, upstream_errors, in_flight, admitted, bounds }
     }
 
     /// Counts one finished request and its per-stage latencies.
@@ -280,6 +293,17 @@ impl Metrics {
         self.registry.register("decision_log_dropped", "Decision log lines dropped because the sink did not keep up (queue full)", dropped);
     }
 
+    /// Counts one refusal or close because the `[limits]` bound `limit` was reached.
+    pub fn bound_reached(&self, limit: &'static str) {
+        self.bounds.get_or_create(&BoundLabels { limit }).inc();
+    }
+
+    /// The counter [`Metrics::bound_reached`] increments for `limit`, for code that counts
+    /// without the registry at hand (a connection's write timeout).
+    pub fn bound_counter(&self, limit: &'static str) -> Counter {
+        self.bounds.get_or_create(&BoundLabels { limit }).clone()
+    }
+
     /// Counts a failed forward.
     pub fn upstream_error(&self, code: &'static str) {
         self.upstream_errors.get_or_create(&ErrorLabels { error: code }).inc();
@@ -339,6 +363,11 @@ impl TokenMetrics {
         self.cache.get_or_create(&ResultLabels { result: if is_hit { "hit" } else { "miss" } }).inc();
     }
 
+    /// Counts one opaque token refused from the inactive-token cache (no introspection call).
+    pub fn token_cache_inactive_hit(&self) {
+        self.cache.get_or_create(&ResultLabels { result: "inactive_hit" }).inc();
+    }
+
     /// Counts one JWKS fetch; `result` is `ok` or `error`.
     pub fn jwks_fetch(&self, result: &'static str) {
         self.jwks_fetches.get_or_create(&ResultLabels { result }).inc();
@@ -373,7 +402,7 @@ impl TokenMetrics {
 impl Metrics {
     /// Registers the token stage's counters.
     pub fn register_token(&mut self, m: &TokenMetrics) {
-        self.registry.register("token_cache_lookups", "Verified-token cache lookups by result (hit, miss)", m.cache.clone());
+        self.registry.register("token_cache_lookups", "Verified-token cache lookups by result (hit, miss; inactive_hit: an opaque token introspection called inactive moments ago, refused without asking again)", m.cache.clone());
         self.registry.register("jwks_fetches", "Issuer JWKS fetches by result (ok, error)", m.jwks_fetches.clone());
         self.registry.register(
             "jwks_refetch_budget_exhausted",
@@ -423,9 +452,10 @@ pub struct DecisionRecord<'a> {
     pub outcome: &'static str,
     /// Status sent to the client.
     pub status: u16,
-    /// The refusal code (sent or would-be), or the upstream error code.
+    /// What the client was answered: the refusal code, or the upstream error code when
+    /// forwarding failed; else (monitor mode) the would-be refusal code.
     pub error: Option<&'static str>,
-    /// The refusal reason text.
+    /// The reason text that goes with `error`.
     pub reason: Option<String>,
     /// Every refusal found, in pipeline order; the first decides `error`/`reason` (in staged
     /// mode, the first from an enforcing group when the request was refused).

@@ -105,7 +105,7 @@ fn check_refusal(e: &McpError) {
             assert!(reason.len() < 120, "{reason:?}");
             (-32700, "parse_error", "Parse error")
         }
-        McpError::InvalidRequest { .. } => (-32600, "invalid_request", "Invalid Request"),
+        McpError::InvalidRequest { .. } | McpError::TooDeep { .. } => (-32600, "invalid_request", "Invalid Request"),
         McpError::BatchTooLarge { .. } => (-32600, "batch_too_large", "Invalid Request"),
         McpError::HeaderMismatch { .. } => (-32020, "header_mismatch", "Header mismatch"),
         McpError::UnsupportedVersion { .. } => (-32022, "unsupported_protocol_version", "Unsupported protocol version"),

@@ -6,11 +6,13 @@
 //! Each approval is bound to (token `sub`, agent id, call digest); the agent gets a link (a
 //! 32-byte random code that carries no credential) in the MCP shape its protocol version
 //! expects, and the retry of the same call, once approved, is forwarded exactly once
-//! (`state::approval`). The pages live in [`page`], the OpenID Connect login in `oauth`.
+//! (`state::approval`). The pages live in [`page`], what they show of a call in [`shown`]
+//! (all of it, or no approval: decision 13), the OpenID Connect login in `oauth`.
 
 pub mod mrtr;
 pub mod page;
 pub mod seal;
+pub mod shown;
 
 use std::sync::Arc;
 
@@ -24,6 +26,7 @@ use crate::config::{self, FieldError};
 use crate::oauth::relying_party::RelyingParty;
 use crate::policy::verdict::ApprovalAsk;
 use crate::state::approval::{ApprovalRecord, ApprovalStore, Ask, BindingKey};
+use crate::state::caller::{CallerBound, CallerKey};
 use crate::state::StoreError;
 use portcullis_wire::mcp::McpRequest;
 use portcullis_wire::UnixTime;
@@ -31,9 +34,6 @@ use seal::Seal;
 
 /// The methods an approval can be asked on (MRTR's three; elsewhere the call is refused).
 pub const APPROVABLE: [&str; 3] = ["tools/call", "resources/read", "prompts/get"];
-
-/// Most characters of arguments stored for the page.
-const MAX_SHOWN_ARGUMENTS: usize = 2_000;
 
 /// JSON-RPC `-32042` URLElicitationRequiredError (MCP 2025-11-25).
 pub const URL_ELICITATION_REQUIRED: i64 = -32042;
@@ -125,9 +125,21 @@ pub enum ApprovalError {
     /// No verified user to ask (403 `approval_unavailable`).
     #[error("this call needs a person's approval, but the request carries no verified user to ask")]
     Unavailable,
+    /// The call is larger than the page may show (`approvals.max_shown`): a person cannot be
+    /// asked to approve what they cannot see whole (403 `approval_unavailable`, reason
+    /// `call_too_large_to_show`).
+    #[error(transparent)]
+    TooLargeToShow(shown::TooLarge),
     /// The person denied this call (403 `approval_denied`).
     #[error("the person asked to approve this call denied it")]
     Denied,
+    /// The caller already has `approvals.max_pending_per_caller` links awaiting a person
+    /// (429 `caller_limit_exceeded`, decision 13).
+    #[error("this caller has as many approvals pending as it may")]
+    CallerLimit {
+        /// When the caller's first pending link expires.
+        retry_after: std::time::Duration,
+    },
     /// The approval store could not answer (503, fail closed).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -170,6 +182,8 @@ pub struct CallView<'a> {
     pub agent: Option<&'a str>,
     /// The verified keyid.
     pub keyid: Option<&'a str>,
+    /// Whom a new pending link counts against (decision 13).
+    pub caller: CallerKey,
 }
 
 /// The approval stage and pages, built from `[approvals]`.
@@ -238,6 +252,11 @@ impl Approvals {
         // The digest parsed the body strictly: this parse cannot fail where that one passed.
         let body: Value = serde_json::from_slice(call.body).unwrap_or(Value::Null);
         let params = &body["params"];
+        let target = msg.name().unwrap_or("");
+        let shown = shown::call(target, params, self.settings.max_shown).map_err(|e| {
+            tracing::info!(call.bytes = e.size, approvals.max_shown = e.limit, "No approval offered: the call is too large to show whole");
+            ApprovalError::TooLargeToShow(e)
+        })?;
         let is_mrtr = mrtr::is_mrtr(call.mcp.protocol_version.as_deref(), msg.meta_version.as_deref());
         let echoed = if is_mrtr { mrtr::echoed(&self.seal, params) } else { mrtr::Echoed::None };
         match &echoed {
@@ -255,8 +274,8 @@ impl Approvals {
             agent: agent.to_owned(),
             keyid: call.keyid.unwrap_or("").to_owned(),
             method: method.to_owned(),
-            target: msg.name().unwrap_or("").to_owned(),
-            arguments: shown_arguments(params),
+            target: shown.target,
+            arguments: shown.arguments,
             message: ask.message.clone(),
             expires: now.secs().saturating_add(self.settings.ttl.as_secs().max(1)),
         };
@@ -272,7 +291,8 @@ impl Approvals {
             let url = format!("{}/{}", self.settings.base_url(), r.code);
             Box::new(Link { id: r.id.clone(), url, message: r.message.clone(), jsonrpc_id: digest.id.clone().unwrap_or(Value::Null), shape })
         };
-        match self.store.ask(&binding, &fresh, now).await? {
+        let bound = CallerBound::new(call.caller, self.settings.max_pending_per_caller);
+        match self.store.ask(&binding, &fresh, &bound, now).await? {
             Ask::Issued => {
                 self.metrics.links_issued.inc();
                 Err(ApprovalError::Required(link(&fresh)))
@@ -285,6 +305,7 @@ impl Approvals {
                 Ok(ApprovalUse { id: record.id, approved_by, forward_body })
             }
             Ask::Denied(_) => Err(ApprovalError::Denied),
+            Ask::CallerFull(full) => Err(ApprovalError::CallerLimit { retry_after: full.retry_after }),
         }
     }
 }
@@ -292,19 +313,6 @@ impl Approvals {
 /// Why a retry's `requestState` is refused (it carries the gateway's mark but is not valid
 /// for this call now).
 const STATE_REFUSED: &str = "the requestState is not one this gateway issued for this call and user, or it expired; retry the call without it";
-
-/// The call's arguments (or, for `resources/read`, its params) as indented JSON, cut to
-/// [`MAX_SHOWN_ARGUMENTS`] characters for the page.
-fn shown_arguments(params: &Value) -> String {
-    let shown = if params.get("arguments").is_some() { &params["arguments"] } else { params };
-    let text = serde_json::to_string_pretty(shown).unwrap_or_default();
-    if text.chars().count() <= MAX_SHOWN_ARGUMENTS {
-        return text;
-    }
-    let mut cut: String = text.chars().take(MAX_SHOWN_ARGUMENTS).collect();
-    cut.push_str(" …");
-    cut
-}
 
 #[cfg(test)]
 mod tests {
@@ -323,14 +331,6 @@ mod tests {
         assert_eq!(a["id"], 42);
         assert_eq!(a["error"]["code"], -32042);
         assert_eq!(a["error"]["data"]["elicitations"], serde_json::json!([{"mode": "url", "elicitationId": "e1", "url": link.url, "message": "Send?"}]));
-    }
-
-    #[test]
-    fn shown_arguments_are_cut_on_a_character_boundary() {
-        let body = serde_json::json!({"params": {"name": "t", "arguments": {"note": "é".repeat(5_000)}}}).to_string();
-        let shown = shown_arguments(&serde_json::from_str::<Value>(&body).expect("json")["params"]);
-        assert!(shown.ends_with(" …") && shown.chars().count() == MAX_SHOWN_ARGUMENTS + 2, "{}", shown.len());
-        assert_eq!(shown_arguments(&serde_json::json!({"uri": "file:///a"})), "{\n  \"uri\": \"file:///a\"\n}");
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! login at `oauth.issuer` (authorization code + PKCE + nonce + state); (3) the login's `sub`
 //! is the record's, else "made for another account" and an `approval_wrong_user` event;
 //! (4) the login is younger than `approvals.max_login_age`, else log in again
-//! (`prompt=login`); (5) only then the call, HTML-escaped, with Approve / Deny (POST with a
+//! (`prompt=login`); (5) only then the whole call, every invisible character shown as an
+//! escape ([`crate::visible`]) and everything HTML-escaped, with Approve / Deny (POST with a
 //! CSRF token). `GET {path}/callback` finishes a login. Nothing here redirects anywhere but
 //! the issuer's authorization endpoint (from its metadata) and the gateway's own pages.
 
@@ -138,7 +139,8 @@ impl Approvals {
             Err(refused) => return refused,
         };
         let csrf = self.seal.token(Purpose::Csrf, &[&session, code]);
-        let e = |s: &str| html_escape::encode_text(s).into_owned();
+        // Every field, not only the arguments: the policy's message may quote them.
+        let e = |s: &str| html_escape::encode_text(&crate::visible::escaped(s)).into_owned();
         let a = |s: &str| html_escape::encode_double_quoted_attribute(s).into_owned();
         let body = format!(
             "<p class=\"msg\">{message}</p>\

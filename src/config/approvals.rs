@@ -14,6 +14,10 @@ use super::{FieldError, RawApprovals};
 /// The least bytes `approvals.state_key_file` must hold (an HMAC-SHA-256 key, RFC 2104 §3).
 pub const MIN_STATE_KEY: usize = 32;
 
+/// The most `approvals.max_pending_per_caller` may be: the records the memory approval store
+/// holds in all, so one caller can never be allowed to fill it.
+pub const MAX_PENDING_PER_CALLER: usize = 100_000;
+
 /// Validated `[approvals]`.
 #[derive(Clone)]
 pub struct Approvals {
@@ -25,6 +29,8 @@ pub struct Approvals {
     pub ttl: Duration,
     /// Oldest login accepted on the page.
     pub max_login_age: Duration,
+    /// Most links one caller may have awaiting a person (decision 13).
+    pub max_pending_per_caller: usize,
     /// OIDC client id.
     pub client_id: String,
     /// OIDC client secret (confidential client), never logged.
@@ -33,6 +39,9 @@ pub struct Approvals {
     pub state_key: Option<secrecy::SecretSlice<u8>>,
     /// `listen.public_url`'s origin: links and the OIDC redirect URI are made from it.
     pub public_origin: Option<Url>,
+    /// The largest call the page shows, in bytes of compact JSON (decision 13: whole, or no
+    /// approval).
+    pub max_shown: usize,
 }
 
 impl std::fmt::Debug for Approvals {
@@ -43,6 +52,7 @@ impl std::fmt::Debug for Approvals {
             .field("ttl", &self.ttl)
             .field("max_login_age", &self.max_login_age)
             .field("client_id", &self.client_id)
+            .field("max_shown", &self.max_shown)
             .finish_non_exhaustive()
     }
 }
@@ -78,10 +88,17 @@ impl Approvals {
                 errs.push(FieldError::new("approvals.state_key_file", "required with a shared state.store: every instance must check the others' cookies"));
             }
         }
+        if !(1..=MAX_PENDING_PER_CALLER).contains(&raw.max_pending_per_caller) {
+            errs.push(FieldError::new("approvals.max_pending_per_caller", format!("must be between 1 and {MAX_PENDING_PER_CALLER}")));
+        }
         for (field, d) in [("approvals.ttl", raw.ttl.0), ("approvals.max_login_age", raw.max_login_age.0)] {
             if d < Duration::from_secs(1) {
                 errs.push(FieldError::new(field, "must be at least 1s"));
             }
+        }
+        // A person reads every byte of what they approve: past a megabyte nobody does.
+        if !(1024..=1 << 20).contains(&raw.max_shown.0) {
+            errs.push(FieldError::new("approvals.max_shown", "must be between 1KiB and 1MiB"));
         }
         let read = |field: &'static str, p: &PathBuf| -> Result<Vec<u8>, FieldError> {
             let full = base_dir.join(p);
@@ -124,10 +141,12 @@ impl Approvals {
             path,
             ttl: raw.ttl.0,
             max_login_age: raw.max_login_age.0,
+            max_pending_per_caller: raw.max_pending_per_caller,
             client_id: raw.client_id,
             client_secret,
             state_key,
             public_origin,
+            max_shown: raw.max_shown.0 as usize,
         })
     }
 

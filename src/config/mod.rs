@@ -1,6 +1,6 @@
 //! Configuration: TOML → [`RawConfig`] (serde, mirrors the file) → [`Config`] (validated).
 //!
-//! Loaded once at start. Every key is listed in README "Configuration reference"; unknown keys are an
+//! Loaded once at start. Every key is listed in docs/configuration.md; unknown keys are an
 //! error that names the key (serde's `deny_unknown_fields`, which cannot be combined with
 //! `flatten`, so no section flattens). Validation checks every field before failing and the
 //! error names each bad field by its dotted path. `portcullis check` runs exactly this code
@@ -213,12 +213,22 @@ pub struct Limits {
     pub max_body_in_flight: u64,
     /// Messages per JSON-RPC batch bound.
     pub max_batch: usize,
+    /// Open sessions per caller bound.
+    pub max_sessions_per_caller: usize,
     /// Bytes of a backend answer read to rewrite it.
     pub max_inspected_response: usize,
     /// Client requests handled at once, over all connections (set, or sized for the machine).
     pub max_in_flight: usize,
     /// Time from a request's admission to its response head.
     pub request_timeout: Duration,
+    /// Request head bytes held at once, over all requests.
+    pub max_header_bytes_in_flight: u64,
+    /// Open admin connections bound.
+    pub max_admin_connections: usize,
+    /// Time a response may wait for the client to read it.
+    pub write_timeout: Duration,
+    /// Policy time per request, over all its evaluations.
+    pub policy_budget: Duration,
 }
 
 /// Where decision-log lines go.
@@ -252,6 +262,21 @@ impl Config {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Config::parse(&text, &path.display().to_string(), &base)
+    }
+
+    /// Settings that are valid but cannot do what they say, each named like a [`FieldError`]:
+    /// `portcullis check` prints them and the gateway logs them at start, and both go on.
+    pub fn warnings(&self) -> Vec<FieldError> {
+        let mut out = Vec::new();
+        let limits = &self.limits;
+        if limits.body_timeout > limits.request_timeout {
+            let (body, request) = (humantime::format_duration(limits.body_timeout), humantime::format_duration(limits.request_timeout));
+            out.push(FieldError::new(
+                "limits.body_timeout",
+                format!("{body} is longer than limits.request_timeout ({request}), which bounds the whole request, body included: it would never fire"),
+            ));
+        }
+        out
     }
 
     /// The embedded default config (README "Embedded defaults").
@@ -364,6 +389,14 @@ impl Config {
         );
         check("limits.max_batch", if !(1..=10_000).contains(&raw.limits.max_batch) { Err("must be between 1 and 10000".into()) } else { Ok(()) });
         check(
+            "limits.max_sessions_per_caller",
+            if raw.limits.max_sessions_per_caller.is_some_and(|n| !(1..=raw.state.max_sessions.max(1)).contains(&n)) {
+                Err("must be between 1 and state.max_sessions (one caller must not be able to hold every session)".into())
+            } else {
+                Ok(())
+            },
+        );
+        check(
             "limits.max_inspected_response",
             if !(1024..=256 << 20).contains(&raw.limits.max_inspected_response.0) { Err("must be between 1KiB and 256MiB".into()) } else { Ok(()) },
         );
@@ -377,6 +410,27 @@ impl Config {
             },
         );
         check("limits.request_timeout", nonzero(raw.limits.request_timeout.0));
+        check(
+            "limits.max_header_bytes_in_flight",
+            if raw.limits.max_header_bytes_in_flight.0 < raw.limits.max_header_bytes.0 {
+                Err(format!("must be at least limits.max_header_bytes ({} bytes), so one largest head fits", raw.limits.max_header_bytes.0))
+            } else {
+                Ok(())
+            },
+        );
+        check(
+            "limits.max_admin_connections",
+            if !(1..=10_000).contains(&raw.limits.max_admin_connections) { Err("must be between 1 and 10000".into()) } else { Ok(()) },
+        );
+        check("limits.write_timeout", nonzero(raw.limits.write_timeout.0));
+        check(
+            "limits.policy_budget",
+            if raw.limits.policy_budget.0.is_zero() || raw.limits.policy_budget.0 > Duration::from_secs(60) {
+                Err("must be between 1ms and 60s".into())
+            } else {
+                Ok(())
+            },
+        );
         check("admin.addr", admin.as_ref().map(|_| ()).map_err(Clone::clone));
         for (field, reason) in raw.idempotency.problems() {
             check(field, Err(reason));
@@ -401,6 +455,7 @@ impl Config {
         let signatures = Signatures::from_raw(raw.signatures, ctx).map_err(|e| errs.extend(e));
         let oauth = OAuth::from_raw(raw.oauth, ctx).map_err(|e| errs.extend(e));
         let policy = PolicySettings::from_raw(raw.policy, ctx).map_err(|e| errs.extend(e));
+        let sessions_per_caller = raw.limits.max_sessions_per_caller.unwrap_or_else(|| raw.state.max_sessions.min(100)).max(1);
         let state = StateSettings::from_raw(raw.state, ctx).map_err(|e| errs.extend(e));
         let mode = Modes::try_from(raw.mode).map_err(|e| errs.extend(e));
         let tools = Tools::from_raw(raw.tools, ctx).map_err(|e| errs.extend(e));
@@ -461,9 +516,14 @@ impl Config {
                     max_streams_per_connection: raw.limits.max_streams_per_connection,
                     max_body_in_flight: raw.limits.max_body_in_flight.0,
                     max_batch: raw.limits.max_batch,
+                    max_sessions_per_caller: sessions_per_caller,
                     max_inspected_response: raw.limits.max_inspected_response.0 as usize,
                     max_in_flight: raw.limits.max_in_flight.unwrap_or_else(default_max_in_flight),
                     request_timeout: raw.limits.request_timeout.0,
+                    max_header_bytes_in_flight: raw.limits.max_header_bytes_in_flight.0,
+                    max_admin_connections: raw.limits.max_admin_connections,
+                    write_timeout: raw.limits.write_timeout.0,
+                    policy_budget: raw.limits.policy_budget.0,
                 },
                 signatures,
                 oauth,

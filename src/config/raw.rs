@@ -14,7 +14,7 @@ use super::RawMode;
 // Raw configuration: mirrors the TOML file. Defaults live here so the file can stay short.
 // ---------------------------------------------------------------------------------------------
 
-/// The TOML file as written. See README "Configuration reference".
+/// The TOML file as written. See docs/configuration.md.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
@@ -157,6 +157,10 @@ pub struct RawLimits {
     pub max_body_in_flight: ByteSize,
     /// Most messages in one JSON-RPC batch; more → 400 before policy runs.
     pub max_batch: usize,
+    /// Most open sessions one caller (user, else agent, else client address) holds; a new
+    /// session over it → 429 `caller_limit_exceeded`. Unset: 100, or `state.max_sessions` if
+    /// that is smaller.
+    pub max_sessions_per_caller: Option<usize>,
     /// Most bytes of a backend answer the gateway reads to rewrite it (`tools.filter_list`);
     /// a larger one is withheld, never passed unfiltered.
     pub max_inspected_response: ByteSize,
@@ -167,6 +171,17 @@ pub struct RawLimits {
     /// Longest time from a request's admission to its response head (a streamed body is not
     /// bounded); past it → 504 `request_timeout`.
     pub request_timeout: HumanDuration,
+    /// Request head bytes (each field's name and value plus 32, and the target) held at once by
+    /// requests being handled, over all connections; past it → 503 `overloaded`.
+    pub max_header_bytes_in_flight: ByteSize,
+    /// Most connections open at once on the admin listener; past it a new one is closed at once.
+    pub max_admin_connections: usize,
+    /// A response the client stops reading (its bytes waiting for the client to take them) for
+    /// this long has its connection closed and the backend's answer released.
+    pub write_timeout: HumanDuration,
+    /// Longest time the policy may spend on one request, over all its evaluations (a batch is
+    /// one per message); past it → 403 `policy_error`.
+    pub policy_budget: HumanDuration,
 }
 
 impl Default for RawLimits {
@@ -187,12 +202,20 @@ impl Default for RawLimits {
             max_body_in_flight: ByteSize(64 << 20),
             // The MCP reference server's own bound.
             max_batch: portcullis_wire::mcp::DEFAULT_MAX_BATCH,
+            max_sessions_per_caller: None,
             max_inspected_response: ByteSize(1 << 20),
             max_in_flight: None,
             // `body_timeout` plus `upstream.response_timeout` at their defaults, so those report their
             // own, more precise errors first; this one catches what nothing else bounds (the queue for a
             // heavy policy evaluation, a stage waiting on several fetches in turn).
             request_timeout: HumanDuration(Duration::from_secs(60)),
+            // 512 heads of the default `max_header_bytes`; typical heads are a few hundred bytes to
+            // a few KiB, so this is thousands of ordinary requests in flight.
+            max_header_bytes_in_flight: ByteSize(32 << 20),
+            max_admin_connections: 64,
+            write_timeout: HumanDuration(Duration::from_secs(30)),
+            // Four times one evaluation's own bound: a batch of ordinary calls takes milliseconds.
+            policy_budget: HumanDuration(Duration::from_secs(1)),
         }
     }
 }
@@ -507,6 +530,10 @@ pub struct RawIdempotency {
     pub in_flight_ttl: HumanDuration,
     /// Most journal entries the memory store holds; when full, new keys fail closed (503).
     pub max_entries: usize,
+    /// Most live journal entries one caller (user, else agent, else client address) holds, in
+    /// any store; past it that caller's new keys get 429 `caller_limit_exceeded`. Unset:
+    /// 1,000, or `max_entries` if that is smaller ([`RawIdempotency::entries_per_caller`]).
+    pub max_entries_per_caller: Option<usize>,
     /// Most bytes of recorded answers the memory store holds; an answer that does not fit is
     /// passed on unrecorded.
     pub max_bytes: ByteSize,
@@ -520,6 +547,7 @@ impl Default for RawIdempotency {
             max_response: ByteSize(1 << 20),
             in_flight_ttl: HumanDuration(Duration::from_secs(300)),
             max_entries: 100_000,
+            max_entries_per_caller: None,
             max_bytes: ByteSize(256 << 20),
         }
     }
@@ -538,8 +566,18 @@ impl RawIdempotency {
         must("idempotency.in_flight_ttl", self.in_flight_ttl.0.is_zero(), "must be greater than zero");
         must("idempotency.max_response", self.max_response.0 == 0, "must be at least 1 byte");
         must("idempotency.max_entries", self.max_entries == 0, "must be at least 1");
+        must(
+            "idempotency.max_entries_per_caller",
+            self.max_entries_per_caller.is_some_and(|n| n == 0 || n > self.max_entries),
+            "must be between 1 and idempotency.max_entries (one caller must not be able to fill the journal)",
+        );
         must("idempotency.max_bytes", self.max_bytes.0 < self.max_response.0, "must be at least idempotency.max_response");
         out
+    }
+
+    /// `max_entries_per_caller`, or its default: 1,000, at most `max_entries`.
+    pub fn entries_per_caller(&self) -> usize {
+        self.max_entries_per_caller.unwrap_or_else(|| self.max_entries.min(1_000)).max(1)
     }
 }
 
@@ -602,6 +640,9 @@ pub struct RawApprovals {
     pub ttl: HumanDuration,
     /// The approver's login may be at most this old (OIDC `auth_time`), else they log in again.
     pub max_login_age: HumanDuration,
+    /// Most links one caller (user) may have awaiting a person; one more → 429
+    /// `caller_limit_exceeded`.
+    pub max_pending_per_caller: usize,
     /// The gateway's OpenID Connect client id at `oauth.issuer`.
     pub client_id: String,
     /// A file holding the client secret; without it the gateway is a public client (PKCE only).
@@ -609,6 +650,10 @@ pub struct RawApprovals {
     /// A file holding at least 32 bytes of key for cookies, CSRF tokens and `requestState`;
     /// without it a key is generated at start (one instance only).
     pub state_key_file: Option<PathBuf>,
+    /// The largest call (tool name and arguments, as compact JSON) the page shows; the page
+    /// shows every call whole, so a larger one gets no approval (403 `approval_unavailable`,
+    /// `call_too_large_to_show`).
+    pub max_shown: ByteSize,
 }
 
 impl Default for RawApprovals {
@@ -618,9 +663,11 @@ impl Default for RawApprovals {
             path: "/portcullis/approvals".to_owned(),
             ttl: HumanDuration(Duration::from_secs(30 * 60)),
             max_login_age: HumanDuration(Duration::from_secs(15 * 60)),
+            max_pending_per_caller: 20,
             client_id: "portcullis".to_owned(),
             client_secret_file: None,
             state_key_file: None,
+            max_shown: ByteSize(64 << 10),
         }
     }
 }

@@ -34,6 +34,21 @@ fn minimal_config_gets_product_defaults() {
 }
 
 #[test]
+fn global_bounds_have_defaults_and_are_validated() {
+    let c = parse(MINIMAL).expect("valid");
+    assert_eq!(c.limits.max_header_bytes_in_flight, 32 << 20);
+    assert_eq!(c.limits.max_admin_connections, 64);
+    assert_eq!((c.limits.write_timeout, c.limits.policy_budget), (Duration::from_secs(30), Duration::from_secs(1)));
+    let text = format!(
+        "{MINIMAL}\n[limits]\nmax_header_bytes = \"16KiB\"\nmax_header_bytes_in_flight = \"8KiB\"\nmax_admin_connections = 0\nwrite_timeout = \"0s\"\npolicy_budget = \"2m\"\n"
+    );
+    let Err(ConfigError::Invalid { errors, .. }) = parse(&text) else { panic!("expected invalid") };
+    let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, ["limits.max_header_bytes_in_flight", "limits.max_admin_connections", "limits.write_timeout", "limits.policy_budget"]);
+    assert!(errors[0].reason.contains("at least limits.max_header_bytes"), "{}", errors[0]);
+}
+
+#[test]
 fn connection_and_load_limits_have_defaults_and_are_validated() {
     let c = parse(MINIMAL).expect("valid");
     assert_eq!(c.limits.idle_timeout, Duration::from_secs(60));
@@ -62,6 +77,15 @@ fn admission_limits_have_defaults_and_are_validated() {
     assert_eq!(fields, ["limits.max_in_flight", "limits.request_timeout"]);
     assert!(parse(&format!("{MINIMAL}\n[limits]\nmax_in_flight = 1000001\n")).is_err(), "a typo does not turn the limit off");
     assert!(parse(&format!("{MINIMAL}\n[limits]\nrequest_timeout = 60\n")).is_err(), "a duration needs a unit");
+    let defaults = parse(MINIMAL).expect("valid");
+    assert!(defaults.warnings().is_empty(), "{:?}", defaults.warnings());
+    let long_body = parse(&format!("{MINIMAL}\n[limits]\nbody_timeout = \"5 years\"\n")).expect("valid, but not what was meant");
+    let warnings: Vec<String> = long_body.warnings().iter().map(ToString::to_string).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("limits.body_timeout: 5years ") && warnings[0].contains("limits.request_timeout (1m)") && warnings[0].contains("never fire"),
+        "{warnings:?}"
+    );
 }
 
 #[test]
@@ -166,4 +190,16 @@ fn a_filtered_list_needs_the_policy() {
     let named: Vec<(&str, &str)> = errors.iter().map(|e| (e.field.as_str(), e.reason.as_str())).collect();
     assert!(named.iter().any(|(f, p)| *f == "tools.filter_list" && p.contains("policy.enabled")), "{named:?}");
     assert!(parse(&format!("{MINIMAL}\n[tools]\ncatalog = \"fetch\"\nfilter_list = true\n")).is_ok(), "with the policy on it is fine");
+}
+
+#[test]
+fn approvals_max_shown_defaults_to_64_kib_and_is_bounded() {
+    assert_eq!(parse(MINIMAL).expect("valid").approvals.max_shown, 64 << 10);
+    let c = parse(&format!("{MINIMAL}\n[approvals]\nmax_shown = \"16KiB\"\n")).expect("valid");
+    assert_eq!(c.approvals.max_shown, 16 << 10);
+    for bad in ["0", "\"1000B\"", "\"2MiB\""] {
+        let Err(ConfigError::Invalid { errors, .. }) = parse(&format!("{MINIMAL}\n[approvals]\nmax_shown = {bad}\n")) else { panic!("{bad} accepted") };
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["approvals.max_shown"], "{bad}");
+    }
 }

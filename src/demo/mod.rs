@@ -26,7 +26,9 @@ use services::{Issuer, KeyDirectory, ServiceError, DEMO_USER};
 
 pub use tour::{render_table, TourRow};
 
-/// The protected resource both demo gateways stand for: the audience of the demo's tokens.
+/// The audience of the demo's tokens, which every demo gateway accepts (`oauth.audience`).
+/// Each gateway's public URL is its own address on 127.0.0.1, so the links it gives (approval
+/// pages, resource metadata) open in a browser on this machine.
 pub const DEMO_RESOURCE: &str = "https://mcp.demo.example/mcp";
 
 /// How long the demo's user token is valid.
@@ -52,6 +54,14 @@ pub enum DemoError {
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
+    },
+    /// Another demo that is still running uses the folder.
+    #[error("the demo folder {path} is used by a running demo (process {pid}): pass another --dir, or leave out --dir for a new folder (if no demo runs, remove {path}/demo.pid)")]
+    InUse {
+        /// The folder.
+        path: PathBuf,
+        /// The process named in its `demo.pid`.
+        pid: u32,
     },
     /// The agent key could not be made or read.
     #[error(transparent)]
@@ -157,7 +167,7 @@ fn gateway_toml(mode: &str, mode_setting: &str, addr: SocketAddr, backend: Socke
 {mode_setting}
 [listen]
 addr = "{addr}"
-public_url = "{DEMO_RESOURCE}"
+public_url = "http://{addr}/mcp"
 [upstream]
 url = "http://{backend}"
 [signatures]
@@ -169,6 +179,9 @@ directory_ca = "ca.pem"
 required = true
 issuer = "{issuer}"
 issuer_ca = "ca.pem"
+audience = "{DEMO_RESOURCE}"
+# DPoP (RFC 9449): token-dpop is bound to the agent's key (cnf.jkt); `request --dpop` proves it.
+dpop = true
 scopes_supported = ["tools:read", "tools:write", "payments:write"]
 [policy]
 paths = ["policies"]
@@ -205,6 +218,8 @@ impl Demo {
         let backend = Backend::start(SocketAddr::from(([127, 0, 0, 1], 0))).await.map_err(DemoError::Backend)?;
         let directory = KeyDirectory::try_start(&ca, &[agent_key.verifying_key()]).await?;
         let issuer = Issuer::try_start(&ca).await?;
+        // The approval link's login: a page of the demo's users, for a person in a browser.
+        issuer.offer_logins(&[DEMO_USER, tour::APPROVING_USER]);
         write_policies(&dir, directory.origin())?;
         // The approval pages' cookie and requestState key (approvals.state_key_file).
         write_secret(&dir.join("approvals-state.key"), &rand::random::<[u8; 32]>().iter().map(|b| format!("{b:02x}")).collect::<String>())?;
@@ -217,6 +232,13 @@ impl Demo {
         let stranger = KeyDirectory::try_start(&ca, &[stranger_key.verifying_key()]).await?;
         let token = services::mint(&issuer, DEMO_RESOURCE, DEMO_USER, TOKEN_LIFETIME_SECS)?;
         write_secret(&dir.join("token"), &token)?;
+        // The same user's token bound to the agent's key: usable only with a DPoP proof that key makes.
+        let jkt = portcullis_client::Agent::new(agent_key.clone(), directory.origin())
+            .map_err(|e| DemoError::Tour { step: "agent".to_owned(), detail: e.to_string() })?
+            .keyid()
+            .to_owned();
+        let bound = services::mint_bound(&issuer, DEMO_RESOURCE, DEMO_USER, TOKEN_LIFETIME_SECS, &jkt)?;
+        write_secret(&dir.join("token-dpop"), &bound)?;
         Ok(Demo { dir, agent_key, directory, issuer, backend, enforce, monitor, steps, stranger, stranger_key, ca })
     }
 
@@ -260,8 +282,15 @@ impl Demo {
              {bin} request --key {d}/agent.jwk --agent {agent} --token-file {d}/token --mcp tools/list -v {url}\n  \
              curl -si -X POST -H 'content-type: application/json' -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}}' {url}\n  \
              {bin} report {d}/decisions-enforce.jsonl\n\n\
+             A token bound to the agent's key (DPoP, cnf.jkt): refused as a plain bearer token, accepted with a proof:\n  \
+             {bin} request --key {d}/agent.jwk --agent {agent} --token-file {d}/token-dpop --dpop --mcp tools/call --tool weather.get --args '{{\"city\":\"Oslo\"}}' {url}\n\n\
+             A payment over 100 USD waits for {user}'s approval (docs/approvals.md): the answer holds a link.\n  \
+             {bin} request --key {d}/agent.jwk --agent {agent} --token-file {d}/token --mcp tools/call --tool payments.send --args '{{\"to\":\"carol\",\"amount\":150}}' -H 'Idempotency-Key: \"big-1\"' {url}\n\
+             Open the link in a browser on this machine, accept the warning about the demo's own CA (or import {d}/ca.pem),\n\
+             log in as {user}, approve, then run the same command again: the payment is forwarded, once.\n\n\
              Monitor mode (decides and logs, blocks nothing): {}\n",
-            self.monitor.url
+            self.monitor.url,
+            user = DEMO_USER,
         )
     }
 

@@ -252,15 +252,14 @@ async fn run_on(demo: &Demo, gw: &DemoGateway) -> Result<Vec<TourRow>, DemoError
             step: HELD_ROW.to_owned(),
             detail: format!("no approval link in the answer (error code {})", answer["error"]["code"]),
         })?;
-        demo.issuer.log_in_as(APPROVING_USER, portcullis_test_support::issuer::unix_now());
-        approve_on_page(demo, gw, link).await?;
+        approve_on_page(demo, link, APPROVING_USER).await?;
         step.send(APPROVED_ROW, 200, &big(41, APPROVED_ROW)?).await?;
     }
     Ok(step.rows)
 }
 
 /// The user whose payment waits for approval.
-const APPROVING_USER: &str = "tour-approver";
+pub const APPROVING_USER: &str = "tour-approver";
 /// The row of the held payment.
 pub const HELD_ROW: &str = "payments.send 150 USD (over 100) → waits for approval, a link";
 /// The row of the retry after the approval.
@@ -272,21 +271,24 @@ fn agent_for(demo: &Demo, sub: &str) -> Result<Agent, DemoError> {
     Ok(Agent::new(demo.agent_key.clone(), demo.agent_url()).map_err(tour_err("agent"))?.with_token(token))
 }
 
-/// Opens `link` as a browser would (redirects followed, cookies kept; the gateway's public
-/// origin is the demo gateway's address), logs in at the issuer, and presses Approve.
-async fn approve_on_page(demo: &Demo, gw: &DemoGateway, link: &str) -> Result<(), DemoError> {
+/// Opens `link` as a person's browser would (redirects followed, cookies kept), logs in at the
+/// demo issuer as `user` by its login page's link, and presses Approve.
+pub async fn approve_on_page(demo: &Demo, link: &str, user: &str) -> Result<(), DemoError> {
     let fail = |detail: String| DemoError::Tour { step: "approval page".to_owned(), detail };
-    let root = reqwest::Certificate::from_pem(demo.ca.ca_pem.as_bytes()).map_err(|e| fail(e.to_string()))?;
-    let http = reqwest::Client::builder()
-        .add_root_certificate(root)
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .timeout(std::time::Duration::from_secs(10))
-        .build()
-        .map_err(|e| fail(e.to_string()))?;
-    let public = url::Url::parse(super::DEMO_RESOURCE).map_err(|e| fail(e.to_string()))?.origin().ascii_serialization();
-    let mut browser = portcullis_test_support::browser::Browser::new(http, &public, gw.url.trim_end_matches("/mcp"));
-    let page = browser.get(link).await.map_err(&fail)?;
+    // The gateway's public origin is where it listens: nothing to map.
+    let origin = url::Url::parse(link).map_err(|e| fail(e.to_string()))?.origin().ascii_serialization();
+    let mut browser = portcullis_test_support::browser::Browser::trusting(demo.ca.ca_pem.as_bytes(), &origin, &origin).map_err(&fail)?;
+    let login = browser.get(link).await.map_err(&fail)?;
+    let marker = format!("{}={user}\"", portcullis_test_support::issuer::LOGIN_AS);
+    let href = login
+        .body
+        .split("href=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('"').map(|(href, _)| format!("{href}\"")))
+        .find(|href| href.ends_with(&marker))
+        .ok_or_else(|| fail(format!("the issuer's login page (status {}) offers no link for {user}", login.status)))?;
+    let href = html_escape::decode_html_entities(href.trim_end_matches('"')).into_owned();
+    let page = browser.get(&format!("{}{href}", demo.issuer.url())).await.map_err(&fail)?;
     if page.status != 200 {
         return Err(fail(format!("the page answered {}", page.status)));
     }

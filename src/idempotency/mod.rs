@@ -12,6 +12,7 @@
 //! | same key, same call, answer recorded | [`Claim::Replay`]: the recorded answer, own JSON-RPC id |
 //! | same key while the first call is in flight | 409 `idempotency_in_flight` |
 //! | same key, another call | 422 `idempotency_key_reused` |
+//! | a new key while the caller holds `max_entries_per_caller` live entries | 429 `caller_limit_exceeded` |
 //!
 //! Only 2xx answers that carry the final JSON-RPC response are recorded; anything else
 //! (backend unreachable, a 5xx, a stream cut before the answer, an interim `input_required`
@@ -39,6 +40,7 @@ use crate::call_digest::{CallDigest, CallDigestError};
 use crate::config::RawIdempotency;
 use crate::inbound::Inbound;
 use crate::policy::verdict::KeyUse;
+use crate::state::caller::{CallerBound, CallerKey};
 use crate::state::journal::{Entry, JournalStore, MemoryJournalStore, RecordedAnswer, Reserve, Ticket};
 use crate::state::{StoreError, Stores};
 pub use key::KeyForm;
@@ -47,13 +49,16 @@ pub use key::KeyForm;
 /// sits below the decision and evidence modules that carry it).
 pub type ResponseBody = http_body_util::combinators::BoxBody<bytes::Bytes, hyper::Error>;
 
-/// Who is calling, for scoping keys: the verified token's `sub` and the verified agent id.
-#[derive(Debug, Clone, Copy, Default)]
+/// Who is calling, for scoping keys: the verified token's `sub` and the verified agent id;
+/// and whom its entries count against (`idempotency.max_entries_per_caller`).
+#[derive(Debug, Clone, Copy)]
 pub struct Caller<'a> {
     /// The verified token's subject.
     pub sub: Option<&'a str>,
     /// The verified agent id.
     pub agent: Option<&'a str>,
+    /// The caller's per-caller bucket (decision 13).
+    pub key: CallerKey,
 }
 
 /// Why the idempotency stage refused a call.
@@ -89,6 +94,12 @@ pub enum IdempotencyError {
     /// The decision requires a key but `idempotency.enabled = false`.
     #[error("the policy requires an idempotency key but the journal is off (idempotency.enabled = false)")]
     Disabled,
+    /// The caller holds `idempotency.max_entries_per_caller` live entries (decision 13).
+    #[error("this caller holds as many idempotency entries as it may (idempotency.max_entries_per_caller)")]
+    CallerLimit {
+        /// When the caller's first entry expires.
+        retry_after: Duration,
+    },
     /// The journal store could not answer.
     #[error("idempotency journal: {0}")]
     Store(#[from] StoreError),
@@ -105,6 +116,7 @@ impl IdempotencyError {
             IdempotencyError::InFlight => "idempotency_in_flight",
             IdempotencyError::Reused => "idempotency_key_reused",
             IdempotencyError::Disabled => "agent_access_denied",
+            IdempotencyError::CallerLimit { .. } => "caller_limit_exceeded",
             IdempotencyError::Store(_) => "state_unavailable",
         }
     }
@@ -121,6 +133,7 @@ impl IdempotencyError {
             IdempotencyError::InFlight => StatusCode::CONFLICT,
             IdempotencyError::Reused => StatusCode::UNPROCESSABLE_ENTITY,
             IdempotencyError::Disabled => StatusCode::FORBIDDEN,
+            IdempotencyError::CallerLimit { .. } => StatusCode::TOO_MANY_REQUESTS,
             IdempotencyError::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -226,7 +239,7 @@ fn spawn(f: impl std::future::Future<Output = ()> + Send + 'static) {
 /// Metric labels of `portcullis_idempotency_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
-    /// `first`, `replayed`, `in_flight`, `reused`, `key_required`, `legacy_key`, `recorded`,
+    /// `first`, `replayed`, `in_flight`, `reused`, `key_required`, `caller_limit`, `legacy_key`, `recorded`,
     /// `released`, `too_large`, `not_recorded`.
     pub result: &'static str,
 }
@@ -250,6 +263,8 @@ struct Journal {
     ttl: Duration,
     in_flight_ttl: Duration,
     max_response: usize,
+    /// `idempotency.max_entries_per_caller`.
+    max_per_caller: usize,
     metrics: IdempotencyMetrics,
 }
 
@@ -280,6 +295,7 @@ impl Idempotency {
                 ttl: cfg.ttl.0,
                 in_flight_ttl: cfg.in_flight_ttl.0,
                 max_response: usize::try_from(cfg.max_response.0).unwrap_or(usize::MAX),
+                max_per_caller: cfg.entries_per_caller(),
                 metrics: metrics.clone(),
             })
         });
@@ -305,6 +321,7 @@ impl Idempotency {
                 IdempotencyError::InFlight => "in_flight",
                 IdempotencyError::Reused => "reused",
                 IdempotencyError::Store(_) => "store_error",
+                IdempotencyError::CallerLimit { .. } => "caller_limit",
                 _ => "key_required",
             }),
         }
@@ -337,7 +354,12 @@ impl Idempotency {
             CallDigestError::NotACall => IdempotencyError::Batch,
             error => IdempotencyError::InvalidCall { id: mcp.and_then(|m| m.messages.first()).and_then(|m| m.id.clone()), error },
         })?;
-        let ticket = Ticket { key: journal_key(&scope, &key), fingerprint: *call.digest.as_bytes(), token: uuid::Uuid::new_v4().simple().to_string() };
+        let ticket = Ticket {
+            key: journal_key(&scope, &key),
+            fingerprint: *call.digest.as_bytes(),
+            token: uuid::Uuid::new_v4().simple().to_string(),
+            bound: CallerBound::new(caller.key, journal.max_per_caller),
+        };
         match journal.store.reserve(&ticket, journal.in_flight_ttl).await? {
             Reserve::Reserved => Ok(Some(Claim::First(Reservation {
                 ticket: Some(ticket),
@@ -348,6 +370,7 @@ impl Idempotency {
             Reserve::Taken(entry) if entry.fingerprint() != &ticket.fingerprint => Err(IdempotencyError::Reused),
             Reserve::Taken(Entry::InFlight { .. }) => Err(IdempotencyError::InFlight),
             Reserve::Taken(Entry::Recorded { answer, .. }) => Ok(Some(Claim::Replay(Replay { answer, id: call.id, progress_token: call.progress_token }))),
+            Reserve::CallerFull(full) => Err(IdempotencyError::CallerLimit { retry_after: full.retry_after }),
         }
     }
 }

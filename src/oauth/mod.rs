@@ -48,6 +48,16 @@ use portcullis_wire::UnixTime;
 /// the issuer takes effect within this time.
 const INTROSPECTION_MAX_TTL: Duration = Duration::from_secs(60);
 
+/// How long a token the introspection endpoint called inactive is refused without asking it
+/// again: a client (or attacker) repeating a revoked or made-up opaque token causes one
+/// introspection call per this time, not one per request. Short, so a token the issuer has
+/// just minted (and a client sent a moment too early) is not refused for long.
+const INACTIVE_TTL: Duration = Duration::from_secs(10);
+
+/// Most inactive tokens remembered (each entry is the token's SHA-256, never the token); past
+/// it the least used are forgotten.
+const INACTIVE_MAX_ENTRIES: u64 = 10_000;
+
 /// Why the token stage refused a request. Messages name what failed, never the token: nothing
 /// the token carries is quoted except a registered `typ`/`alg` and the issuer's own `kid`
 /// (a key it publishes); the configured issuer and audience are the operator's words.
@@ -312,6 +322,8 @@ pub struct TokenVerifier {
     jwks: jwks::Jwks,
     introspection: Option<introspection::Introspector>,
     cache: Option<moka::sync::Cache<[u8; 32], Cached>>,
+    /// SHA-256 of opaque tokens introspection called inactive, for [`INACTIVE_TTL`].
+    inactive: moka::sync::Cache<[u8; 32], ()>,
     metrics: TokenMetrics,
     /// `oauth.dpop`: the DPoP scheme is accepted and its proofs checked.
     dpop: Option<dpop::DpopCheck>,
@@ -355,6 +367,7 @@ impl TokenVerifier {
             jwks: jwks::Jwks::new(issuer_client, cfg.jwks_url.clone(), jwks::Refetch::new(cfg.jwks_refetch_interval, cfg.jwks_refetch_budget), metrics.clone()),
             introspection,
             cache,
+            inactive: moka::sync::Cache::builder().max_capacity(INACTIVE_MAX_ENTRIES).time_to_live(INACTIVE_TTL).build(),
             metrics,
             dpop,
             require_sender_constrained: cfg.require_sender_constrained,
@@ -433,7 +446,7 @@ impl TokenVerifier {
         let (verified, max_ttl) = if jose::looks_like_jwt(token) || self.introspection.is_none() {
             (self.verify_jwt(token, now).await?, None)
         } else if let Some(i) = &self.introspection {
-            (i.introspect(token, &self.rules, now).await?, Some(INTROSPECTION_MAX_TTL))
+            (self.introspect(i, key, token, now).await?, Some(INTROSPECTION_MAX_TTL))
         } else {
             return Err(TokenError::Malformed("not a JWT".into()));
         };
@@ -445,6 +458,20 @@ impl TokenVerifier {
             }
         }
         Ok(verified)
+    }
+
+    /// Introspects `token` (whose SHA-256 is `key`), unless it was called inactive within
+    /// [`INACTIVE_TTL`]: then it is refused as inactive again without asking.
+    async fn introspect(&self, i: &introspection::Introspector, key: [u8; 32], token: &str, now: UnixTime) -> Result<VerifiedToken, TokenError> {
+        if self.inactive.contains_key(&key) {
+            self.metrics.token_cache_inactive_hit();
+            return Err(TokenError::Inactive);
+        }
+        let verified = i.introspect(token, &self.rules, now).await;
+        if matches!(verified, Err(TokenError::Inactive)) {
+            self.inactive.insert(key, ());
+        }
+        verified
     }
 
     async fn verify_jwt(&self, token: &str, now: UnixTime) -> Result<VerifiedToken, TokenError> {

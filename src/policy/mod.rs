@@ -7,6 +7,11 @@
 //! keeps the old set and is reported in the log, `/metrics` and `/readyz`. Each evaluation
 //! clones the prepared engine (evaluation needs `&mut`; the clone shares the compiled modules).
 //!
+//! Tool arguments are attacker-controlled input to the policy, so its time is bounded: each
+//! evaluation by 250 ms, and all of one request's evaluations (one per message of a batch)
+//! together by `limits.policy_budget`; past either the request is refused (`policy_error`, the
+//! budget named in the reason) and the gateway serves on.
+//!
 //! It trusts its input: the agent and token views come from stages that verified them, the
 //! MCP view from the parser. It trusts nothing in the policy's answer: the decision is parsed
 //! strictly, and an evaluation error or malformed decision is a refusal (`policy_error`).
@@ -21,6 +26,7 @@ pub mod verdict;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
@@ -50,8 +56,9 @@ pub enum PolicyError {
         /// regorus's message.
         reason: String,
     },
-    /// The input could not be converted (e.g. tool arguments nested too deep): refused, since
-    /// an input the policy cannot see must not be decided on.
+    /// The input could not be converted (token claims nested too deep; arguments too deep are
+    /// the client's error, refused at the MCP parse): refused, since an input the policy
+    /// cannot see must not be decided on.
     #[error("policy {version}: input not convertible: {reason}")]
     Input {
         /// The policy set's version.
@@ -67,13 +74,29 @@ pub enum PolicyError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The request's evaluations took `limits.policy_budget` and were stopped: an input (a
+    /// batch, large arguments) that costs the policy that much is refused, not decided.
+    #[error("policy {version}: stopped after {budget:?} (limits.policy_budget) with {decided} of {messages} messages decided")]
+    OverBudget {
+        /// The policy set's version.
+        version: String,
+        /// `limits.policy_budget`.
+        budget: Duration,
+        /// Messages decided (allowed) before the budget was spent.
+        decided: usize,
+        /// Messages in the request.
+        messages: usize,
+    },
 }
 
 impl PolicyError {
     /// The policy set that failed.
     pub fn version(&self) -> &str {
         match self {
-            PolicyError::Evaluation { version, .. } | PolicyError::Input { version, .. } | PolicyError::MalformedDecision { version, .. } => version,
+            PolicyError::Evaluation { version, .. }
+            | PolicyError::Input { version, .. }
+            | PolicyError::MalformedDecision { version, .. }
+            | PolicyError::OverBudget { version, .. } => version,
         }
     }
 }
@@ -168,6 +191,9 @@ pub(crate) fn compile(source: &Source, query: &str, evaluator: PolicyEvaluator) 
     Ok(Loaded { engine, rvm, version: set.version() })
 }
 
+/// `limits.policy_budget` when the policy is built without one ([`Policy::with_budget`]).
+const DEFAULT_BUDGET: Duration = Duration::from_secs(1);
+
 /// Wall-clock bound on one evaluation, checked by regorus every 64 work units.
 pub(crate) const EVALUATION_TIME_LIMIT: regorus::utils::limits::ExecutionTimerConfig = regorus::utils::limits::ExecutionTimerConfig {
     limit: std::time::Duration::from_millis(250),
@@ -184,6 +210,8 @@ pub struct Policy {
     watch: bool,
     /// Where large evaluations run (see `schedule`).
     lane: schedule::Lane,
+    /// `limits.policy_budget`: time for all of one request's evaluations.
+    budget: Duration,
 }
 
 impl Policy {
@@ -194,7 +222,14 @@ impl Policy {
         let health = PolicyHealth::default();
         health.last_reload_ok.set(1);
         let slot = Slot { current: Arc::new(ArcSwap::from_pointee(loaded)), source, query: cfg.query.clone(), evaluator: cfg.evaluator, health };
-        Ok(Policy { slot, watch: cfg.watch, lane: schedule::Lane::new() })
+        Ok(Policy { slot, watch: cfg.watch, lane: schedule::Lane::new(), budget: DEFAULT_BUDGET })
+    }
+
+    /// Bounds the time all of one request's evaluations may take together (`limits.policy_budget`;
+    /// each evaluation is also bounded by 250 ms on its own).
+    pub fn with_budget(mut self, budget: Duration) -> Policy {
+        self.budget = budget;
+        self
     }
 
     /// Reload health, for metrics and readiness.
@@ -225,22 +260,54 @@ impl Policy {
         self.lane.turn(mcp.is_some_and(|m| schedule::is_heavy(m.messages.len(), m.body_len)))
     }
 
+    /// Runs `work` (`what`: `digest`, `mcp`) on a body of `body_len` bytes: in place for a
+    /// small body; for one of 16KiB or more, with a turn of the same lane as heavy policy
+    /// evaluations and off the async workers, so hashing or parsing a few large bodies does
+    /// not stall the other requests on their workers.
+    pub(crate) async fn off_workers<T>(&self, what: &'static str, body_len: usize, work: impl FnOnce() -> T) -> T {
+        let heavy = body_len >= schedule::INLINE_MAX_BODY;
+        // Awaited only when heavy: a small body pays no turn at all.
+        let _turn = if heavy { self.lane.turn(true).await } else { None };
+        self.lane.run_counted(what, heavy, work)
+    }
+
+    /// Registers `portcullis_offloaded_total{work}` (work done off the async workers: `digest`,
+    /// `mcp`, `policy`).
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register(
+            "offloaded",
+            "Work run off the async workers because its body was large or it was a batch (digest, mcp parse, policy)",
+            self.lane.offloaded().clone(),
+        );
+    }
+
     /// Evaluates the policy for `input`: one evaluation per JSON-RPC message; the request is
     /// refused if any message is, else required scopes and quotas are the union of all. A
     /// heavy request (see [`Policy::turn`]) is evaluated off the async workers; the call
     /// returns when the decision is made either way.
     pub fn decide(&self, input: &PolicyInput<'_>) -> Result<Decided, PolicyError> {
         let heavy = schedule::is_heavy(input.mcp.messages.len(), input.mcp.body_len);
-        schedule::Lane::run(heavy, || self.decide_here(input))
+        self.lane.run_counted("policy", heavy, || self.decide_here(input))
     }
 
     fn decide_here(&self, input: &PolicyInput<'_>) -> Result<Decided, PolicyError> {
+        let deadline = Instant::now() + self.budget;
         let loaded = self.slot.current.load();
         let version = &loaded.version;
         let mut merged: Option<PolicyVerdict> = None;
         let documents = input.documents().map_err(|e| PolicyError::Input { version: version.clone(), reason: e.to_string() })?;
-        for doc in documents {
-            let v = self.evaluate(&loaded, doc)?;
+        let messages = documents.len();
+        let over_budget = |decided| PolicyError::OverBudget { version: version.clone(), budget: self.budget, decided, messages };
+        for (decided, doc) in documents.into_iter().enumerate() {
+            // Each evaluation gets what is left of the request's budget (at most its own bound).
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(over_budget(decided));
+            }
+            let v = match self.evaluate(&loaded, doc, left) {
+                Err(PolicyError::Evaluation { .. }) if Instant::now() >= deadline => return Err(over_budget(decided)),
+                other => other?,
+            };
             if !v.allow {
                 return Ok(Decided { verdict: v, version: version.clone() });
             }
@@ -264,13 +331,16 @@ impl Policy {
         Ok(Decided { verdict, version: version.clone() })
     }
 
-    fn evaluate(&self, loaded: &Loaded, doc: Value) -> Result<PolicyVerdict, PolicyError> {
+    /// Evaluates one message's input, within `left` (and [`EVALUATION_TIME_LIMIT`]).
+    fn evaluate(&self, loaded: &Loaded, doc: Value, left: Duration) -> Result<PolicyVerdict, PolicyError> {
         let version = &loaded.version;
+        let limit = regorus::utils::limits::ExecutionTimerConfig { limit: left.min(EVALUATION_TIME_LIMIT.limit), ..EVALUATION_TIME_LIMIT };
         let value = match &loaded.rvm {
-            Some(program) => program.eval(doc),
+            Some(program) => program.eval(doc, limit),
             None => {
                 // Evaluation needs `&mut`; the clone shares the compiled modules.
                 let mut engine = loaded.engine.clone();
+                engine.set_execution_timer_config(limit);
                 engine.set_input(doc);
                 engine.eval_rule(self.slot.query.clone()).map_err(|e| e.to_string())
             }

@@ -80,9 +80,10 @@ impl RvmProgram {
         }
     }
 
-    /// Evaluates the query for `input`.
-    pub(crate) fn eval(&self, input: Value) -> Result<Value, String> {
+    /// Evaluates the query for `input`, within `limit`.
+    pub(crate) fn eval(&self, input: Value, limit: regorus::utils::limits::ExecutionTimerConfig) -> Result<Value, String> {
         let mut vm = self.take()?;
+        vm.set_execution_timer_config(Some(limit));
         vm.set_input(input);
         let result = vm.execute().map_err(|e| e.to_string());
         if result.is_ok() {

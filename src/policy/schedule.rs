@@ -9,10 +9,17 @@
 //! thread. With its turn, it is evaluated with `tokio::task::block_in_place`, which hands the
 //! worker's other tasks to another thread first. A heavy evaluation without a turn (a caller
 //! that skipped [`Lane::turn`]) still leaves the workers, just without the bound.
+//!
+//! The same lane serves the other work whose cost grows with the body: the Content-Digest hash
+//! (stage 2) and the JSON-RPC parse (stage 8) of a body of [`INLINE_MAX_BODY`] or more. Each
+//! piece of work done off the workers is counted (`portcullis_offloaded_total{work}`).
 
 use std::future::Future;
 use std::sync::Arc;
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -31,6 +38,14 @@ pub(crate) fn is_heavy(messages: usize, body_len: usize) -> bool {
 #[derive(Debug)]
 pub(crate) struct Lane {
     slots: Arc<Semaphore>,
+    offloaded: Family<WorkLabels, Counter>,
+}
+
+/// Label of `portcullis_offloaded_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct WorkLabels {
+    /// `digest`, `mcp` or `policy`.
+    work: &'static str,
 }
 
 /// A heavy request's turn to be evaluated; the next one queued goes when it is dropped.
@@ -46,7 +61,20 @@ impl Lane {
     }
 
     fn with_slots(slots: usize) -> Lane {
-        Lane { slots: Arc::new(Semaphore::new(slots.max(1))) }
+        Lane { slots: Arc::new(Semaphore::new(slots.max(1))), offloaded: Family::default() }
+    }
+
+    /// `portcullis_offloaded_total{work}`: pieces of work run off the async workers.
+    pub(crate) fn offloaded(&self) -> &Family<WorkLabels, Counter> {
+        &self.offloaded
+    }
+
+    /// [`Lane::run`], counting `work` when it runs off the workers.
+    pub(crate) fn run_counted<T>(&self, work: &'static str, heavy: bool, evaluate: impl FnOnce() -> T) -> T {
+        if heavy && on_multi_thread_runtime() {
+            self.offloaded.get_or_create(&WorkLabels { work }).inc();
+        }
+        Lane::run(heavy, evaluate)
     }
 
     /// Waits for a turn if `heavy`; `None` at once otherwise.

@@ -120,6 +120,28 @@ fn evaluation_error_is_a_policy_error() {
 }
 
 #[test]
+fn a_request_whose_evaluations_outlast_the_budget_is_stopped_by_either_evaluator() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rego = "package portcullis\nimport rego.v1\nn := count([1 | some a in input.mcp.arguments.items; some b in input.mcp.arguments.items; a == b])\ndecision := {\"allow\": n >= 0}\n";
+    std::fs::write(dir.path().join("p.rego"), rego).expect("write");
+    let items: Vec<String> = (0..200).map(|i| format!("item-{i}")).collect();
+    let batch = McpRequest { messages: (0..100).map(|_| call("t", json!({"items": items}))).collect(), ..McpRequest::default() };
+    for evaluator in [crate::config::PolicyEvaluator::Interpreter, crate::config::PolicyEvaluator::Rvm] {
+        let p = Policy::new(&PolicySettings { paths: vec![dir.path().to_owned()], evaluator, ..PolicySettings::default() })
+            .expect("compiles")
+            .with_budget(Duration::from_millis(20));
+        let started = std::time::Instant::now();
+        let err = decide_with(&p, &batch, None, None).expect_err("over budget");
+        assert!(matches!(err, PolicyError::OverBudget { messages: 100, decided, .. } if decided < 100), "{evaluator:?}: {err:?}");
+        assert!(err.to_string().contains("limits.policy_budget"), "{err}");
+        // Stopped near the budget, not after 100 evaluations (a hang detector, not a timing).
+        assert!(started.elapsed() < Duration::from_secs(5), "{evaluator:?}: {:?}", started.elapsed());
+        // A light request still fits.
+        assert!(decide_with(&p, &one(call("t", json!({"items": ["a"]}))), None, None).expect("decides").verdict.allow);
+    }
+}
+
+#[test]
 fn malformed_decisions_are_policy_errors_never_allows() {
     for (body, what) in [
         ("decision := {\"allow\": \"yes\"}", "invalid type"),

@@ -126,6 +126,19 @@ impl Pool {
         }
     }
 
+    /// Opens one connection and keeps it idle for the first request; says why when the backend
+    /// cannot be reached.
+    pub(super) async fn warm(&self) -> Result<(), String> {
+        match self.connect().await {
+            Ok(sender) => {
+                self.put(sender);
+                Ok(())
+            }
+            Err(SendError::Connect(reason)) => Err(reason),
+            Err(SendError::Exchange(e)) => Err(e.to_string()),
+        }
+    }
+
     /// Closes the connections idle for `idle_timeout` or longer (the oldest are first).
     fn close_stale(&self) {
         if let Ok(mut idle) = self.idle.lock() {

@@ -38,10 +38,37 @@ struct Row {
     note: String,
 }
 
+/// Most characters on one line of a label: a longer label (a refusal reason) wraps onto more
+/// lines, so no chart is wider than the page at 1280 px.
+const LABEL_LINE: usize = 40;
+
+/// A label cut into lines of at most [`LABEL_LINE`] characters, at spaces where it has them.
+fn label_lines(label: &str) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in label.split(' ') {
+        let mut word: Vec<char> = word.chars().collect();
+        let fits = line.chars().count() + usize::from(!line.is_empty()) + word.len() <= LABEL_LINE;
+        if !fits && !line.is_empty() {
+            lines.push(std::mem::take(&mut line));
+        }
+        while word.len() > LABEL_LINE {
+            lines.push(word.drain(..LABEL_LINE).collect());
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.extend(word);
+    }
+    lines.push(line);
+    lines
+}
+
 /// Width in pixels the labels of a chart need at 12px (generous for wide glyphs): labels are
-/// never clipped, the chart grows instead (the page scrolls sideways on a narrow screen).
+/// never clipped, long ones wrap ([`label_lines`]).
 fn label_width(rows: &[Row]) -> f64 {
-    text_width(rows.iter().map(|r| r.label.as_str()), 120.0)
+    let lines: Vec<String> = rows.iter().flat_map(|r| label_lines(&r.label)).collect();
+    text_width(lines.iter().map(String::as_str), 120.0)
 }
 
 /// Width the notes right of the bars need, likewise: a count of many digits is not clipped.
@@ -60,8 +87,10 @@ fn bar_chart(id: &str, title: &str, rows: &[Row]) -> String {
     let label_w = label_width(rows);
     let note_w = note_width(rows);
     let bar_w = 420.0;
-    let row_h = 22.0;
-    let height = 30.0 + row_h * rows.len().max(1) as f64;
+    let (row_h, line_h) = (22.0, 15.0);
+    let labels: Vec<Vec<String>> = rows.iter().map(|r| label_lines(&r.label)).collect();
+    let heights: Vec<f64> = labels.iter().map(|l| row_h + line_h * (l.len() - 1) as f64).collect();
+    let height = 30.0 + heights.iter().sum::<f64>().max(row_h);
     let max = rows.iter().map(|r| r.segments.iter().map(|s| s.0).sum::<u64>()).max().unwrap_or(0).max(1) as f64;
     let mut svg = String::new();
     let _ = write!(
@@ -73,10 +102,15 @@ fn bar_chart(id: &str, title: &str, rows: &[Row]) -> String {
     if rows.is_empty() {
         let _ = write!(svg, r#"<text x="0" y="44">no data</text>"#);
     }
-    for (i, row) in rows.iter().enumerate() {
-        let y = 28.0 + row_h * i as f64;
+    let mut y = 28.0;
+    for ((row, lines), row_height) in rows.iter().zip(&labels).zip(&heights) {
         let label = escape(&row.label);
-        let _ = write!(svg, r#"<text x="{x}" y="{ty}" text-anchor="end"><title>{label}</title>{label}</text>"#, x = label_w - 8.0, ty = y + 14.0);
+        let x = label_w - 8.0;
+        let _ = write!(svg, r#"<text x="{x}" y="{ty}" text-anchor="end"><title>{label}</title>"#, ty = y + 14.0);
+        for (i, line) in lines.iter().enumerate() {
+            let _ = write!(svg, r#"<tspan x="{x}" dy="{dy}">{}</tspan>"#, escape(line), dy = if i == 0 { 0.0 } else { line_h });
+        }
+        svg.push_str("</text>");
         let total: u64 = row.segments.iter().map(|s| s.0).sum();
         let mut x = label_w;
         for (v, name, color) in &row.segments {
@@ -90,6 +124,7 @@ fn bar_chart(id: &str, title: &str, rows: &[Row]) -> String {
             x += w;
         }
         let _ = write!(svg, r#"<text x="{tx:.1}" y="{ty}">{n}</text>"#, tx = x + 6.0, ty = y + 14.0, n = escape(&row.note));
+        y += row_height;
     }
     svg.push_str("</svg></div>");
     svg
@@ -110,15 +145,14 @@ pub fn render_html(r: &Report) -> String {
     let pct = |n: u64| if r.requests == 0 { 0.0 } else { 100.0 * n as f64 / r.requests as f64 };
     let _ = write!(
         body,
-        r#"<h1>Portcullis rollout report</h1><p class="meta">{} requests{}{}</p>
+        r#"<h1>Portcullis rollout report</h1><p class="meta">{}{}</p>
 <div class="cards"><div class="card"><b>{:.1}%</b>allowed</div><div class="card warn"><b>{:.1}%</b>would be denied</div><div class="card bad"><b>{:.1}%</b>denied</div><div class="card"><b>{:.1}%</b>unsigned</div><div class="card"><b>{:.1}%</b>signed, unverified</div></div>
 <p class="legend"><span style="background:{ALLOW}"></span>allow <span style="background:{WOULD_DENY}"></span>would_deny <span style="background:{DENY}"></span>deny <span style="background:{HELD}"></span>waiting for approval</p>"#,
-        r.requests,
+        escape(&r.counted()),
         match (&r.first_time, &r.last_time) {
             (Some(a), Some(b)) => format!(", {} – {}", escape(a), escape(b)),
             _ => String::new(),
         },
-        if r.skipped_lines > 0 { format!(", {} non-record lines skipped", r.skipped_lines) } else { String::new() },
         pct(o.allow),
         pct(o.would_deny),
         pct(o.deny),

@@ -256,11 +256,18 @@ impl Report {
         bump(&mut self.by_agent, &agent_label).add(outcome);
         bump(&mut self.by_tool, tool).add(outcome);
         if let Some(rule) = text(&rec, "rule") {
-            bump(&mut self.by_rule, rule).add(outcome);
+            // A rule answers for what the policy decided: a request it allowed that another
+            // stage refused (an unverified signature, a spent quota) was allowed by the rule.
+            let by_policy = findings.iter().any(|(s, _)| group_of(s) == Some(Group::Policy));
+            let ruled = if matches!(outcome, "deny" | "would_deny") && !by_policy { "allow" } else { outcome };
+            bump(&mut self.by_rule, rule).add(ruled);
         }
         if outcome != "allow" {
-            let code = text(&rec, "error").unwrap_or("unknown");
-            let reason = text(&rec, "reason").unwrap_or("");
+            // A monitored refusal's would-be reason is its first finding: `error` says what the
+            // client was answered, which is the upstream's error when the forward failed.
+            let first = rec.get("findings").and_then(|f| f.get(0)).filter(|_| outcome == "would_deny");
+            let code = first.and_then(|f| f.get("error")).and_then(|v| v.as_str()).or(text(&rec, "error")).unwrap_or("unknown");
+            let reason = first.and_then(|f| f.get("reason")).and_then(|v| v.as_str()).or(text(&rec, "reason")).unwrap_or("");
             let key = if self.reasons.len() < MAX_KEYS || self.reasons.contains_key(&(code.to_owned(), reason.to_owned())) {
                 (code.to_owned(), reason.to_owned())
             } else {
@@ -374,9 +381,21 @@ impl Report {
             None => "Every stage group is enforced.".to_owned(),
             Some(g) => {
                 let n = self.groups.get(&g).map_or(0, |i| i.would_refuse);
-                format!("Enforcing the next group ({g}) would refuse {n} of {} requests ({:.1}%).", self.requests, 100.0 * self.share(n))
+                format!("Enforcing the next group ({g}) would refuse {n} of {} ({:.1}%).", counted(self.requests, "request", "requests"), 100.0 * self.share(n))
             }
         }
+    }
+
+    /// What the report read: requests, approval-page events, and the lines it skipped.
+    pub fn counted(&self) -> String {
+        let a = &self.approvals;
+        let page_events = a.approved + a.denied + a.wrong_user;
+        let mut out = counted(self.requests, "request", "requests");
+        if page_events > 0 {
+            out.push_str(&format!(", {}", counted(page_events, "approval-page event", "approval-page events")));
+        }
+        out.push_str(&format!(" ({} skipped)", counted(self.skipped_lines, "other line", "other lines")));
+        out
     }
 
     /// The plain-text summary printed by `portcullis report`.
@@ -384,7 +403,7 @@ impl Report {
         use std::fmt::Write;
         let mut s = String::new();
         let pct = |n: u64| 100.0 * self.share(n);
-        let _ = writeln!(s, "Portcullis decision report: {} requests ({} other lines skipped)", self.requests, self.skipped_lines);
+        let _ = writeln!(s, "Portcullis decision report: {}", self.counted());
         if let (Some(a), Some(b)) = (&self.first_time, &self.last_time) {
             let _ = writeln!(s, "from {a} to {b}");
         }
@@ -407,12 +426,12 @@ impl Report {
 
         let id = &self.identity;
         let _ = writeln!(s, "\nIdentity:");
-        let _ = writeln!(s, "  Unsigned share: {:.1}% ({} requests)", pct(id.unsigned.total()), id.unsigned.total());
-        let _ = writeln!(s, "  Signed but unverified: {:.1}% ({} requests)", pct(id.unverified_total()), id.unverified_total());
+        let _ = writeln!(s, "  Unsigned share: {:.1}% ({})", pct(id.unsigned.total()), counted(id.unsigned.total(), "request", "requests"));
+        let _ = writeln!(s, "  Signed but unverified: {:.1}% ({})", pct(id.unverified_total()), counted(id.unverified_total(), "request", "requests"));
         for (error, c) in &id.unverified {
             let _ = writeln!(s, "    {:>8}  {error}", c.total());
         }
-        let _ = writeln!(s, "  Verified: {:.1}% ({} requests)", pct(id.verified.total()), id.verified.total());
+        let _ = writeln!(s, "  Verified: {:.1}% ({})", pct(id.verified.total()), counted(id.verified.total(), "request", "requests"));
 
         let _ = writeln!(s, "\nRollout, stage group by stage group (requests with a finding; would be refused when enforced):");
         let _ = writeln!(s, "  {:<10} {:>8} {:>14}  mode", "group", "found", "would refuse");
@@ -482,6 +501,11 @@ fn counts_table(title: &str, rows: &[(&str, &Counts)]) -> String {
         let _ = writeln!(s, "  {k}{:pad$}  {:>7} {:>7} {:>10} {:>7}", "", c.total(), c.allow, c.would_deny, c.deny);
     }
     s
+}
+
+/// `n` and the noun in the number it takes: "1 request", "2 requests".
+fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 fn bump<'a>(map: &'a mut BTreeMap<String, Counts>, key: &str) -> &'a mut Counts {

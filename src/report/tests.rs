@@ -217,3 +217,33 @@ fn notes_right_of_the_bars_are_never_clipped() {
         .expect("note x");
     assert!(x + note.len() as f64 * 7.2 <= width, "note at {x} of width {width} is clipped");
 }
+
+#[test]
+fn a_rule_is_blamed_only_for_what_the_policy_refused_and_the_counts_read_as_english() {
+    let with = |outcome: &str, rule: &str, findings: serde_json::Value| {
+        serde_json::json!({"time": "2026-11-30T10:00:00.000Z", "request_id": "r", "mode": "monitor", "outcome": outcome, "status": 200,
+                           "error": "invalid_agent_credentials", "rule": rule, "findings": findings, "total_us": 5})
+        .to_string()
+    };
+    let r = report(&[
+        // The policy allowed these; the signature stage refused them.
+        with("would_deny", "allow:unknown", serde_json::json!([{"stage": "signature", "error": "invalid_agent_credentials"}])),
+        with("deny", "allow:unknown", serde_json::json!([{"stage": "replay", "error": "replayed_signature"}])),
+        // The policy refused this one itself.
+        with(
+            "would_deny",
+            "no_payments",
+            serde_json::json!([{"stage": "signature", "error": "invalid_agent_credentials"}, {"stage": "policy", "error": "agent_access_denied"}]),
+        ),
+    ]);
+    assert_eq!(
+        r.by_rule["allow:unknown"],
+        Counts { allow: 2, deny: 0, would_deny: 0, held: 0 },
+        "a rule that allowed is not blamed for another stage's refusal"
+    );
+    assert_eq!(r.by_rule["no_payments"].would_deny, 1);
+    assert_eq!(r.by_agent[UNSIGNED].refused(), 3, "the requests themselves are still refused");
+    let one = report(&[with("deny", "x", serde_json::json!([])), serde_json::json!({"request_id": "p", "outcome": "approval_approved"}).to_string()]);
+    let text = one.render_text();
+    assert!(text.starts_with("Portcullis decision report: 1 request, 1 approval-page event (0 other lines skipped)"), "{text}");
+}

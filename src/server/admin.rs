@@ -14,9 +14,13 @@ use super::connection::{self, Deadlines};
 use super::Shared;
 use crate::decision::{full, json_response, ResponseBody};
 
-/// Serves admin requests until `stop` flips.
+/// Serves admin requests until `stop` flips. At most `limits.max_admin_connections` are open
+/// at once: past it a new connection is closed as soon as it is accepted (a probe fails at once
+/// rather than waiting), counted and logged.
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let builder = Arc::new(connection::builder(&shared.config.limits));
+    let permits = Arc::new(tokio::sync::Semaphore::new(shared.config.limits.max_admin_connections));
+    let write_timeouts = shared.metrics.bound_counter("write_timeout");
     loop {
         let (stream, peer) = tokio::select! {
             res = listener.accept() => match res {
@@ -29,16 +33,31 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: 
             },
             _ = stop.changed() => return,
         };
-        let (shared, builder, stop) = (shared.clone(), builder.clone(), stop.clone());
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            drop(stream);
+            shared.metrics.bound_reached("max_admin_connections");
+            static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
+            if let Some(held) = THROTTLE.admit() {
+                tracing::warn!(
+                    peer = %peer,
+                    limit = shared.config.limits.max_admin_connections,
+                    similar_held_back = held,
+                    "Admin connection closed: limits.max_admin_connections are open (each one is counted in portcullis_bounds_reached_total)"
+                );
+            }
+            continue;
+        };
+        let (shared, builder, stop, write_timeouts) = (shared.clone(), builder.clone(), stop.clone(), write_timeouts.clone());
         // The same deadlines as client connections: a silent or idle probe connection is
         // closed, never kept.
         let deadlines = Deadlines::new(&shared.config.limits, tokio::time::Instant::now());
         tokio::spawn(async move {
+            let _permit = permit;
             let respond = move |req: Request<Incoming>| {
                 let shared = shared.clone();
                 async move { route(&shared, &req).await }
             };
-            connection::serve(&builder, stream, peer, deadlines, stop, respond).await;
+            connection::serve(&builder, stream, peer, deadlines, stop, respond, write_timeouts).await;
         });
     }
 }

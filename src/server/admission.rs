@@ -21,6 +21,14 @@
 //! - **Timeout**: a handler that has not produced a response head within
 //!   `limits.request_timeout` of admission is dropped wherever it is (the backend request
 //!   included) and the client gets 504 `request_timeout` ([`Denial::RequestTimeout`]).
+//! - **Heads** (`limits.max_header_bytes_in_flight`): a request's head (its target, and each
+//!   field's name and value plus 32 bytes, as HTTP/2 counts a header list) is reserved on
+//!   arrival and held until its response head is sent, over all connections. hyper bounds one
+//!   head (`limits.max_header_bytes`) and the streams of one connection; this bounds their sum
+//!   over every connection, which streams waiting on stalled bodies or a slow backend would
+//!   otherwise hold up to `max_connections` × `max_streams_per_connection` × `max_header_bytes`.
+//!   A head that does not fit is refused at once, unread: 503 `overloaded`, `Retry-After: 1`
+//!   ([`Denial::HeadsOverloaded`]), counted in `portcullis_bounds_reached_total`.
 //!
 //! Not behind the stack: the RFC 9728 document (a static answer from memory, cheaper than the
 //! refusal that would replace it, and what a client that was just refused with 401 needs next)
@@ -129,6 +137,20 @@ impl Admission {
             return self.stack.into_inner().oneshot(req).await.unwrap_or_else(|never| match never {});
         }
         let arrival = Arrival { arrived: Arrived::now(), method: req.method().clone(), uri: req.uri().clone() };
+        // Held until the response head is returned: the request's head is in memory until then.
+        let mut head = shared.head_budget.reservation();
+        if !head.grow_to(head_bytes(&req)) {
+            shared.metrics.bound_reached("max_header_bytes_in_flight");
+            static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
+            if let Some(held) = THROTTLE.admit() {
+                warn!(
+                    limit = shared.config.limits.max_header_bytes_in_flight,
+                    similar_held_back = held,
+                    "Request refused: the heads of the requests in flight fill limits.max_header_bytes_in_flight (each one is counted in portcullis_bounds_reached_total)"
+                );
+            }
+            return refuse(&shared, &arrival, Ok(Denial::HeadsOverloaded));
+        }
         let mut stack = self.stack;
         stack.get_mut().arrived = Some(arrival.arrived.clone());
         match stack.oneshot(req).await {
@@ -136,6 +158,14 @@ impl Admission {
             Err(e) => refuse(&shared, &arrival, unadmitted(e, shared.config.limits.request_timeout)),
         }
     }
+}
+
+/// The bytes `req`'s head holds, as HTTP/2 counts a header list (RFC 9113 §6.5.2: each field's
+/// name and value plus 32), and its target.
+fn head_bytes(req: &Request<Incoming>) -> u64 {
+    let target = req.uri().path_and_query().map_or(0, |p| p.as_str().len()) + req.uri().authority().map_or(0, |a| a.as_str().len());
+    let fields: usize = req.headers().iter().map(|(name, value)| name.as_str().len() + value.len() + 32).sum();
+    (target + fields) as u64
 }
 
 /// What is known of a request that the stack refused: it was never read further.

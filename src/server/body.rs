@@ -21,7 +21,8 @@ use hyper::body::Incoming;
 
 use crate::decision::Denial;
 
-/// Request body bytes the gateway may hold at once, over all requests.
+/// Bytes the gateway may hold at once, over all requests: request bodies
+/// (`limits.max_body_in_flight`), request heads (`limits.max_header_bytes_in_flight`).
 #[derive(Debug)]
 pub(crate) struct BodyBudget {
     capacity: u64,
@@ -55,7 +56,7 @@ pub(crate) struct Reservation {
 
 impl Reservation {
     /// Grows the reservation to `total` bytes; `false` (and unchanged) if that does not fit.
-    fn grow_to(&mut self, total: u64) -> bool {
+    pub(crate) fn grow_to(&mut self, total: u64) -> bool {
         let Some(more) = total.checked_sub(self.bytes).filter(|m| *m > 0) else { return true };
         let capacity = self.budget.capacity;
         let grown = self.budget.held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| held.checked_add(more).filter(|h| *h <= capacity));

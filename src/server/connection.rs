@@ -17,12 +17,20 @@
 //! its response body has been sent or dropped, so a long SSE stream keeps its connection.
 //! Closing is graceful (HTTP/2 GOAWAY, HTTP/1.1 close); a peer that does not let it finish
 //! within [`CLOSE_GRACE`] is dropped, unless a request is in flight by then.
+//!
+//! A client that stops reading an answer: hyper stops asking the response body for more once
+//! the socket (HTTP/1.1) or the stream's flow-control window (HTTP/2) is full, so the body, and
+//! the backend connection it streams from, would be held for as long as the client lets the
+//! connection live. So a response body that handed a frame out and has not been asked for the
+//! next one for `limits.write_timeout`, while nothing else on the connection progressed
+//! either, has its connection dropped (no graceful close: the client is not reading it).
+//! An answer that ended but is still being flushed holds no body; the idle timer closes it.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -35,6 +43,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -70,12 +79,14 @@ pub(crate) struct Deadlines {
     pub(crate) first_request: Instant,
     /// `limits.idle_timeout`.
     pub(crate) idle: Duration,
+    /// `limits.write_timeout`.
+    pub(crate) write: Duration,
 }
 
 impl Deadlines {
     /// The deadlines for a connection accepted at `accepted`.
     pub(crate) fn new(limits: &Limits, accepted: Instant) -> Deadlines {
-        Deadlines { first_request: accepted + limits.header_timeout, idle: limits.idle_timeout }
+        Deadlines { first_request: accepted + limits.header_timeout, idle: limits.idle_timeout, write: limits.write_timeout }
     }
 }
 
@@ -83,11 +94,13 @@ impl Deadlines {
 enum Close {
     Idle,
     Shutdown,
+    WriteStalled,
 }
 
 /// Serves HTTP on `io` until the peer closes, a deadline in `deadlines` passes (the
 /// connection is closed) or `stop` turns true (graceful close; the caller bounds how long that
-/// may take). `respond` answers each request.
+/// may take). `respond` answers each request. A close for `limits.write_timeout` is counted in
+/// `write_timeouts`.
 pub(crate) async fn serve<I, F, Fut>(
     builder: &auto::Builder<TokioExecutor>,
     io: I,
@@ -95,6 +108,7 @@ pub(crate) async fn serve<I, F, Fut>(
     deadlines: Deadlines,
     mut stop: watch::Receiver<bool>,
     respond: F,
+    write_timeouts: Counter,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
@@ -113,6 +127,7 @@ pub(crate) async fn serve<I, F, Fut>(
     let closers = async {
         tokio::select! {
             () = activity.idle(deadlines.first_request) => Close::Idle,
+            () = activity.write_stalled(deadlines.write) => Close::WriteStalled,
             _ = stop.wait_for(|stopping| *stopping) => Close::Shutdown,
         }
     };
@@ -121,10 +136,24 @@ pub(crate) async fn serve<I, F, Fut>(
         res = conn.as_mut() => return finished(res, peer),
         why = OnWake::new(closers) => why,
     };
+    if let Close::WriteStalled = why {
+        // Dropping the connection drops the response bodies and the backend answers they read.
+        write_timeouts.inc();
+        static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
+        if let Some(held) = THROTTLE.admit() {
+            tracing::warn!(
+                peer = %peer,
+                after = ?deadlines.write,
+                similar_held_back = held,
+                "Closed a connection whose client stopped reading its answer (limits.write_timeout; each one is counted in portcullis_bounds_reached_total)"
+            );
+        }
+        return;
+    }
     conn.as_mut().graceful_shutdown();
     match why {
         // The accept loop aborts what outlives `limits.shutdown_grace`.
-        Close::Shutdown => finished(conn.await, peer),
+        Close::Shutdown | Close::WriteStalled => finished(conn.await, peer),
         Close::Idle => {
             tracing::debug!(peer = %peer, "Closing a connection without a request in flight");
             let dropped = async {
@@ -215,6 +244,14 @@ struct ActivityState {
     ended: Notify,
     /// Woken when a request ended before the moment the timer is armed for.
     rearm: Notify,
+    /// Response bodies that handed a frame out and have not been asked for the next one.
+    waiting: AtomicUsize,
+    /// Bumped every time a response body is asked for a frame: the connection is writing.
+    progress: AtomicU64,
+    /// Whether the write watchdog is timing a wait (then a new waiting body need not wake it).
+    write_armed: AtomicBool,
+    /// Woken when a body starts waiting while the watchdog is not timing.
+    write_wait: Notify,
 }
 
 impl Activity {
@@ -227,7 +264,32 @@ impl Activity {
             since: Instant::now(),
             ended: Notify::new(),
             rearm: Notify::new(),
+            waiting: AtomicUsize::new(0),
+            progress: AtomicU64::new(0),
+            write_armed: AtomicBool::new(false),
+            write_wait: Notify::new(),
         }))
+    }
+
+    /// Resolves when a response body has waited `timeout` for the client to take its last frame
+    /// while no body of the connection was asked for anything (the client stopped reading).
+    async fn write_stalled(&self, timeout: Duration) {
+        let state = &self.0;
+        loop {
+            let waited = state.write_wait.notified();
+            tokio::pin!(waited);
+            waited.as_mut().enable();
+            state.write_armed.store(false, Ordering::SeqCst);
+            if state.waiting.load(Ordering::SeqCst) == 0 {
+                waited.await;
+            }
+            state.write_armed.store(true, Ordering::SeqCst);
+            let before = state.progress.load(Ordering::SeqCst);
+            tokio::time::sleep(timeout).await;
+            if state.waiting.load(Ordering::SeqCst) > 0 && state.progress.load(Ordering::SeqCst) == before {
+                return;
+            }
+        }
     }
 
     fn start(&self) -> InFlight {
@@ -284,7 +346,7 @@ struct InFlight(Arc<ActivityState>);
 impl InFlight {
     /// Keeps the request in flight until `resp`'s body is finished or dropped.
     fn until_body_end(self, resp: Response<ResponseBody>) -> Response<ResponseBody> {
-        resp.map(|inner| Tracked { inner, _in_flight: self }.boxed())
+        resp.map(|inner| Tracked { inner, is_waiting: false, in_flight: self }.boxed())
     }
 }
 
@@ -307,10 +369,27 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that holds its request's [`InFlight`] until hyper drops it.
+/// A response body that holds its request's [`InFlight`] until hyper drops it, and tells the
+/// write watchdog when it waits for the client to take a frame.
 struct Tracked {
     inner: ResponseBody,
-    _in_flight: InFlight,
+    /// A frame was handed out and the next one not asked for yet.
+    is_waiting: bool,
+    in_flight: InFlight,
+}
+
+impl Tracked {
+    fn stop_waiting(&mut self) {
+        if std::mem::take(&mut self.is_waiting) {
+            self.in_flight.0.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.stop_waiting();
+    }
 }
 
 impl Body for Tracked {
@@ -318,7 +397,19 @@ impl Body for Tracked {
     type Error = hyper::Error;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+        let this = &mut *self;
+        this.stop_waiting();
+        this.in_flight.0.progress.fetch_add(1, Ordering::Relaxed);
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        // A last frame is not waited on: hyper may never ask again.
+        if matches!(polled, Poll::Ready(Some(Ok(_)))) && !this.inner.is_end_stream() {
+            this.is_waiting = true;
+            let state = &this.in_flight.0;
+            if state.waiting.fetch_add(1, Ordering::SeqCst) == 0 && !state.write_armed.load(Ordering::SeqCst) {
+                state.write_wait.notify_one();
+            }
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

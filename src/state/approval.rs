@@ -5,6 +5,10 @@
 //! Every read-decide-write is one step: under one lock in memory, one Lua script on Redis
 //! (`approval_redis`), so 50 concurrent retries, or retries on several instances, consume an
 //! approval once.
+//!
+//! Pending records are also bounded per caller (`approvals.max_pending_per_caller`, decision
+//! 13): a caller with that many links awaiting a person gets [`Ask::CallerFull`] and no new
+//! link; a decision or the link's expiry frees the slot.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -14,11 +18,13 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::caller::{CallerBound, CallerFull, CallerKey, MemberIndex};
 use super::StoreError;
 use portcullis_wire::UnixTime;
 
 /// Most records the memory store holds; past it (after dropping expired ones) new links fail
-/// closed (503) rather than grow without bound.
+/// closed (503) rather than grow without bound. `approvals.max_pending_per_caller` is at most
+/// this (config keeps its own copy: config sits below state).
 pub const MAX_MEMORY_RECORDS: usize = 100_000;
 
 /// What a person is asked to approve, and what the retry must match.
@@ -36,9 +42,9 @@ pub struct ApprovalRecord {
     pub keyid: String,
     /// `tools/call`, `resources/read` or `prompts/get`.
     pub method: String,
-    /// The tool, resource or prompt.
+    /// The tool, resource or prompt, as the page shows it (a JSON string, `approval::shown`).
     pub target: String,
-    /// The arguments as shown on the page (JSON, truncated).
+    /// The arguments as the page shows them: whole, indented JSON (`approval::shown`).
     pub arguments: String,
     /// The policy's message.
     pub message: String,
@@ -85,6 +91,9 @@ pub enum Ask {
     },
     /// The person denied it; retries are refused until the record expires.
     Denied(ApprovalRecord),
+    /// No live record, and the caller already has as many pending records as it may: nothing
+    /// was stored.
+    CallerFull(CallerFull),
 }
 
 /// A decision a person made on the page.
@@ -110,14 +119,16 @@ impl Choice {
 #[async_trait::async_trait]
 pub trait ApprovalStore: Send + Sync {
     /// For a call that needs approval: the binding's live record (consuming it when approved),
-    /// or `fresh` stored as pending when there is none.
-    async fn ask(&self, binding: &BindingKey, fresh: &ApprovalRecord, now: UnixTime) -> Result<Ask, StoreError>;
+    /// or `fresh` stored as pending when there is none and `bound.caller` has fewer than
+    /// `bound.max` pending records (else [`Ask::CallerFull`]; counted exactly across instances).
+    async fn ask(&self, binding: &BindingKey, fresh: &ApprovalRecord, bound: &CallerBound, now: UnixTime) -> Result<Ask, StoreError>;
 
     /// The pending, unexpired record the code points at. Unknown, expired, used, denied and
     /// superseded codes are all `None`.
     async fn pending(&self, code: &str, now: UnixTime) -> Result<Option<ApprovalRecord>, StoreError>;
 
-    /// Records the person's choice if the record is still pending; `false` otherwise.
+    /// Records the person's choice if the record is still pending (freeing its slot of the
+    /// caller's pending records); `false` otherwise.
     async fn decide(&self, code: &str, choice: Choice, by: &str, now: UnixTime) -> Result<bool, StoreError>;
 }
 
@@ -125,6 +136,8 @@ pub trait ApprovalStore: Send + Sync {
 struct Entry {
     record: ApprovalRecord,
     state: State,
+    /// Whom the record counts against while pending.
+    caller: CallerKey,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,11 +151,14 @@ enum State {
 struct Tables {
     by_binding: HashMap<BindingKey, Entry>,
     by_code: HashMap<String, BindingKey>,
+    /// Each caller's pending records (expiry in Unix seconds).
+    pending: MemberIndex<BindingKey, u64>,
 }
 
 impl Tables {
     fn drop_expired(&mut self, now: UnixTime) {
         self.by_binding.retain(|_, e| e.record.expires > now.secs());
+        self.pending.sweep(now.secs());
         let live = &self.by_binding;
         self.by_code.retain(|code, b| live.get(b).is_some_and(|e| &e.record.code == code));
     }
@@ -173,7 +189,7 @@ impl MemoryApprovalStore {
 
 #[async_trait::async_trait]
 impl ApprovalStore for MemoryApprovalStore {
-    async fn ask(&self, binding: &BindingKey, fresh: &ApprovalRecord, now: UnixTime) -> Result<Ask, StoreError> {
+    async fn ask(&self, binding: &BindingKey, fresh: &ApprovalRecord, bound: &CallerBound, now: UnixTime) -> Result<Ask, StoreError> {
         let mut t = self.lock();
         if let Some(e) = t.by_binding.get(binding).filter(|e| e.record.expires > now.secs()) {
             match &e.state {
@@ -193,7 +209,10 @@ impl ApprovalStore for MemoryApprovalStore {
                 return Err(StoreError::Unavailable { store: "memory".to_owned(), reason: format!("{} approval records held (the most it keeps)", self.max) });
             }
         }
-        if let Some(old) = t.by_binding.insert(binding.clone(), Entry { record: fresh.clone(), state: State::Pending }) {
+        if let Err(first) = t.pending.admit(bound, binding, fresh.expires, now.secs()) {
+            return Ok(Ask::CallerFull(CallerFull { retry_after: std::time::Duration::from_secs(first.saturating_sub(now.secs()).max(1)) }));
+        }
+        if let Some(old) = t.by_binding.insert(binding.clone(), Entry { record: fresh.clone(), state: State::Pending, caller: bound.caller }) {
             t.by_code.remove(&old.record.code);
         }
         t.by_code.insert(fresh.code.clone(), binding.clone());
@@ -216,6 +235,8 @@ impl ApprovalStore for MemoryApprovalStore {
             Choice::Approve => State::Approved(by.to_owned()),
             Choice::Deny => State::Denied,
         };
+        let caller = e.caller;
+        t.pending.leave(&caller, &binding);
         Ok(true)
     }
 }
@@ -224,6 +245,11 @@ impl ApprovalStore for MemoryApprovalStore {
 #[cfg(test)]
 pub(crate) mod contract {
     use super::*;
+
+    /// A caller with room for every record a case asks for.
+    pub(crate) fn roomy() -> CallerBound {
+        CallerBound::new(CallerKey::user("https://issuer.example", "user-1842"), 10_000)
+    }
 
     pub(crate) fn record(code: &str, expires: u64) -> ApprovalRecord {
         ApprovalRecord {
@@ -245,16 +271,16 @@ pub(crate) mod contract {
         let now = UnixTime(std::time::Duration::from_secs(1_000));
         let b = BindingKey::new("user-1842", "https://agent.example", &format!("{:064}", uuid::Uuid::new_v4().as_u128()));
         let first = record(&format!("c1-{}", uuid::Uuid::new_v4()), 2_000);
-        assert_eq!(store.ask(&b, &first, now).await.unwrap(), Ask::Issued);
+        assert_eq!(store.ask(&b, &first, &roomy(), now).await.unwrap(), Ask::Issued);
         let second = record(&format!("c2-{}", uuid::Uuid::new_v4()), 2_000);
-        assert_eq!(store.ask(&b, &second, now).await.unwrap(), Ask::Pending(first.clone()), "asking again returns the same link");
+        assert_eq!(store.ask(&b, &second, &roomy(), now).await.unwrap(), Ask::Pending(first.clone()), "asking again returns the same link");
         assert_eq!(store.pending(&first.code, now).await.unwrap(), Some(first.clone()));
         assert_eq!(store.pending(&second.code, now).await.unwrap(), None, "the second code was never issued");
         assert!(store.decide(&first.code, Choice::Approve, "user-1842", now).await.unwrap());
         assert!(!store.decide(&first.code, Choice::Deny, "user-1842", now).await.unwrap(), "decided once");
         assert_eq!(store.pending(&first.code, now).await.unwrap(), None, "an approved code is no longer pending");
-        assert_eq!(store.ask(&b, &second, now).await.unwrap(), Ask::Approved { record: first.clone(), approved_by: "user-1842".to_owned() });
-        assert_eq!(store.ask(&b, &second, now).await.unwrap(), Ask::Issued, "consumed: the next call needs a new approval");
+        assert_eq!(store.ask(&b, &second, &roomy(), now).await.unwrap(), Ask::Approved { record: first.clone(), approved_by: "user-1842".to_owned() });
+        assert_eq!(store.ask(&b, &second, &roomy(), now).await.unwrap(), Ask::Issued, "consumed: the next call needs a new approval");
         assert!(!store.decide(&first.code, Choice::Approve, "user-1842", now).await.unwrap(), "the used code is dead");
         assert_eq!(store.pending(&second.code, now).await.unwrap(), Some(second));
     }
@@ -264,36 +290,62 @@ pub(crate) mod contract {
         let now = UnixTime(std::time::Duration::from_secs(1_000));
         let b = BindingKey::new("user-1842", "https://agent.example", &format!("{:064}", uuid::Uuid::new_v4().as_u128()));
         let r = record(&format!("d-{}", uuid::Uuid::new_v4()), 1_060);
-        assert_eq!(store.ask(&b, &r, now).await.unwrap(), Ask::Issued);
+        assert_eq!(store.ask(&b, &r, &roomy(), now).await.unwrap(), Ask::Issued);
         assert!(store.decide(&r.code, Choice::Deny, "user-1842", now).await.unwrap());
-        assert_eq!(store.ask(&b, &record("other", 2_000), now).await.unwrap(), Ask::Denied(r.clone()));
+        assert_eq!(store.ask(&b, &record("other", 2_000), &roomy(), now).await.unwrap(), Ask::Denied(r.clone()));
         let later = UnixTime(std::time::Duration::from_secs(1_061));
         assert_eq!(store.pending(&r.code, later).await.unwrap(), None);
         let b2 = BindingKey::new("user-1842", "https://agent.example", &format!("{:064}", uuid::Uuid::new_v4().as_u128()));
         let e = record(&format!("e-{}", uuid::Uuid::new_v4()), 1_060);
-        assert_eq!(store.ask(&b2, &e, now).await.unwrap(), Ask::Issued);
+        assert_eq!(store.ask(&b2, &e, &roomy(), now).await.unwrap(), Ask::Issued);
         assert_eq!(store.pending(&e.code, later).await.unwrap(), None, "expired");
         assert!(!store.decide(&e.code, Choice::Approve, "user-1842", later).await.unwrap(), "an expired code cannot be approved");
     }
 
-    /// Many concurrent retries of an approved call: exactly one consumes it.
+    /// Decision 13: a caller with `max` pending records gets no new link (and is told when its
+    /// first expires) while others go on; asking again about a pending call still answers with
+    /// its link; a decision frees the slot, and so does expiry.
+    pub(crate) async fn each_caller_is_bounded_and_others_are_unaffected(store: &dyn ApprovalStore) {
+        let now = UnixTime(std::time::Duration::from_secs(1_000));
+        let run = uuid::Uuid::new_v4();
+        let mallory = CallerBound::new(CallerKey::user("https://issuer.example", &format!("mallory-{run}")), 2);
+        let b = |i: u32| BindingKey::new(&format!("mallory-{run}"), "https://agent.example", &format!("{i:064}"));
+        let r = |i: u32, exp: u64| record(&format!("m{i}-{run}"), exp);
+        assert_eq!(store.ask(&b(1), &r(1, 1_060), &mallory, now).await.unwrap(), Ask::Issued);
+        assert_eq!(store.ask(&b(2), &r(2, 2_000), &mallory, now).await.unwrap(), Ask::Issued);
+        let full = store.ask(&b(3), &r(3, 2_000), &mallory, now).await.unwrap();
+        assert_eq!(full, Ask::CallerFull(CallerFull { retry_after: std::time::Duration::from_secs(60) }), "the first link expires in 60 s");
+        assert_eq!(store.pending(&r(3, 2_000).code, now).await.unwrap(), None, "no link was stored");
+        assert_eq!(store.ask(&b(1), &r(9, 2_000), &mallory, now).await.unwrap(), Ask::Pending(r(1, 1_060)), "a pending call still gets its link");
+        let alice = CallerBound::new(CallerKey::user("https://issuer.example", &format!("alice-{run}")), 2);
+        let a = BindingKey::new(&format!("alice-{run}"), "https://agent.example", "00");
+        assert_eq!(store.ask(&a, &record(&format!("a-{run}"), 2_000), &alice, now).await.unwrap(), Ask::Issued, "another caller is unaffected");
+        assert!(store.decide(&r(2, 2_000).code, Choice::Deny, "x", now).await.unwrap());
+        assert_eq!(store.ask(&b(3), &r(3, 2_000), &mallory, now).await.unwrap(), Ask::Issued, "a decided record frees its slot");
+        assert!(matches!(store.ask(&b(4), &r(4, 2_000), &mallory, now).await.unwrap(), Ask::CallerFull(_)));
+        let later = UnixTime(std::time::Duration::from_secs(1_061));
+        assert_eq!(store.ask(&b(4), &r(4, 2_000), &mallory, later).await.unwrap(), Ask::Issued, "an expired link frees its slot");
+    }
+
     /// Every case of this contract against one shared store.
     pub(crate) async fn every_case(store: std::sync::Arc<dyn ApprovalStore>) {
         a_binding_has_one_link_and_is_consumed_once(store.as_ref()).await;
         denied_refuses_and_expired_is_dead(store.as_ref()).await;
+        each_caller_is_bounded_and_others_are_unaffected(store.as_ref()).await;
         concurrent_retries_consume_once(store).await;
     }
 
+    /// Many concurrent retries of an approved call: exactly one consumes it.
     pub(crate) async fn concurrent_retries_consume_once(store: std::sync::Arc<dyn ApprovalStore>) {
         let now = UnixTime(std::time::Duration::from_secs(1_000));
         let b = BindingKey::new("user-1842", "https://agent.example", &format!("{:064}", uuid::Uuid::new_v4().as_u128()));
         let r = record(&format!("r-{}", uuid::Uuid::new_v4()), 2_000);
-        store.ask(&b, &r, now).await.unwrap();
+        store.ask(&b, &r, &roomy(), now).await.unwrap();
         assert!(store.decide(&r.code, Choice::Approve, "user-1842", now).await.unwrap());
         let mut tasks = Vec::new();
         for i in 0..50 {
             let (store, b) = (store.clone(), b.clone());
-            tasks.push(tokio::spawn(async move { store.ask(&b, &record(&format!("n{i}-{}", uuid::Uuid::new_v4()), 2_000), now).await.unwrap() }));
+            tasks.push(tokio::spawn(async move { store.ask(&b, &record(&format!("n{i}-{}", uuid::Uuid::new_v4()), 2_000), &roomy(), now).await.unwrap() }));
         }
         let mut approved = 0;
         for t in tasks {
@@ -318,11 +370,13 @@ mod tests {
     async fn a_full_memory_store_fails_closed() {
         let s = MemoryApprovalStore::new(1);
         let now = UnixTime(std::time::Duration::from_secs(1_000));
-        s.ask(&BindingKey::new("a", "b", "c"), &contract::record("one", 2_000), now).await.unwrap();
-        assert!(s.ask(&BindingKey::new("a", "b", "d"), &contract::record("two", 2_000), now).await.is_err());
+        s.ask(&BindingKey::new("a", "b", "c"), &contract::record("one", 2_000), &contract::roomy(), now).await.unwrap();
+        assert!(s.ask(&BindingKey::new("a", "b", "d"), &contract::record("two", 2_000), &contract::roomy(), now).await.is_err());
         // Once the first expired, there is room again.
         assert_eq!(
-            s.ask(&BindingKey::new("a", "b", "d"), &contract::record("two", 3_000), UnixTime(std::time::Duration::from_secs(2_001))).await.unwrap(),
+            s.ask(&BindingKey::new("a", "b", "d"), &contract::record("two", 3_000), &contract::roomy(), UnixTime(std::time::Duration::from_secs(2_001)))
+                .await
+                .unwrap(),
             Ask::Issued
         );
     }

@@ -4,6 +4,12 @@
 //! approval is consumed once across every instance sharing the Redis. Both keys carry the
 //! link's lifetime as TTL, so Redis memory stays bounded.
 //!
+//! Each caller's pending records are counted in a sorted set in the same slot
+//! (`prefix + "{approval}-caller:" + caller digest`, binding keys scored by expiry in Unix s):
+//! ASK trims, counts and adds in the same script that stores the record, so a caller's bound
+//! (`approvals.max_pending_per_caller`) holds exactly across instances; DECIDE removes the
+//! binding from the set named in its hash (`caller`).
+//!
 //! The `{approval}` hash tag puts every approval key in one Redis Cluster slot: a script reads a
 //! code's key and then its binding's, which must live on the same node. Approvals come at the
 //! pace of people pressing a button, so one slot is not a bottleneck.
@@ -13,24 +19,38 @@ use base64::Engine;
 use sha2::{Digest, Sha256};
 
 use super::approval::{ApprovalRecord, ApprovalStore, Ask, BindingKey, Choice};
+use super::caller::{CallerBound, CallerFull};
 use super::redis::RedisStore;
 use super::StoreError;
 use portcullis_wire::UnixTime;
 
-/// ASK: KEYS[1] = binding, KEYS[2] = the fresh code's key; ARGV[1] = fresh code, ARGV[2] =
-/// fresh record, ARGV[3] = its expiry (unix s), ARGV[4] = lifetime in ms, ARGV[5] = now (unix s).
-/// Returns {"pending", rec} | {"denied", rec} | {"approved", rec, by} (consumed) | {"issued"}.
+/// ASK: KEYS[1] = binding, KEYS[2] = the fresh code's key, KEYS[3] = the caller's set;
+/// ARGV[1] = fresh code, ARGV[2] = fresh record, ARGV[3] = its expiry (unix s), ARGV[4] =
+/// lifetime in ms, ARGV[5] = now (unix s), ARGV[6] = the caller's bound.
+/// Returns {"pending", rec} | {"denied", rec} | {"approved", rec, by} (consumed) | {"issued"} |
+/// {"full", seconds until the caller's first pending record expires}.
 const ASK_LUA: &str = r"
+local now = tonumber(ARGV[5])
 local f = redis.call('HMGET', KEYS[1], 'state', 'exp', 'rec', 'by')
-if f[1] and tonumber(f[2]) > tonumber(ARGV[5]) then
+if f[1] and tonumber(f[2]) > now then
   if f[1] == 'pending' or f[1] == 'denied' then return {f[1], f[3]} end
   if f[1] == 'approved' then
     redis.call('DEL', KEYS[1])
     return {'approved', f[3], f[4]}
   end
 end
+if not redis.call('ZSCORE', KEYS[3], KEYS[1]) then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[6]) then
+    local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+    return {'full', tostring(math.max(1, tonumber(first[2]) - now))}
+  end
+end
+redis.call('ZADD', KEYS[3], ARGV[3], KEYS[1])
+local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+redis.call('PEXPIRE', KEYS[3], math.max(1, tonumber(last[2]) - now) * 1000)
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'state', 'pending', 'code', ARGV[1], 'exp', ARGV[3], 'rec', ARGV[2])
+redis.call('HSET', KEYS[1], 'state', 'pending', 'code', ARGV[1], 'exp', ARGV[3], 'rec', ARGV[2], 'caller', KEYS[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('SET', KEYS[2], KEYS[1], 'PX', ARGV[4])
 return {'issued'}
@@ -53,12 +73,15 @@ if not b then return 0 end
 local f = redis.call('HMGET', b, 'state', 'code', 'exp')
 if f[1] ~= 'pending' or f[2] ~= ARGV[1] or tonumber(f[3]) <= tonumber(ARGV[2]) then return 0 end
 redis.call('HSET', b, 'state', ARGV[3], 'by', ARGV[4])
+local c = redis.call('HGET', b, 'caller')
+if c then redis.call('ZREM', c, b) end
 return 1
 ";
 
 /// Key kinds of the binding hashes and the code strings: one hash tag, one cluster slot.
 const BINDING_KIND: &str = "{approval}";
 const CODE_KIND: &str = "{approval}-code";
+const CALLER_KIND: &str = "{approval}-caller";
 
 fn script(cell: &'static std::sync::OnceLock<redis::Script>, lua: &str) -> &'static redis::Script {
     cell.get_or_init(|| redis::Script::new(lua))
@@ -76,18 +99,20 @@ impl RedisStore {
 
 #[async_trait::async_trait]
 impl ApprovalStore for RedisStore {
-    async fn ask(&self, binding: &BindingKey, fresh: &ApprovalRecord, now: UnixTime) -> Result<Ask, StoreError> {
+    async fn ask(&self, binding: &BindingKey, fresh: &ApprovalRecord, bound: &CallerBound, now: UnixTime) -> Result<Ask, StoreError> {
         static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
         let json = serde_json::to_string(fresh).map_err(|e| StoreError::Unavailable { store: self.label().to_owned(), reason: e.to_string() })?;
         let ttl_ms = fresh.expires.saturating_sub(now.secs()).max(1) * 1_000;
         let mut inv = script(&SCRIPT, ASK_LUA).key(self.key(BINDING_KIND, binding.as_str()));
-        inv.key(self.code_key(&fresh.code)).arg(&fresh.code).arg(json).arg(fresh.expires).arg(ttl_ms).arg(now.secs());
+        inv.key(self.code_key(&fresh.code)).key(self.caller_key(CALLER_KIND, &bound.caller));
+        inv.arg(&fresh.code).arg(json).arg(fresh.expires).arg(ttl_ms).arg(now.secs()).arg(bound.max);
         let reply: Vec<String> = self.script(&inv).await?;
         match reply.as_slice() {
             [s] if s == "issued" => Ok(Ask::Issued),
             [s, rec] if s == "pending" => Ok(Ask::Pending(self.record_of(rec)?)),
             [s, rec] if s == "denied" => Ok(Ask::Denied(self.record_of(rec)?)),
             [s, rec, by] if s == "approved" => Ok(Ask::Approved { record: self.record_of(rec)?, approved_by: by.clone() }),
+            [s, secs] if s == "full" => Ok(Ask::CallerFull(CallerFull { retry_after: std::time::Duration::from_secs(secs.parse().unwrap_or(1)) })),
             other => {
                 Err(StoreError::Unavailable { store: self.label().to_owned(), reason: format!("unexpected approval script reply ({} items)", other.len()) })
             }
@@ -135,14 +160,16 @@ mod contract_tests {
         let now = UnixTime::now();
         let binding = BindingKey::new("user-1842", "https://agent.example", "00");
         let r = contract::record("shared-code", now.secs() + 60);
-        assert_eq!(a.ask(&binding, &r, now).await.unwrap(), Ask::Issued);
+        assert_eq!(a.ask(&binding, &r, &contract::roomy(), now).await.unwrap(), Ask::Issued);
         assert_eq!(b.pending("shared-code", now).await.unwrap(), Some(r.clone()), "B sees A's link");
         assert!(b.decide("shared-code", Choice::Approve, "user-1842", now).await.unwrap());
         let mut tasks = Vec::new();
         for i in 0..50 {
             let s: Arc<dyn ApprovalStore> = if i % 2 == 0 { a.clone() } else { b.clone() };
             let binding = binding.clone();
-            tasks.push(tokio::spawn(async move { s.ask(&binding, &contract::record(&format!("n{i}"), now.secs() + 60), now).await.unwrap() }));
+            tasks.push(tokio::spawn(
+                async move { s.ask(&binding, &contract::record(&format!("n{i}"), now.secs() + 60), &contract::roomy(), now).await.unwrap() },
+            ));
         }
         let mut approved = 0;
         for t in tasks {

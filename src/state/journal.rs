@@ -10,7 +10,9 @@
 //!
 //! The memory store is bounded by entry count and by recorded bytes; at either bound it
 //! refuses (a reservation: 503; a recording: the answer is passed on unrecorded) rather than
-//! forget a live entry, since forgetting one lets a retry execute again.
+//! forget a live entry, since forgetting one lets a retry execute again. Every store also
+//! bounds the entries of each caller (`idempotency.max_entries_per_caller`, decision 13): a
+//! caller at its bound gets [`Reserve::CallerFull`] and no one else is affected.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,6 +23,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use super::caller::{CallerBound, CallerFull, MemberIndex};
 use super::replay::Clock;
 use super::StoreError;
 
@@ -34,6 +37,8 @@ pub struct Ticket {
     pub fingerprint: [u8; 32],
     /// Names this holder: only it may record or release.
     pub token: String,
+    /// The caller the entry counts against, and how many it may hold.
+    pub bound: CallerBound,
 }
 
 /// The complete answer of a call, as recorded and replayed.
@@ -85,6 +90,9 @@ pub enum Reserve {
     Reserved,
     /// The key is taken; the live entry, unchanged.
     Taken(Entry),
+    /// The key was free, but the caller holds `ticket.bound.max` live entries: nothing was
+    /// reserved.
+    CallerFull(CallerFull),
 }
 
 /// The journal: one entry per key, shared by every request (and, on Redis, every instance).
@@ -93,7 +101,9 @@ pub trait JournalStore: Send + Sync {
     /// Runs once per request whose policy decision names idempotency and that carries a key,
     /// before it is forwarded. If `ticket.key` has no live entry, records an in-flight entry
     /// for `ticket` living `in_flight_ttl` and returns [`Reserve::Reserved`]; otherwise returns
-    /// the live entry. Atomic: of concurrent calls for one key, exactly one reserves it.
+    /// the live entry. Atomic: of concurrent calls for one key, exactly one reserves it. A free
+    /// key is reserved only while `ticket.bound.caller` holds fewer than `ticket.bound.max` live
+    /// entries (counted exactly, across instances); otherwise [`Reserve::CallerFull`].
     async fn reserve(&self, ticket: &Ticket, in_flight_ttl: Duration) -> Result<Reserve, StoreError>;
 
     /// Runs when the reserved call's answer is complete: replaces `ticket`'s in-flight entry
@@ -124,6 +134,8 @@ pub struct MemoryJournalStore {
 struct Slots {
     map: HashMap<String, Slot>,
     bytes: u64,
+    /// Each caller's keys, for `idempotency.max_entries_per_caller`.
+    callers: MemberIndex<String, Instant>,
 }
 
 struct Slot {
@@ -196,6 +208,7 @@ impl Slots {
             live
         });
         self.bytes -= freed;
+        self.callers.sweep(now);
     }
 
     /// The live slot for `key` held by `token`, if any.
@@ -222,6 +235,9 @@ impl JournalStore for MemoryJournalStore {
             if slots.map.len() >= self.max_entries {
                 return Err(self.full(&format!("{} live entries (idempotency.max_entries)", self.max_entries)));
             }
+        }
+        if let Err(first) = slots.callers.admit(&ticket.bound, &ticket.key, expires, now) {
+            return Ok(Reserve::CallerFull(CallerFull { retry_after: first.saturating_duration_since(now) }));
         }
         // An expired entry for this key is replaced: its bytes are given back first.
         if let Some(old) = slots.map.remove(&ticket.key) {
@@ -250,6 +266,7 @@ impl JournalStore for MemoryJournalStore {
         slot.state = SlotState::Recorded(Arc::new(answer.clone()));
         slot.expires = expires;
         slots.bytes += size;
+        slots.callers.touch(&ticket.bound.caller, &ticket.key, expires);
         Ok(true)
     }
 
@@ -260,6 +277,7 @@ impl JournalStore for MemoryJournalStore {
             return Ok(false);
         }
         slots.map.remove(&ticket.key);
+        slots.callers.leave(&ticket.bound.caller, &ticket.key);
         Ok(true)
     }
 }
@@ -336,6 +354,7 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::*;
+    use crate::state::caller::CallerKey;
 
     /// A clock the test moves by hand, and a "sleep" that moves it.
     fn manual_clock() -> (Clock, Arc<AtomicU64>) {
@@ -361,7 +380,7 @@ mod tests {
     async fn memory_store_is_bounded_by_entries_and_bytes() {
         let (clock, offset) = manual_clock();
         let s = MemoryJournalStore::with_clock(2, 100, clock);
-        let ticket = |k: &str| Ticket { key: k.into(), fingerprint: [1; 32], token: format!("t-{k}") };
+        let ticket = |k: &str| Ticket { key: k.into(), fingerprint: [1; 32], token: format!("t-{k}"), bound: CallerBound::new(CallerKey::agent("a"), 100) };
         let minute = Duration::from_secs(60);
         assert_eq!(s.reserve(&ticket("a"), minute).await.unwrap(), Reserve::Reserved);
         assert_eq!(s.reserve(&ticket("b"), minute).await.unwrap(), Reserve::Reserved);
@@ -379,7 +398,7 @@ mod tests {
 
     #[test]
     fn entries_round_trip_through_their_wire_form() {
-        let t = Ticket { key: "k".into(), fingerprint: [0xab; 32], token: "tok".into() };
+        let t = Ticket { key: "k".into(), fingerprint: [0xab; 32], token: "tok".into(), bound: CallerBound::new(CallerKey::agent("a"), 1) };
         assert_eq!(parse_value(&in_flight_value(&t)).unwrap(), Entry::InFlight { fingerprint: [0xab; 32] });
         let a = RecordedAnswer {
             status: 200,

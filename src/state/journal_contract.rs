@@ -9,12 +9,27 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::{Entry, JournalStore, RecordedAnswer, Reserve, Ticket};
+use crate::state::caller::{CallerBound, CallerKey};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
 fn ticket(key: &str, fingerprint: u8, token: &str) -> Ticket {
-    Ticket { key: format!("contract:{key}"), fingerprint: [fingerprint; 32], token: token.to_owned() }
+    Ticket {
+        key: format!("contract:{key}"),
+        fingerprint: [fingerprint; 32],
+        token: token.to_owned(),
+        bound: CallerBound::new(CallerKey::agent("contract"), 1_000),
+    }
+}
+
+/// A ticket of `caller`, who may hold `max` entries.
+fn ticket_of(caller: &str, max: usize, key: &str, token: &str) -> Ticket {
+    Ticket { bound: CallerBound::new(CallerKey::agent(caller), max), ..ticket(key, 1, token) }
+}
+
+fn is_caller_full(r: &Reserve, at_most: Duration) -> bool {
+    matches!(r, Reserve::CallerFull(f) if !f.retry_after.is_zero() && f.retry_after <= at_most)
 }
 
 fn answer(text: &str) -> RecordedAnswer {
@@ -91,6 +106,53 @@ pub async fn concurrent_reservations_admit_exactly_one(store: Arc<dyn JournalSto
     assert_eq!(reserved, 1, "exactly one of {n} concurrent reservations wins");
 }
 
+/// Decision 13: a caller at its bound reserves no new key (and is told when its first entry
+/// leaves) while every other caller goes on; its own live entries still answer it; an entry
+/// released or recorded keeps the count right.
+pub async fn each_caller_is_bounded_and_others_are_unaffected(store: &dyn JournalStore) {
+    let mallory = |k: &str, t: &str| ticket_of("mallory", 3, &format!("bound-m-{k}"), t);
+    for k in ["1", "2", "3"] {
+        assert_eq!(store.reserve(&mallory(k, k), MINUTE).await.unwrap(), Reserve::Reserved, "{k}");
+    }
+    let over = store.reserve(&mallory("4", "4"), MINUTE).await.unwrap();
+    assert!(is_caller_full(&over, MINUTE), "a fourth key is over the bound: {over:?}");
+    assert_eq!(store.reserve(&ticket_of("alice", 3, "bound-a-1", "a"), MINUTE).await.unwrap(), Reserve::Reserved, "another caller is unaffected");
+    assert_eq!(
+        store.reserve(&mallory("1", "again"), MINUTE).await.unwrap(),
+        Reserve::Taken(Entry::InFlight { fingerprint: [1; 32] }),
+        "its own keys still answer"
+    );
+    assert!(store.complete(&mallory("2", "2"), &answer("kept"), DAY).await.unwrap());
+    assert!(
+        matches!(store.reserve(&mallory("2", "retry"), MINUTE).await.unwrap(), Reserve::Taken(Entry::Recorded { .. })),
+        "a recorded answer is replayed at the bound"
+    );
+    assert!(store.release(&mallory("1", "1")).await.unwrap());
+    assert_eq!(store.reserve(&mallory("4", "4"), MINUTE).await.unwrap(), Reserve::Reserved, "a released key frees its slot");
+    let over = store.reserve(&mallory("5", "5"), MINUTE).await.unwrap();
+    assert!(is_caller_full(&over, MINUTE), "full again; the in-flight entries leave first: {over:?}");
+}
+
+/// Among `n` concurrent reservations of distinct keys by one caller that may hold `max`,
+/// exactly `max` reserve (the count and the insert are one step).
+pub async fn concurrent_reservations_of_one_caller_admit_exactly_its_bound(store: Arc<dyn JournalStore>, n: usize, max: usize) {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let s = store.clone();
+            tokio::spawn(async move { s.reserve(&ticket_of("racer", max, &format!("race-bound-{i}"), "t"), MINUTE).await.unwrap() })
+        })
+        .collect();
+    let (mut reserved, mut full) = (0, 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            Reserve::Reserved => reserved += 1,
+            Reserve::CallerFull(_) => full += 1,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((reserved, full), (max, n - max), "exactly the bound of {n} concurrent first uses");
+}
+
 /// An in-flight entry lives `in_flight_ttl`, a recorded one `ttl`; after that the key is free.
 /// `sleep` lets time pass (real time on Redis, a manual clock in memory).
 pub async fn entries_expire_after_their_ttl<F, Fut>(store: &dyn JournalStore, ttl: Duration, sleep: F)
@@ -99,6 +161,9 @@ where
     Fut: Future<Output = ()>,
 {
     let step = ttl.mul_f64(0.6);
+    // A caller whose one slot is taken gets it back when the entry expires.
+    assert_eq!(store.reserve(&ticket_of("one-slot", 1, "ttl-slot-1", "t"), ttl).await.unwrap(), Reserve::Reserved);
+    assert!(is_caller_full(&store.reserve(&ticket_of("one-slot", 1, "ttl-slot-2", "t"), ttl).await.unwrap(), ttl));
     let pending = ticket("ttl-pending", 1, "t1");
     assert_eq!(store.reserve(&pending, ttl).await.unwrap(), Reserve::Reserved);
     let recorded = ticket("ttl-recorded", 1, "t1");
@@ -110,6 +175,7 @@ where
     assert_eq!(store.reserve(&ticket("ttl-pending", 1, "t2"), ttl).await.unwrap(), Reserve::Reserved, "an abandoned reservation expires");
     assert_eq!(store.reserve(&ticket("ttl-recorded", 1, "t3"), ttl).await.unwrap(), Reserve::Reserved, "a recorded answer expires");
     assert!(!store.complete(&pending, &answer("too late"), ttl).await.unwrap(), "an expired ticket records nothing");
+    assert_eq!(store.reserve(&ticket_of("one-slot", 1, "ttl-slot-2", "t"), ttl).await.unwrap(), Reserve::Reserved, "an expired entry frees its slot");
 }
 
 /// Every case above but the expiry (which needs the store's clock) against one shared store.
@@ -118,5 +184,7 @@ pub async fn every_case_but_expiry(store: Arc<dyn JournalStore>) {
     only_the_holder_records_or_releases(store.as_ref()).await;
     a_released_key_can_be_reserved_again(store.as_ref()).await;
     keys_are_independent(store.as_ref()).await;
+    each_caller_is_bounded_and_others_are_unaffected(store.as_ref()).await;
+    concurrent_reservations_of_one_caller_admit_exactly_its_bound(store.clone(), 50, 7).await;
     concurrent_reservations_admit_exactly_one(store, 100).await;
 }

@@ -2,8 +2,15 @@
 //! read-decide-write one Lua script, so a reservation is exactly-once across every instance
 //! sharing the Redis. Every entry carries a TTL (`in_flight_ttl` while in flight, `ttl` once
 //! recorded), so Redis memory stays bounded and a reservation whose gateway died frees itself.
+//!
+//! Each caller's entries are also counted in its set (`prefix + "journal-caller:" + caller`,
+//! `caller_redis`): a key this script reserved is then admitted there, in one script, and
+//! released at once when the caller is at its bound; a recorded answer pushes its member's
+//! expiry out, a release removes it.
 
 use std::time::Duration;
+
+use portcullis_wire::UnixTime;
 
 use super::journal::{self, JournalStore, RecordedAnswer, Reserve, Ticket};
 use super::redis::RedisStore;
@@ -36,6 +43,9 @@ end
 return 0
 ";
 
+/// The kind of the per-caller sets.
+const CALLER_KIND: &str = "journal-caller";
+
 fn millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
 }
@@ -52,7 +62,18 @@ impl JournalStore for RedisStore {
         inv.arg(journal::in_flight_value(ticket)).arg(millis(in_flight_ttl));
         let current: Option<String> = self.script(&inv).await?;
         match current {
-            None => Ok(Reserve::Reserved),
+            None => match self.admit_member(CALLER_KIND, &ticket.bound, &ticket.key, in_flight_ttl, UnixTime::now()).await {
+                Ok(Ok(())) => Ok(Reserve::Reserved),
+                Ok(Err(full)) => {
+                    self.release(ticket).await?;
+                    Ok(Reserve::CallerFull(full))
+                }
+                Err(e) => {
+                    // Not counted: not reserved either (best effort; it lapses after in_flight_ttl).
+                    let _ = self.release(ticket).await;
+                    Err(e)
+                }
+            },
             Some(v) => journal::parse_value(&v).map(Reserve::Taken).map_err(|e| StoreError::Unavailable { store: self.label().to_owned(), reason: e }),
         }
     }
@@ -62,14 +83,26 @@ impl JournalStore for RedisStore {
         let value = journal::recorded_value(&ticket.fingerprint, answer).map_err(|e| StoreError::Unavailable { store: self.label().to_owned(), reason: e })?;
         let mut inv = script(&SCRIPT, COMPLETE_LUA).key(self.key("journal", &ticket.key));
         inv.arg(journal::in_flight_value(ticket)).arg(value).arg(millis(ttl));
-        Ok(self.script::<i64>(&inv).await? == 1)
+        let recorded = self.script::<i64>(&inv).await? == 1;
+        if recorded {
+            if let Err(e) = self.touch_member(CALLER_KIND, &ticket.bound.caller, &ticket.key, ttl, UnixTime::now()).await {
+                // The entry keeps counting until its in-flight lifetime ends, then no longer.
+                tracing::warn!(error = %e, "Recorded idempotency answer not counted for its caller past idempotency.in_flight_ttl");
+            }
+        }
+        Ok(recorded)
     }
 
     async fn release(&self, ticket: &Ticket) -> Result<bool, StoreError> {
         static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
         let mut inv = script(&SCRIPT, RELEASE_LUA).key(self.key("journal", &ticket.key));
         inv.arg(journal::in_flight_value(ticket));
-        Ok(self.script::<i64>(&inv).await? == 1)
+        let released = self.script::<i64>(&inv).await? == 1;
+        if released {
+            // A slot not freed now frees itself when the in-flight lifetime ends.
+            let _ = self.leave_member(CALLER_KIND, &ticket.bound.caller, &ticket.key).await;
+        }
+        Ok(released)
     }
 }
 
@@ -81,6 +114,7 @@ mod contract_tests {
     use super::super::redis::contract_tests::store_with_prefix;
     use super::super::redis::redis_server;
     use super::*;
+    use crate::state::caller::{CallerBound, CallerKey};
     use crate::state::journal::contract;
 
     fn store(server: &redis_server::RedisServer) -> Arc<RedisStore> {
@@ -105,7 +139,7 @@ mod contract_tests {
         for i in 0..50 {
             let s: Arc<dyn JournalStore> = if i % 2 == 0 { a.clone() } else { b.clone() };
             tasks.push(tokio::spawn(async move {
-                let t = Ticket { key: "shared".into(), fingerprint: [7; 32], token: format!("t{i}") };
+                let t = Ticket { key: "shared".into(), fingerprint: [7; 32], token: format!("t{i}"), bound: CallerBound::new(CallerKey::agent("a"), 10) };
                 s.reserve(&t, Duration::from_secs(60)).await.expect("reserve") == Reserve::Reserved
             }));
         }
@@ -120,7 +154,7 @@ mod contract_tests {
     async fn entries_carry_their_lifetime_in_redis() {
         let server = redis_server::RedisServer::start();
         let s = store(&server);
-        let t = Ticket { key: "digest-of-sub-and-key".into(), fingerprint: [9; 32], token: "tok".into() };
+        let t = Ticket { key: "digest-of-sub-and-key".into(), fingerprint: [9; 32], token: "tok".into(), bound: CallerBound::new(CallerKey::agent("a"), 10) };
         assert_eq!(s.reserve(&t, Duration::from_secs(30)).await.expect("reserve"), Reserve::Reserved);
         let ttl: i64 = s.query(redis::cmd("PTTL").arg(s.key("journal", &t.key))).await.expect("pttl");
         assert!((29_000..=30_000).contains(&ttl), "{ttl}");

@@ -1,5 +1,6 @@
 //! Shared state behind small traits: the replay cache (stage 6), session bindings (decision 9),
-//! quota counters (stage 10) and the idempotency journal.
+//! quota counters (stage 10), the idempotency journal and approval records. Every store a
+//! caller can fill is bounded per caller beside its global bound ([`caller`], decision 13).
 //! `memory` is the embedded default; a Redis store (several instances) implements the same
 //! traits, and one contract test suite per trait runs against each store.
 //!
@@ -8,12 +9,15 @@
 pub mod admit;
 pub mod approval;
 mod approval_redis;
+pub mod caller;
+mod caller_redis;
 pub mod journal;
 mod journal_redis;
 pub mod quota;
 pub mod redis;
 pub mod replay;
 pub mod session;
+mod session_redis;
 
 use std::sync::Arc;
 

@@ -19,7 +19,6 @@ use tokio::sync::OnceCell;
 
 use super::quota::{QuotaOutcome, QuotaStore};
 use super::replay::ReplayStore;
-use super::session::{Binding, OwnerKey, SessionKey, SessionStore};
 use super::StoreError;
 use portcullis_wire::UnixTime;
 
@@ -358,84 +357,8 @@ impl ReplayStore for RedisStore {
     }
 }
 
-/// Session bindings, one Lua script per operation so each read-decide-write is atomic across
-/// instances. KEYS[1] = `prefix + "session:" + base64url(SHA-256(session id))`; ARGV[1] = the
-/// owner digest (base64url); ARGV[2] = idle lifetime in ms.
-/// BIND: 1 = bound to ARGV[1] now (lifetime restarted), 2 = another owner holds it.
-const SESSION_BIND_LUA: &str = r"
-local cur = redis.call('GET', KEYS[1])
-if cur and cur ~= ARGV[1] then return 2 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
-";
-
-/// VERIFY: 0 = unbound, 1 = bound to ARGV[1] (lifetime restarted), 2 = another owner holds it.
-const SESSION_VERIFY_LUA: &str = r"
-local cur = redis.call('GET', KEYS[1])
-if not cur then return 0 end
-if cur ~= ARGV[1] then return 2 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-";
-
-/// UNBIND: 1 = removed ARGV[1]'s binding, 0 = none to remove.
-const SESSION_UNBIND_LUA: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-";
-
-fn millis(ttl: Duration) -> u64 {
+pub(crate) fn millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-impl RedisStore {
-    async fn session_script(
-        &self,
-        lua: &'static str,
-        cell: &std::sync::OnceLock<redis::Script>,
-        session: &SessionKey,
-        owner: &OwnerKey,
-        ttl: Option<Duration>,
-    ) -> Result<i64, StoreError> {
-        let script = cell.get_or_init(|| redis::Script::new(lua));
-        let mut inv = script.key(self.key("session", &session.encoded()));
-        inv.arg(owner.encoded());
-        if let Some(ttl) = ttl {
-            inv.arg(millis(ttl));
-        }
-        self.script(&inv).await
-    }
-
-    fn binding(&self, reply: i64) -> Result<Binding, StoreError> {
-        match reply {
-            0 => Ok(Binding::Unbound),
-            1 => Ok(Binding::Owner),
-            2 => Ok(Binding::Other),
-            other => Err(self.unavailable(format!("unexpected session script reply {other}"))),
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl SessionStore for RedisStore {
-    async fn bind(&self, session: &SessionKey, owner: &OwnerKey, ttl: Duration) -> Result<Binding, StoreError> {
-        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-        let reply = self.session_script(SESSION_BIND_LUA, &SCRIPT, session, owner, Some(ttl)).await?;
-        self.binding(reply)
-    }
-
-    async fn verify(&self, session: &SessionKey, owner: &OwnerKey, ttl: Duration) -> Result<Binding, StoreError> {
-        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-        let reply = self.session_script(SESSION_VERIFY_LUA, &SCRIPT, session, owner, Some(ttl)).await?;
-        self.binding(reply)
-    }
-
-    async fn unbind(&self, session: &SessionKey, owner: &OwnerKey) -> Result<bool, StoreError> {
-        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-        Ok(self.session_script(SESSION_UNBIND_LUA, &SCRIPT, session, owner, None).await? == 1)
-    }
 }
 
 /// The URL with any password replaced, so it can be logged.
@@ -583,14 +506,22 @@ pub(crate) mod contract_tests {
 
     #[tokio::test]
     async fn session_keys_hold_digests_only_and_carry_a_ttl() {
-        use crate::state::session::{OwnerKey, SessionKey};
+        use crate::state::session::{OwnerKey, SessionKey, SessionStore};
         let server = redis_server::RedisServer::start();
         let s = store(&server);
         let session = SessionKey::of(b"secret-session-id");
-        s.bind(&session, &OwnerKey::of(Some("https://agent.example"), None, Some("user-1842")), Duration::from_secs(30)).await.expect("bind");
-        let keys: Vec<String> = s.query(redis::cmd("KEYS").arg("*")).await.expect("keys");
+        let bound = crate::state::caller::CallerBound::new(crate::state::caller::CallerKey::user("https://issuer.example", "user-1842"), 10);
+        s.bind(&session, &OwnerKey::of(Some("https://agent.example"), None, Some("user-1842")), &bound, Duration::from_secs(30)).await.expect("bind");
+        let all: Vec<String> = s.query(redis::cmd("KEYS").arg("*")).await.expect("keys");
+        assert_eq!(all.len(), 2, "the binding and its caller's count: {all:?}");
+        assert!(all.iter().all(|k| !k.contains("secret") && !k.contains("user-1842")), "{all:?}");
+        let counted: Vec<String> = s.query(redis::cmd("ZRANGE").arg(s.caller_key("session-caller", &bound.caller)).arg(0).arg(-1)).await.expect("zrange");
+        assert_eq!(counted, [session.encoded()], "the count holds the session's digest");
+        let ttl: i64 = s.query(redis::cmd("PTTL").arg(s.caller_key("session-caller", &bound.caller))).await.expect("pttl");
+        assert!((30_000..=38_000).contains(&ttl), "the count lives a quarter lifetime past the session: {ttl}");
+        let keys: Vec<String> = s.query(redis::cmd("KEYS").arg("*:session:*")).await.expect("keys");
         assert_eq!(keys.len(), 1, "{keys:?}");
-        assert!(keys[0].ends_with(&session.encoded()) && !keys[0].contains("secret"), "{keys:?}");
+        assert!(keys[0].ends_with(&session.encoded()), "{keys:?}");
         let value: String = s.query(redis::cmd("GET").arg(&keys[0])).await.expect("get");
         assert!(!value.contains("agent") && !value.contains("user-1842"), "the owner is stored as a digest: {value}");
         let ttl: i64 = s.query(redis::cmd("PTTL").arg(&keys[0])).await.expect("pttl");

@@ -10,7 +10,9 @@
 //! Forgetting a binding is safe (the session then answers 404 to everyone and the client opens
 //! a new one), but the memory store still refuses new bindings when full rather than evicting
 //! live ones, like the other stores: a client that can open sessions must not be able to end
-//! other clients' sessions by opening many.
+//! other clients' sessions by opening many. Every store also bounds the sessions each caller
+//! holds (`limits.max_sessions_per_caller`, decision 13): a caller at its bound gets
+//! [`Binding::CallerFull`] and binds nothing more until one of its sessions ends or expires.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,6 +23,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
+use super::caller::{CallerBound, CallerFull, CallerKey, MemberIndex};
 use super::replay::Clock;
 use super::StoreError;
 
@@ -112,6 +115,8 @@ pub enum Binding {
     Owner,
     /// Bound to another owner.
     Other,
+    /// Not bound: the caller already holds as many sessions as it may (from `bind` only).
+    CallerFull(CallerFull),
 }
 
 /// Session id → owner, with an idle lifetime. Shared by every request (and, for Redis, every
@@ -122,15 +127,18 @@ pub trait SessionStore: Send + Sync {
     /// unless it is bound already. Returns `Owner` when the session is now bound to `owner`
     /// (by this call, or before it; the lifetime restarts) and `Other` when another owner holds
     /// it (nothing changes). Never `Unbound`. Among concurrent binds of one session to
-    /// different owners, exactly one gets `Owner`. `Err`: nothing can be said; fail closed.
-    async fn bind(&self, session: &SessionKey, owner: &OwnerKey, ttl: Duration) -> Result<Binding, StoreError>;
+    /// different owners, exactly one gets `Owner`. A new binding counts against
+    /// `bound.caller`: one that holds `bound.max` live sessions gets `CallerFull` and nothing is
+    /// bound. `Err`: nothing can be said; fail closed.
+    async fn bind(&self, session: &SessionKey, owner: &OwnerKey, bound: &CallerBound, ttl: Duration) -> Result<Binding, StoreError>;
 
     /// Runs for every request that carries a session id: whom `session` is bound to. When it is
     /// `owner`, the binding's lifetime restarts at `ttl`; otherwise nothing changes.
     async fn verify(&self, session: &SessionKey, owner: &OwnerKey, ttl: Duration) -> Result<Binding, StoreError>;
 
     /// Runs after the backend accepted a DELETE of the session: removes the binding if `owner`
-    /// holds it. Returns whether a binding was removed.
+    /// holds it, freeing its slot of the caller that bound it. Returns whether a binding was
+    /// removed.
     async fn unbind(&self, session: &SessionKey, owner: &OwnerKey) -> Result<bool, StoreError>;
 }
 
@@ -144,9 +152,10 @@ const FULL_SWEEP_EVERY: Duration = Duration::from_secs(1);
 ///
 /// A binding is 48 bytes plus the map's overhead (the 128-bit prefixes of both digests: a
 /// wrong "owner" needs a 128-bit second preimage): about 104 bytes measured at a million
-/// bindings, so 10 MB per 100,000 sessions. Expired bindings are swept when the map has
-/// doubled since its last sweep, and when it is full (at most once per second); a full store
-/// of live bindings refuses new sessions with an error.
+/// bindings, so 10 MB per 100,000 sessions; the caller each binding counts against and its
+/// entry in the per-caller index add about as much again (not measured). Expired bindings are
+/// swept when the map has doubled since its last sweep, and when it is full (at most once per
+/// second); a full store of live bindings refuses new sessions with an error.
 pub struct MemorySessionStore {
     inner: Mutex<Sessions>,
     max_sessions: usize,
@@ -155,24 +164,37 @@ pub struct MemorySessionStore {
 
 #[derive(Default)]
 struct Sessions {
-    /// Session → (owner, expiry).
-    map: HashMap<u128, (u128, Instant)>,
+    /// Session → (owner, expiry, the caller it counts against).
+    map: HashMap<u128, (u128, Instant, CallerKey)>,
+    /// Each caller's sessions, for `limits.max_sessions_per_caller`.
+    callers: MemberIndex<u128, Instant>,
     size_at_last_sweep: usize,
     last_full_sweep: Option<Instant>,
 }
 
 impl Sessions {
     fn sweep(&mut self, now: Instant) {
-        self.map.retain(|_, (_, expires)| *expires > now);
+        self.map.retain(|_, (_, expires, _)| *expires > now);
+        self.callers.sweep(now);
         self.size_at_last_sweep = self.map.len();
     }
 
     /// The live binding of `session`, dropping it if it has expired.
-    fn live(&mut self, session: u128, now: Instant) -> Option<&mut (u128, Instant)> {
-        if self.map.get(&session).is_some_and(|(_, expires)| *expires <= now) {
+    fn live(&mut self, session: u128, now: Instant) -> Option<&mut (u128, Instant, CallerKey)> {
+        if let Some((_, _, caller)) = self.map.get(&session).filter(|(_, expires, _)| *expires <= now).copied() {
             self.map.remove(&session);
+            self.callers.leave(&caller, &session);
         }
         self.map.get_mut(&session)
+    }
+
+    /// `session`'s binding (if live) now lives until `expires`, in the map and in its caller's count.
+    fn extend(&mut self, session: u128, expires: Instant) {
+        if let Some((_, e, caller)) = self.map.get_mut(&session) {
+            *e = expires;
+            let caller = *caller;
+            self.callers.touch(&caller, &session, expires);
+        }
     }
 }
 
@@ -217,15 +239,15 @@ fn expiry(now: Instant, ttl: Duration) -> Instant {
 
 #[async_trait]
 impl SessionStore for MemorySessionStore {
-    async fn bind(&self, session: &SessionKey, owner: &OwnerKey, ttl: Duration) -> Result<Binding, StoreError> {
+    async fn bind(&self, session: &SessionKey, owner: &OwnerKey, bound: &CallerBound, ttl: Duration) -> Result<Binding, StoreError> {
         let now = (self.clock)();
         let (session, owner) = (session.short(), owner.short());
         let mut s = self.lock();
-        if let Some((holder, expires)) = s.live(session, now) {
+        if let Some((holder, _, _)) = s.live(session, now) {
             if *holder != owner {
                 return Ok(Binding::Other);
             }
-            *expires = expiry(now, ttl);
+            s.extend(session, expiry(now, ttl));
             return Ok(Binding::Owner);
         }
         if s.map.len() >= 2 * s.size_at_last_sweep.max(64) {
@@ -241,7 +263,11 @@ impl SessionStore for MemorySessionStore {
                 reason: format!("full: {} live sessions (state.max_sessions)", self.max_sessions),
             });
         }
-        s.map.insert(session, (owner, expiry(now, ttl)));
+        let expires = expiry(now, ttl);
+        if let Err(first) = s.callers.admit(bound, &session, expires, now) {
+            return Ok(Binding::CallerFull(CallerFull { retry_after: first.saturating_duration_since(now) }));
+        }
+        s.map.insert(session, (owner, expires, bound.caller));
         Ok(Binding::Owner)
     }
 
@@ -251,9 +277,9 @@ impl SessionStore for MemorySessionStore {
         let mut s = self.lock();
         Ok(match s.live(session, now) {
             None => Binding::Unbound,
-            Some((holder, _)) if *holder != owner => Binding::Other,
-            Some((_, expires)) => {
-                *expires = expiry(now, ttl);
+            Some((holder, _, _)) if *holder != owner => Binding::Other,
+            Some(_) => {
+                s.extend(session, expiry(now, ttl));
                 Binding::Owner
             }
         })
@@ -263,8 +289,9 @@ impl SessionStore for MemorySessionStore {
         let now = (self.clock)();
         let (session, owner) = (session.short(), owner.short());
         let mut s = self.lock();
-        if s.live(session, now).is_some_and(|(holder, _)| *holder == owner) {
+        if let Some((_, _, caller)) = s.live(session, now).filter(|(holder, _, _)| *holder == owner).copied() {
             s.map.remove(&session);
+            s.callers.leave(&caller, &session);
             return Ok(true);
         }
         Ok(false)

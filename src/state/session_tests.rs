@@ -1,6 +1,7 @@
 use std::sync::Mutex as StdMutex;
 
 use super::*;
+use crate::state::session::contract::roomy;
 
 /// A clock the test moves by hand.
 fn manual_clock() -> (Clock, Arc<StdMutex<Instant>>) {
@@ -41,7 +42,7 @@ async fn another_owners_use_does_not_keep_a_session_alive() {
     let (clock, t) = manual_clock();
     let store = MemorySessionStore::with_clock(10, clock);
     let s = SessionKey::of(b"s");
-    store.bind(&s, &owner("alice"), TTL).await.expect("room");
+    store.bind(&s, &owner("alice"), &roomy(), TTL).await.expect("room");
     advance(&t, Duration::from_secs(50));
     assert_eq!(store.verify(&s, &owner("mallory"), TTL).await.expect("answers"), Binding::Other);
     advance(&t, Duration::from_secs(20));
@@ -53,12 +54,16 @@ async fn full_store_refuses_new_sessions_and_keeps_live_ones() {
     let (clock, _t) = manual_clock();
     let store = MemorySessionStore::with_clock(2, clock);
     for s in [b"a", b"b"] {
-        assert_eq!(store.bind(&SessionKey::of(s), &owner("alice"), TTL).await.expect("room"), Binding::Owner);
+        assert_eq!(store.bind(&SessionKey::of(s), &owner("alice"), &roomy(), TTL).await.expect("room"), Binding::Owner);
     }
-    let err = store.bind(&SessionKey::of(b"c"), &owner("alice"), TTL).await.expect_err("full");
+    let err = store.bind(&SessionKey::of(b"c"), &owner("alice"), &roomy(), TTL).await.expect_err("full");
     assert!(err.to_string().contains("state.max_sessions"), "{err}");
     assert_eq!(store.verify(&SessionKey::of(b"a"), &owner("alice"), TTL).await.expect("answers"), Binding::Owner);
-    assert_eq!(store.bind(&SessionKey::of(b"a"), &owner("alice"), TTL).await.expect("existing binding"), Binding::Owner, "a bound session rebinds when full");
+    assert_eq!(
+        store.bind(&SessionKey::of(b"a"), &owner("alice"), &roomy(), TTL).await.expect("existing binding"),
+        Binding::Owner,
+        "a bound session rebinds when full"
+    );
     assert_eq!(store.len(), 2);
 }
 
@@ -66,12 +71,12 @@ async fn full_store_refuses_new_sessions_and_keeps_live_ones() {
 async fn full_store_makes_room_by_sweeping_expired_and_ended_sessions() {
     let (clock, t) = manual_clock();
     let store = MemorySessionStore::with_clock(2, clock);
-    store.bind(&SessionKey::of(b"short"), &owner("alice"), Duration::from_secs(1)).await.expect("room");
-    store.bind(&SessionKey::of(b"long"), &owner("alice"), TTL).await.expect("room");
+    store.bind(&SessionKey::of(b"short"), &owner("alice"), &roomy(), Duration::from_secs(1)).await.expect("room");
+    store.bind(&SessionKey::of(b"long"), &owner("alice"), &roomy(), TTL).await.expect("room");
     advance(&t, Duration::from_secs(2));
-    assert_eq!(store.bind(&SessionKey::of(b"new"), &owner("bob"), TTL).await.expect("expired binding swept"), Binding::Owner);
+    assert_eq!(store.bind(&SessionKey::of(b"new"), &owner("bob"), &roomy(), TTL).await.expect("expired binding swept"), Binding::Owner);
     assert!(store.unbind(&SessionKey::of(b"long"), &owner("alice")).await.expect("answers"));
-    assert_eq!(store.bind(&SessionKey::of(b"newer"), &owner("bob"), TTL).await.expect("ended session made room"), Binding::Owner);
+    assert_eq!(store.bind(&SessionKey::of(b"newer"), &owner("bob"), &roomy(), TTL).await.expect("ended session made room"), Binding::Owner);
     assert_eq!(store.len(), 2);
 }
 
@@ -80,11 +85,11 @@ async fn expired_bindings_are_swept_as_the_map_grows() {
     let (clock, t) = manual_clock();
     let store = MemorySessionStore::with_clock(1_000_000, clock);
     for i in 0..5_000u32 {
-        store.bind(&SessionKey::of(&i.to_be_bytes()), &owner("a"), Duration::from_secs(1)).await.expect("room");
+        store.bind(&SessionKey::of(&i.to_be_bytes()), &owner("a"), &roomy(), Duration::from_secs(1)).await.expect("room");
     }
     advance(&t, Duration::from_secs(5));
     for i in 5_000..10_000u32 {
-        store.bind(&SessionKey::of(&i.to_be_bytes()), &owner("a"), TTL).await.expect("room");
+        store.bind(&SessionKey::of(&i.to_be_bytes()), &owner("a"), &roomy(), TTL).await.expect("room");
     }
     assert!(store.len() < 10_000, "expired bindings were swept while binding: {}", store.len());
 }

@@ -182,8 +182,8 @@ async fn a_flood_is_shed_without_hanging_health_answers_throughout_and_memory_st
     assert!(shed > 0 && ok > 0, "some are shed, some are served: {ok} ok, {shed} shed");
     assert!(answered > 0, "/healthz was probed during the flood");
     assert!(peak_in_flight <= LIMIT, "at most max_in_flight requests are handled at once: saw {peak_in_flight}");
-    // Measured alone: the second flood grows the process by 1–4 MiB (README "Admission
-    // control"); the bound is generous because the suite's other tests share the process.
+    // Measured alone: the second flood grows the process by 1–4 MiB (docs/request-path.md,
+    // "Admission control"); the bound is generous because the suite's other tests share the process.
     let growth = peak_rss.max(after).saturating_sub(before);
     eprintln!("flood: {ok} ok, {shed} shed; VmRSS before {before} KiB, peak {peak_rss} KiB, after {after} KiB");
     assert!(growth < 128 << 10, "a flood of 2,000 requests grew the process by {growth} KiB");

@@ -22,6 +22,8 @@ use portcullis::signature::{ed25519_public_jwk, Signer};
 use portcullis_wire::UnixTime;
 use serde_json::{json, Value};
 
+mod shown;
+
 const AGENT: &str = "https://agent.example";
 const AUD: &str = "https://mcp.example.com/mcp";
 const USER: &str = "user-1842";
@@ -156,13 +158,7 @@ struct Browser(common::browser::Browser);
 impl Browser {
     fn new(ca: &TestCa, gw: &Gateway) -> Browser {
         let pem = std::fs::read(ca.ca_path()).unwrap();
-        let http = reqwest::Client::builder()
-            .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .build()
-            .unwrap();
-        Browser(common::browser::Browser::new(http, "https://mcp.example.com", &format!("http://{}", gw.addr)))
+        Browser(common::browser::Browser::trusting(&pem, "https://mcp.example.com", &format!("http://{}", gw.addr)).unwrap())
     }
 
     async fn get(&mut self, url: &str) -> Page {
@@ -498,9 +494,7 @@ async fn a_2026_client_without_url_elicitation_gets_32021_with_the_link_and_fore
 /// gateway served, with a probe script appended, and takes a screenshot.
 #[tokio::test]
 async fn chromium_shows_the_call_and_a_visible_approve_button_on_a_phone() {
-    let Some(chromium) =
-        ["chromium", "chromium-browser"].into_iter().find(|c| std::process::Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
-    else {
+    let Some(chromium) = common::browser::Chromium::find() else {
         // CI must not pass without the page having been rendered (as the report's check).
         assert!(std::env::var_os("CI").is_none(), "CI runs the approval page's Chromium check: scripts/test.sh installs chromium");
         println!("SKIPPED the headless Chromium check: chromium is not installed (scripts/test.sh installs it: apt-get install -y chromium)");
@@ -513,42 +507,14 @@ async fn chromium_shows_the_call_and_a_visible_approve_button_on_a_phone() {
     w.issuer.log_in_as(USER, unix_now());
     let page = Browser::new(&w.ca, &gw).get(&link_of(&answer)).await;
     assert_eq!(page.status, 200);
-    let probe = r#"<script>
+    let probe = r#"
 var b = Array.from(document.querySelectorAll('button')).find(function (x) { return x.textContent === 'Approve'; });
 var r = b.getBoundingClientRect();
 var pre = document.querySelector('pre');
-var out = document.createElement('pre');
-out.id = 'probe';
-out.textContent = [Math.round(r.width), Math.round(r.height), Math.round(r.bottom), window.innerWidth,
+return [Math.round(r.width), Math.round(r.height), Math.round(r.bottom), window.innerWidth,
   document.documentElement.scrollWidth, getComputedStyle(b).visibility, pre.textContent.indexOf('ACME') >= 0, pre.textContent.indexOf('<b>bold</b>') >= 0].join(' ');
-document.body.appendChild(out);
-</script>"#;
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("approval.html");
-    std::fs::write(&file, page.body.replace("</body>", &format!("{probe}</body>"))).unwrap();
-    let run = |extra: &[String]| {
-        let profile = tempfile::tempdir().unwrap();
-        std::process::Command::new(chromium)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--no-first-run",
-                "--disable-dev-shm-usage",
-                "--hide-scrollbars",
-            ])
-            .arg("--window-size=390,1200")
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .args(extra)
-            .arg(format!("file://{}", file.display()))
-            .output()
-            .unwrap()
-    };
-    let out = run(&["--dump-dom".to_owned()]);
-    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
-    let dom = String::from_utf8_lossy(&out.stdout);
-    let probe = dom.split("<pre id=\"probe\">").nth(1).and_then(|s| s.split("</pre>").next()).unwrap_or_else(|| panic!("probe not rendered: {dom}"));
+"#;
+    let probe = chromium.probe(&page.body, (390, 1200), probe).unwrap();
     println!("chromium approval page probe: {probe}");
     let f: Vec<&str> = probe.split(' ').collect();
     let num = |i: usize| f[i].parse::<u32>().unwrap();
@@ -556,12 +522,9 @@ document.body.appendChild(out);
     assert!(num(2) <= 1200, "the Approve button is on the first screen: {probe}");
     assert!(num(4) <= num(3), "nothing wider than the phone (no sideways scrolling): {probe}");
     assert_eq!((f[5], f[6], f[7]), ("visible", "true", "true"), "button visible, arguments shown as text: {probe}");
-    let shot = dir.path().join("approval.png");
-    let out = run(&[format!("--screenshot={}", shot.display())]);
-    assert!(out.status.success(), "chromium screenshot failed: {}", String::from_utf8_lossy(&out.stderr));
-    let png = std::fs::read(&shot).unwrap();
+    let png = chromium.screenshot(&page.body, (390, 1200)).unwrap();
     if let Ok(keep) = std::env::var("PORTCULLIS_KEEP_SCREENSHOT") {
-        std::fs::copy(&shot, keep).unwrap();
+        std::fs::write(keep, &png).unwrap();
     }
     assert!(png.starts_with(b"\x89PNG") && png.len() > 5_000, "screenshot of {} bytes", png.len());
     gw.shutdown().await;

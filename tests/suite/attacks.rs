@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::policy::{rego, tool_call, PolicyDir};
+use common::policy::{config_logging, rego, tool_call, PolicyDir};
 use common::{client, Gateway, Upstream};
 use ed25519_dalek::{Signer as _, SigningKey};
 use portcullis::config::Config;
@@ -105,19 +105,62 @@ decision := {"allow": false, "reason": "arguments_unseen"} if not input.mcp.argu
     gw.shutdown().await;
 }
 
-#[tokio::test]
-async fn arguments_nested_past_the_limit_are_refused_not_undefined() {
-    let upstream = Upstream::start().await;
-    let policy = PolicyDir::new(&rego(r#"default decision := {"allow": true}"#));
-    let gw = Gateway::start(config(&upstream, &policy.toml())).await;
+/// `{"k": {"k": … 1}}`: `levels` nested objects (the outermost is level 1, as the policy
+/// input counts).
+fn nested(levels: usize) -> serde_json::Value {
     let mut deep = serde_json::json!(1);
-    for _ in 0..100 {
+    for _ in 0..levels {
         deep = serde_json::json!({ "k": deep });
     }
-    let body = tool_call(1, "echo", deep);
+    deep
+}
+
+/// Decision 15: arguments deeper than the policy input holds are the client's error, said as
+/// such (400 `invalid_request` naming the limit), not blamed on the policy (403
+/// `policy_error`); never forwarded, never undefined to the policy.
+#[tokio::test]
+async fn arguments_nested_past_the_limit_are_the_clients_invalid_request_not_a_policy_error() {
+    let upstream = Upstream::start().await;
+    let policy = PolicyDir::new(&rego(r#"default decision := {"allow": true}"#));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("decisions.log");
+    let gw = Gateway::start(config_logging(&upstream.url(), &policy.toml(), "enforce", &log)).await;
+    // 65 levels: past the limit, well inside serde_json's own 128.
+    let body = tool_call(7, "echo", nested(65));
     let (status, err) = error_of(client().post(gw.url("/mcp")).header("content-type", "application/json").body(body).send().await.unwrap()).await;
-    assert_eq!((status, err["error"].as_str(), err["reason"].as_str()), (403, Some("agent_access_denied"), Some("policy_error")));
-    assert!(upstream.seen().is_empty());
+    assert_eq!(status, 400, "{err}");
+    assert_eq!((err["id"].as_i64(), err["error"]["code"].as_i64()), (Some(7), Some(-32600)), "a JSON-RPC error object for the call: {err}");
+    let data = &err["error"]["data"];
+    assert_eq!(data["error"], "invalid_request", "{err}");
+    assert_eq!(data["reason"], "arguments nested deeper than 64 levels (the policy input's limit)", "{err}");
+    assert!(upstream.seen().is_empty(), "the backend got nothing");
+    // At the limit the call is decided and forwarded.
+    let at = tool_call(8, "echo", nested(64));
+    assert_eq!(client().post(gw.url("/mcp")).header("content-type", "application/json").body(at).send().await.unwrap().status(), 200);
+    assert_eq!(upstream.seen().len(), 1);
+    let lines = common::wait_for_decision_lines(&log, 2).await;
+    assert_eq!((lines[0]["outcome"].as_str(), lines[0]["status"].as_u64(), lines[0]["error"].as_str()), (Some("deny"), Some(400), Some("invalid_request")));
+    assert_eq!(lines[0]["reason"], "arguments nested deeper than 64 levels (the policy input's limit)");
+    assert_eq!(lines[1]["outcome"], "allow");
+    gw.shutdown().await;
+}
+
+/// In monitor mode the deep call goes where every other malformed request goes: forwarded,
+/// logged `would_deny` with the same client error.
+#[tokio::test]
+async fn arguments_nested_past_the_limit_are_a_would_deny_invalid_request_in_monitor_mode() {
+    let upstream = Upstream::start().await;
+    let policy = PolicyDir::new(&rego(r#"default decision := {"allow": true}"#));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("decisions.log");
+    let gw = Gateway::start(config_logging(&upstream.url(), &policy.toml(), "monitor", &log)).await;
+    let body = tool_call(1, "echo", nested(65));
+    assert_eq!(client().post(gw.url("/mcp")).header("content-type", "application/json").body(body).send().await.unwrap().status(), 200);
+    assert_eq!(upstream.seen().len(), 1, "monitor mode forwards");
+    let line = &common::wait_for_decision_lines(&log, 1).await[0];
+    assert_eq!((line["outcome"].as_str(), line["error"].as_str()), (Some("would_deny"), Some("invalid_request")), "{line}");
+    assert_eq!(line["findings"][0]["stage"], "mcp", "{line}");
+    assert_eq!(line["reason"], "arguments nested deeper than 64 levels (the policy input's limit)");
     gw.shutdown().await;
 }
 

@@ -86,6 +86,35 @@ fn missing_config_file_is_named() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/portcullis.toml"));
 }
 
+#[test]
+fn start_without_a_running_backend_warns_that_the_upstream_refuses_connections() {
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_config(&dir, &base_config(&format!("http://127.0.0.1:{port}")));
+    let mut child = Command::new(BIN).args(["run", "--config"]).arg(&path).stderr(Stdio::piped()).env("RUST_LOG", "info").spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = String::new();
+    let warning = loop {
+        let Ok(line) = rx.recv_timeout(Duration::from_secs(10)) else { break None };
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("does not accept connections") {
+            break Some(line);
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let warning = warning.unwrap_or_else(|| panic!("no warning about the upstream within 10 s:\n{seen}"));
+    assert!(warning.contains("WARN") && warning.contains(&format!("127.0.0.1:{port}")) && warning.contains("502 upstream_unavailable"), "{warning}");
+}
+
 #[tokio::test]
 async fn sigterm_finishes_in_flight_requests_then_exits() {
     let upstream = Upstream::start().await;

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
 
 /// Serves `root` as a web root (only the well-known directory path is asked for).
-async fn serve_dir(ca: &TestCa, root: PathBuf) -> HttpsServer {
+pub(crate) async fn serve_dir(ca: &TestCa, root: PathBuf) -> HttpsServer {
     HttpsServer::start(ca, move |req: http::Request<hyper::body::Incoming>| {
         let file = root.join(req.uri().path().trim_start_matches('/'));
         async move {

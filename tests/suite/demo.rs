@@ -101,12 +101,61 @@ async fn tour_gets_the_expected_statuses_in_enforce_and_monitor_mode() {
     demo.shutdown().await;
 }
 
-#[test]
-fn tour_only_prints_the_table_and_exits_zero() {
+/// The approval a user tries by hand, as the demo prints it: the payment over 100 USD with the
+/// demo user's token answers with a link on this machine; logged in at the demo issuer as
+/// another account, the page refuses; as the token's own user, it approves, and the same call
+/// is forwarded once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_approval_link_opens_here_and_the_tokens_user_approves_it() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN).args(["demo", "--tour-only", "--dir"]).arg(dir.path()).output().unwrap();
+    let demo = Demo::start(dir.path()).await.unwrap();
+    let token = std::fs::read_to_string(dir.path().join("token")).unwrap();
+    let agent = portcullis_client::Agent::new(demo.agent_key.clone(), demo.agent_url()).unwrap().with_token(token.trim());
+    let pay = || async {
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "payments.send", "arguments": {"to": "carol", "amount": 150}}});
+        let mut headers = http::HeaderMap::new();
+        headers.insert("content-type", "application/json".parse().unwrap());
+        let mut signed = agent.sign(http::Method::POST, &demo.enforce.url, &headers, body.to_string().into_bytes()).unwrap();
+        signed.request.headers_mut().insert("idempotency-key", "\"big-1\"".parse().unwrap());
+        send_signed(signed).await
+    };
+    let answer = pay().await;
+    let link = answer["error"]["data"]["elicitations"][0]["url"].as_str().unwrap_or_else(|| panic!("no link: {answer}")).to_owned();
+    let gateway_origin = demo.enforce.url.trim_end_matches("/mcp");
+    assert!(link.starts_with(&format!("{gateway_origin}/")), "the link opens on this machine: {link} (gateway {gateway_origin})");
+
+    let wrong = tour::approve_on_page(&demo, &link, tour::APPROVING_USER).await;
+    assert!(wrong.is_err(), "another account cannot approve the demo user's payment");
+    tour::approve_on_page(&demo, &link, "demo-user").await.unwrap();
+    let done = pay().await;
+    assert!(done["result"]["content"][0]["text"].as_str().is_some_and(|t| t.starts_with("Sent 150 USD to carol")), "{done}");
+    demo.shutdown().await;
+}
+
+/// Sends a signed request and reads its JSON answer.
+async fn send_signed(signed: portcullis_client::SignedRequest) -> serde_json::Value {
+    let (parts, body) = signed.request.into_parts();
+    let url = parts.uri.to_string();
+    let resp = reqwest::Client::new().request(parts.method, url).headers(parts.headers).body(body).send().await.unwrap();
+    resp.json().await.unwrap()
+}
+
+/// The folder a demo run printed on its `files` line.
+fn printed_folder(stdout: &str) -> std::path::PathBuf {
+    let line = stdout.lines().find(|l| l.trim_start().starts_with("files ")).unwrap_or_else(|| panic!("no files line: {stdout}"));
+    std::path::PathBuf::from(line.trim_start().trim_start_matches("files").trim())
+}
+
+#[test]
+fn tour_only_prints_the_table_and_exits_zero_in_a_fresh_folder_of_its_own() {
+    let out = Command::new(BIN).args(["demo", "--tour-only"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let folder = printed_folder(&stdout);
+    let name = folder.file_name().unwrap().to_string_lossy().into_owned();
+    let _ = std::fs::remove_dir_all(&folder);
     assert!(out.status.success(), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    // Not the fixed folder two demos once shared (the second overwrote the first's configs).
+    assert!(name.starts_with("portcullis-demo-") && name.len() > "portcullis-demo-".len(), "{name}");
     for (request, status, _) in EXPECTED {
         let line = stdout.lines().find(|l| l.starts_with("enforce") && l.contains(request)).unwrap_or_else(|| panic!("no row {request}: {stdout}"));
         assert!(line.contains(&format!("  {status}  ")), "{line}");
@@ -117,6 +166,26 @@ fn tour_only_prints_the_table_and_exits_zero() {
     assert_eq!(shell.matches("200 would_deny").count(), 3, "policy refusals are enforced only at step 4: {shell}");
     assert!(shell.trim_end().ends_with("403 deny"), "{shell}");
     assert!(!stdout.contains("Try it"), "--tour-only does not stay up: {stdout}");
+}
+
+#[test]
+fn a_folder_a_running_demo_uses_is_refused_and_the_claim_ends_with_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    // A running process holds the folder (this test's own process stands for the first demo).
+    std::fs::write(dir.path().join("demo.pid"), format!("{}\n", std::process::id())).unwrap();
+    let out = Command::new(BIN).args(["demo", "--tour-only", "--dir"]).arg(dir.path()).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("used by a running demo") && stderr.contains(&std::process::id().to_string()) && stderr.contains("--dir"), "{stderr}");
+    assert!(!dir.path().join("token").exists(), "nothing of the running demo's is overwritten");
+
+    // A claim left by a process that is gone (a killed demo) does not hold the folder, and a
+    // finished run leaves none behind.
+    std::fs::write(dir.path().join("demo.pid"), "4294967295\n").unwrap();
+    let out = Command::new(BIN).args(["demo", "--tour-only", "--dir"]).arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(printed_folder(&String::from_utf8_lossy(&out.stdout)), std::fs::canonicalize(dir.path()).unwrap());
+    assert!(!dir.path().join("demo.pid").exists(), "the claim ends with the run");
 }
 
 /// Kills the demo if the test fails before it stopped by itself.
@@ -167,6 +236,21 @@ fn long_running_demo_serves_the_printed_command_and_stops_on_ctrl_c() {
     let out = Command::new("sh").arg("-c").arg(&command).output().unwrap();
     let printed = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && printed.starts_with("HTTP/1.1 200 OK") && printed.contains("Sunny in Paris"), "{printed}");
+    // The DPoP line, as printed: the bound token with a proof is accepted, without one refused.
+    let dpop = loop {
+        let line = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())).unwrap_or_else(|_| panic!("no --dpop command printed:\n{seen}"));
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("--dpop") {
+            break line.trim().to_owned();
+        }
+    };
+    let out = Command::new("sh").arg("-c").arg(&dpop).output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && printed.starts_with("HTTP/1.1 200 OK") && printed.contains("Sunny in Oslo"), "{dpop}\n{printed}");
+    let out = Command::new("sh").arg("-c").arg(dpop.replace(" --dpop", "")).output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.starts_with("HTTP/1.1 401") && printed.contains("invalid_token"), "a bound token is no bearer token: {printed}");
 
     Command::new("kill").args(["-INT", &child.0.id().to_string()]).status().unwrap();
     let deadline = Instant::now() + Duration::from_secs(15);

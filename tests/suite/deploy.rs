@@ -148,3 +148,68 @@ fn systemd_unit_runs_the_checked_config_and_reloads_with_sighup() {
     let toml = read("deploy/portcullis.toml");
     assert!(toml.contains(r#"paths = ["/etc/portcullis/policies"]"#));
 }
+
+/// What deploy/compose.yaml's comment tells a user to do, with the compose services as real
+/// processes on 127.0.0.1: a key pasted into deploy/portcullis.toml with `keygen --static-key`,
+/// the image's config, the example backend, Redis; then a request signed for
+/// `http://localhost:8080/mcp`, as `portcullis request` signs it, is verified and forwarded.
+#[tokio::test(flavor = "multi_thread")]
+async fn compose_stack_verifies_an_agent_whose_key_the_comment_says_to_add() {
+    use crate::common::{self, backend::Backend, redis::RedisServer};
+    let dir = tempfile::tempdir().unwrap();
+    let keygen = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["keygen", "--out"])
+        .arg(dir.path().join("agent"))
+        .args(["--static-key", "https://my-agent.example"])
+        .output()
+        .unwrap();
+    assert!(keygen.status.success(), "{}", String::from_utf8_lossy(&keygen.stderr));
+    let compose = read("deploy/compose.yaml");
+    assert!(compose.contains("portcullis keygen --out agent --static-key https://my-agent.example >> deploy/portcullis.toml"), "{compose}");
+    assert!(compose.contains("./portcullis.toml:/etc/portcullis/portcullis.toml"), "the config is mounted, so the pasted key needs no rebuild");
+
+    let backend = Backend::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let redis = RedisServer::start();
+    let log = dir.path().join("decisions.jsonl");
+    let text = read("deploy/portcullis.toml") + &String::from_utf8(keygen.stdout).unwrap();
+    let text = text
+        .replace("http://mcp-backend:3001", &format!("http://{}", backend.addr))
+        .replace("redis://redis:6379/0", &redis.url())
+        .replace("0.0.0.0:9090", "127.0.0.1:0")
+        .replace("decisions = \"stdout\"", &format!("decisions = {:?}", log.display().to_string()));
+    let mut mounted = text;
+    for (container, local) in image_mounts() {
+        mounted = mounted.replace(container.as_str(), local.to_str().unwrap());
+    }
+    // Exactly the config's authorities: none is added for the test's own port.
+    let gw = common::Gateway::start_exact(Config::parse(&mounted, "deploy/portcullis.toml", Path::new("/")).unwrap()).await;
+
+    let key = portcullis_client::load_private_jwk(&dir.path().join("agent/agent.jwk")).unwrap();
+    let signer = portcullis::signature::Signer::new(key, "https://my-agent.example").unwrap();
+    let body =
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "weather.get", "arguments": {"city": "Paris"}}}).to_string();
+    let mut req = http::Request::builder()
+        .method("POST")
+        .uri("http://localhost:8080/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.into_bytes())
+        .unwrap();
+    signer.sign_request(&mut req, portcullis_wire::UnixTime::now()).unwrap();
+    let (parts, body) = req.into_parts();
+    // Sent to where the gateway listens here, named as a user reaches it through compose.
+    let resp = common::client().post(gw.url("/mcp")).headers(parts.headers).header("host", "localhost:8080").body(body).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.text().await.unwrap().contains("Sunny in Paris"));
+    let lines = common::wait_for_decision_lines(&log, 1).await;
+    assert_eq!(lines[0]["agent"], "https://my-agent.example", "the agent is verified, not just forwarded: {}", lines[0]);
+    let identity_findings: Vec<&serde_json::Value> = lines[0]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| ["digest", "signature", "key", "replay"].contains(&f["stage"].as_str().unwrap_or_default()))
+        .collect();
+    assert!(identity_findings.is_empty(), "no identity stage found anything: {}", lines[0]);
+    gw.shutdown().await;
+    backend.stop();
+}

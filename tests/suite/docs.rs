@@ -1,10 +1,10 @@
-//! The documentation matches the code: README's configuration reference documents exactly the
-//! keys the config accepts, the full example config parses and lists them all, the
+//! The documentation matches the code: the configuration reference (docs/configuration.md)
+//! documents exactly the keys the config accepts, the full example config parses and lists them all, the
 //! troubleshooting table covers every refusal code, and every guide is linked from README.
 //!
 //! The accepted keys are derived from the `Raw*` structs in src/config/raw.rs (each field of a
 //! `deny_unknown_fields` struct is a key; a field whose type is another `Raw*` struct is a
-//! section), so a new config field fails this test until README and the example list it.
+//! section), so a new config field fails this test until docs/configuration.md and the example list it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -64,12 +64,11 @@ fn accepted_keys() -> BTreeSet<String> {
     out
 }
 
-/// The keys in README's configuration reference table. A first cell may name several keys:
+/// The keys in the configuration reference's table (docs/configuration.md). A first cell may name several keys:
 /// `` `listen.tls_cert`, `listen.tls_key` ``, `` `oauth.introspection.url`, `.client_id` `` or
 /// `` `[[signatures.keys]]` `agent`, `jwk` ``.
-fn readme_keys() -> BTreeSet<String> {
-    let readme = read("README.md");
-    let section = readme.split("## Configuration reference").nth(1).expect("README has a Configuration reference").split("\n## ").next().unwrap();
+fn reference_keys() -> BTreeSet<String> {
+    let section = read("docs/configuration.md");
     let mut keys = BTreeSet::new();
     for line in section.lines().filter(|l| l.starts_with("| `")) {
         let cell = line.split('|').nth(1).unwrap();
@@ -111,13 +110,13 @@ fn toml_keys(value: &toml::Value, prefix: &str, out: &mut BTreeSet<String>) {
 }
 
 #[test]
-fn readme_documents_exactly_the_keys_the_config_accepts() {
+fn the_configuration_reference_documents_exactly_the_keys_the_config_accepts() {
     let accepted = accepted_keys();
-    let documented = readme_keys();
+    let documented = reference_keys();
     let undocumented: Vec<_> = accepted.difference(&documented).collect();
     let unknown: Vec<_> = documented.difference(&accepted).collect();
-    assert!(undocumented.is_empty(), "config keys missing from README's Configuration reference: {undocumented:?}");
-    assert!(unknown.is_empty(), "README documents keys the config does not accept: {unknown:?}");
+    assert!(undocumented.is_empty(), "config keys missing from docs/configuration.md: {undocumented:?}");
+    assert!(unknown.is_empty(), "docs/configuration.md documents keys the config does not accept: {unknown:?}");
     assert!(accepted.len() > 60, "only {} keys derived: {accepted:?}", accepted.len());
 }
 
@@ -137,11 +136,11 @@ fn the_example_config_sets_every_key_and_the_config_accepts_it() {
 
 #[test]
 fn each_documented_key_alone_is_accepted_by_the_config() {
-    // Independently of the struct walk: a minimal config plus one README key (its value taken
-    // from the example file) is not refused as unknown, so README names no key the parser
+    // Independently of the struct walk: a minimal config plus one documented key (its value taken
+    // from the example file) is not refused as unknown, so the reference names no key the parser
     // would refuse.
     let example: toml::Value = read("docs/portcullis.example.toml").parse().unwrap();
-    for key in readme_keys() {
+    for key in reference_keys() {
         let mut doc: toml::Table =
             toml::from_str("[listen]\naddr = \"127.0.0.1:0\"\npublic_url = \"https://x.example/mcp\"\n[upstream]\nurl = \"http://127.0.0.1:1\"\n").unwrap();
         let parts: Vec<&str> = key.split('.').collect();
@@ -164,9 +163,9 @@ fn each_documented_key_alone_is_accepted_by_the_config() {
         }
         let text = toml::to_string(&doc).unwrap();
         // A key of a table with required siblings (`oauth.introspection.*`) alone is "missing
-        // field"; only "unknown field" means README names a key the parser refuses.
+        // field"; only "unknown field" means the reference names a key the parser refuses.
         if let Err(e) = toml::from_str::<portcullis::config::RawConfig>(&text) {
-            assert!(e.to_string().contains("missing field"), "README key {key} is refused: {e}\n{text}");
+            assert!(e.to_string().contains("missing field"), "documented key {key} is refused: {e}\n{text}");
         }
     }
 }
@@ -255,4 +254,15 @@ fn every_guide_snippet_passes_check() {
         }
     }
     assert!(whole >= 3, "the rollout guide's whole configs were found ({whole})");
+}
+
+/// README is what a newcomer reads first: what it does, the quick start, the two commands, the
+/// commands, where to read next. Reference material goes into docs/, so it stays short.
+#[test]
+fn readme_stays_a_five_minute_read() {
+    let readme = read("README.md");
+    assert!(readme.len() < 15 * 1024, "README.md is {} bytes: move reference material into docs/ (limit 15 KiB)", readme.len());
+    for section in ["## Quick start", "## The two commands", "## What it does", "## Commands", "## Where to read next"] {
+        assert!(readme.contains(&format!("{section}\n")), "README lacks {section}");
+    }
 }

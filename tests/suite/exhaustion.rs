@@ -307,12 +307,13 @@ async fn health_and_metadata_answer_while_large_batches_are_evaluated() {
     // A policy that compares every argument with every other: milliseconds per message (far
     // below the 250 ms evaluation limit even when the whole suite shares two cores), as an
     // operator's policy inspecting arguments may well take on hostile ones. 100 such messages
-    // hold a core for a second or more.
+    // hold a core for a second or more: the per-request budget is raised so they are decided
+    // (bounds.rs shows a budget stopping such a batch).
     let p = common::policy::PolicyDir::new(&common::policy::rego(
         r#"dupes := count([1 | some a in input.mcp.arguments.items; some b in input.mcp.arguments.items; a == b])
 decision := {"allow": dupes >= 0}"#,
     ));
-    let gw = OwnRuntime::start(config(&upstream.url(), &p.toml()));
+    let gw = OwnRuntime::start(config(&upstream.url(), &format!("{}\n[limits]\npolicy_budget = \"60s\"\n", p.toml())));
     let items: Vec<String> = (0..100).map(|i| format!("item-{i:04}")).collect();
     let body =
         batch(100, |i| serde_json::json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "search", "arguments": {"items": items}}}));

@@ -1,4 +1,4 @@
-//! The crate and module graph is the architecture (README "Architecture"), and it stays one:
+//! The crate and module graph is the architecture (docs/architecture.md), and it stays one:
 //!
 //! - no crate of the workspace imports upward: `portcullis-wire` depends on no other
 //!   Portcullis crate and on nothing that does I/O or needs a runtime; `portcullis-client`

@@ -10,9 +10,12 @@ mod common;
 
 mod admin;
 mod admission;
+mod agents;
 mod answers;
 mod approvals;
 mod attacks;
+mod bounds;
+mod caller_limits;
 mod catalog;
 mod cli;
 mod client;

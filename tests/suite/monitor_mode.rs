@@ -61,3 +61,33 @@ async fn digest_mismatch_is_forwarded_and_logged_would_deny_in_monitor_mode() {
     assert!(metrics.contains(r#"portcullis_requests_total{outcome="would_deny",status="200",error="invalid_agent_credentials"} 1"#), "{metrics}");
     assert!(metrics.contains(r#"portcullis_findings_total{stage="digest",error="invalid_agent_credentials"} 1"#), "each finding is counted: {metrics}");
 }
+
+/// A monitored refusal forwarded to a backend that is down: the client gets 502
+/// upstream_unavailable, and the decision log says that — the would-be refusal is the first
+/// finding, and the report still counts it as what enforcement would refuse.
+#[tokio::test]
+async fn a_502_of_a_monitored_request_is_logged_as_the_upstreams_not_the_stages() {
+    let (dir, log) = temp_path("decisions.log");
+    let mut cfg = config_without_policy(&format!("http://{}", common::closed_port().await), "");
+    cfg.mode = portcullis::config::Mode::Monitor.into();
+    cfg.log.decisions = portcullis::config::DecisionSink::File(log.clone());
+    let gw = Gateway::start(cfg).await;
+    let resp = send_tampered(&gw).await;
+    assert_eq!(resp.status(), 502);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "upstream_unavailable");
+    gw.shutdown().await;
+
+    let lines = decision_lines(&log);
+    assert_eq!((lines[0]["outcome"].as_str(), lines[0]["status"].as_u64()), (Some("would_deny"), Some(502)), "{}", lines[0]);
+    assert_eq!(lines[0]["error"], "upstream_unavailable", "the 502's cause is the backend: {}", lines[0]);
+    assert!(lines[0]["reason"].as_str().unwrap().contains("unreachable"), "{}", lines[0]);
+    assert_eq!(lines[0]["findings"][0]["error"], "invalid_agent_credentials", "the would-be refusal is kept: {}", lines[0]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis")).arg("report").arg(&log).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("invalid_agent_credentials: Content-Digest sha-256 does not match the request body"),
+        "the report counts the would-be refusal: {text}"
+    );
+    drop(dir);
+}

@@ -12,6 +12,51 @@ fn policy_test_passes_for_the_shipped_policies() {
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("data.portcullis.test_over_100_usd_waits_for_the_users_approval: PASS"), "{stdout}");
     assert!(!stdout.contains("FAIL"), "{stdout}");
+    // docs/policies.md shows this run's last line: it must be today's figure, not an old one.
+    let last = stdout.lines().last().unwrap_or_default();
+    let doc = std::fs::read_to_string(format!("{ROOT}/docs/policies.md")).expect("docs/policies.md");
+    assert!(doc.contains(&format!("# {last}\n")), "docs/policies.md must show `# {last}` (what `portcullis policy test policies/` prints today)");
+}
+
+#[test]
+fn policy_eval_exits_1_when_the_decision_is_malformed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).expect("mkdir");
+    // `allow` must be a boolean: the gateway refuses such a decision with policy_error.
+    std::fs::write(policies.join("p.rego"), "package portcullis\nimport rego.v1\ndecision := {\"allow\": \"yes\"}\n").expect("write");
+    let config = crate::common::config_toml(
+        "http://127.0.0.1:1",
+        &format!("[policy]\npaths = [{:?}]\n[signatures]\nrequired = false\n[oauth]\nrequired = false\n", policies),
+    );
+    std::fs::write(dir.path().join("gw.toml"), config).expect("write");
+    std::fs::write(dir.path().join("input.json"), "{}").expect("write");
+    let out = Command::new(BIN)
+        .args(["policy", "eval", "--config"])
+        .arg(dir.path().join("gw.toml"))
+        .arg("--input")
+        .arg(dir.path().join("input.json"))
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("effect: deny (policy_error:"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "a decision the gateway would refuse as policy_error fails the evaluation: {stdout}");
+}
+
+#[test]
+fn config_is_an_option_of_the_commands_that_read_one() {
+    for command in [&["run"][..], &["check"], &["tools", "pin"], &["tools", "diff"], &["policy", "eval"]] {
+        let out = Command::new(BIN).args(command).arg("--help").output().expect("runs");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("--config"), "{command:?} --help");
+    }
+    for command in [&["request"][..], &["example-backend"], &["keygen"], &["demo"], &["report"], &["policy", "test"]] {
+        let out = Command::new(BIN).args(command).arg("--help").output().expect("runs");
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(!help.contains("--config") && !help.contains("embedded default config"), "{command:?} reads no config, its help must not offer one: {help}");
+    }
+    let out = Command::new(BIN).args(["--config", "gw.toml", "default-config"]).output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reads no config file"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

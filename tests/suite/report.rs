@@ -90,7 +90,7 @@ async fn report_of_a_real_monitor_run_counts_what_enforcement_would_do() {
     assert!(text.starts_with("Portcullis decision report: 8 requests (0 other lines skipped)"), "{text}");
     assert!(text.contains("Outcomes: allow 3 (37.5%), would_deny 4 (50.0%), deny 1 (12.5%)"), "{text}");
     assert!(text.contains("Unsigned share: 37.5% (3 requests)"), "two unsigned calls and the too-large body: {text}");
-    assert!(text.contains("Signed but unverified: 12.5% (1 requests)\n           1  key: invalid_agent_credentials\n"), "the stranger: {text}");
+    assert!(text.contains("Signed but unverified: 12.5% (1 request)\n           1  key: invalid_agent_credentials\n"), "the stranger: {text}");
     assert!(text.contains("Verified: 50.0% (4 requests)"), "{text}");
     assert!(text.contains("Enforcing the next group (identity) would refuse 3 of 8 requests (37.5%)."), "{text}");
     assert!(text.contains("agent_access_denied: payments_blocked"), "{text}");
@@ -162,4 +162,46 @@ document.body.appendChild(out);
         assert_eq!(f[4], "0", "chart {} has labels drawn outside it (clipped)", f[0]);
     }
     assert_eq!(probe.split(';').count(), 10, "ten charts rendered (the next group's refusals by agent and by tool included): {probe}");
+
+    // At a laptop's width nothing scrolls sideways; on a phone's, only a chart inside its own
+    // box does, never the page. Headless Chromium's window is at least 500 px wide, so the page
+    // is measured in a frame of exactly the width (same origin: a srcdoc frame).
+    let framed = |width: u32| {
+        let escaped = page.replace('&', "&amp;").replace('"', "&quot;");
+        format!(
+            r#"<!DOCTYPE html><html><body style="margin:0"><iframe id="f" style="width:{width}px;height:900px;border:0" srcdoc="{escaped}"></iframe><script>
+window.addEventListener('load', function () {{
+  var d = document.getElementById('f').contentDocument;
+  var wide = Array.from(d.querySelectorAll('.scroll')).filter(function (e) {{ return e.scrollWidth > e.clientWidth + 1; }}).map(function (e) {{ return e.firstElementChild.id; }});
+  var out = document.createElement('pre');
+  out.id = 'overflow-probe';
+  out.textContent = d.defaultView.innerWidth + ' ' + d.documentElement.scrollWidth + ' ' + (wide.join(',') || '-');
+  document.body.appendChild(out);
+}});
+</script></body></html>"#
+        )
+    };
+    for (width, charts_may_scroll) in [(1280, false), (390, true)] {
+        let file = dir.join(format!("framed-{width}.html"));
+        std::fs::write(&file, framed(width)).unwrap();
+        let out = Command::new(chromium)
+            .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run", "--disable-dev-shm-usage"])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg("--window-size=1400,1000")
+            .arg("--dump-dom")
+            .arg(format!("file://{}", file.display()))
+            .output()
+            .unwrap();
+        let dom = String::from_utf8_lossy(&out.stdout);
+        let probe =
+            dom.split("<pre id=\"overflow-probe\">").nth(1).and_then(|s| s.split("</pre>").next()).unwrap_or_else(|| panic!("probe not rendered: {dom}"));
+        println!("chromium overflow probe at {width} px: {probe}");
+        let f: Vec<&str> = probe.split(' ').collect();
+        let (inner, page_width): (u32, u32) = (f[0].parse().unwrap(), f[1].parse().unwrap());
+        assert_eq!(inner, width, "the page is {width} px wide");
+        assert!(page_width <= inner, "the page scrolls sideways at {width} px: {probe}");
+        if !charts_may_scroll {
+            assert_eq!(f[2], "-", "charts that scroll sideways at {width} px: {probe}");
+        }
+    }
 }

@@ -354,17 +354,14 @@ async fn issuer_down_fails_closed_with_503_naming_the_issuer() {
     assert!(metrics.contains("portcullis_jwks_fetches_total{result=\"error\"} 1"), "{metrics}");
 }
 
+/// `[oauth.introspection]` at the test issuer, with the client it accepts.
+fn introspection(i: &Issuer) -> String {
+    format!("[oauth.introspection]\nurl = \"{}/introspect\"\nclient_id = \"{}\"\nclient_secret = \"{}\"\n", i.url(), issuer::CLIENT_ID, issuer::CLIENT_SECRET)
+}
+
 #[tokio::test]
 async fn opaque_tokens_are_introspected_active_forwarded_inactive_refused() {
-    let s = Setup::start_with("mode = \"enforce\"", |i| {
-        format!(
-            "[oauth.introspection]\nurl = \"{}/introspect\"\nclient_id = \"{}\"\nclient_secret = \"{}\"\n",
-            i.url(),
-            issuer::CLIENT_ID,
-            issuer::CLIENT_SECRET
-        )
-    })
-    .await;
+    let s = Setup::start_with("mode = \"enforce\"", introspection).await;
     let exp = issuer::unix_now() + 300;
     s.issuer.register_opaque("opaque-active-1", json!({"active": true, "sub": "user-7", "aud": AUD, "exp": exp, "scope": "mcp:tools", "client_id": "c1"}));
     s.issuer.register_opaque("opaque-other-aud", json!({"active": true, "sub": "user-7", "aud": "https://other.example", "exp": exp}));
@@ -441,4 +438,20 @@ async fn oversized_jwks_is_not_read_and_fails_closed() {
     let body: Value = resp.json().await.unwrap();
     assert!(body["reason"].as_str().unwrap().contains("larger than"), "{body}");
     assert!(s.upstream.seen().is_empty());
+}
+
+#[tokio::test]
+async fn an_opaque_token_found_inactive_is_refused_again_without_another_introspection_call() {
+    let s = Setup::start_with("mode = \"enforce\"", introspection).await;
+    // An attacker repeating a made-up (or revoked) opaque token: the issuer says inactive once.
+    for _ in 0..5 {
+        assert_invalid_token(&s, "opaque-made-up-by-an-attacker", "not active").await;
+    }
+    assert_eq!(s.issuer.introspection_calls(), 1, "an inactive token is remembered (by its hash) for a short while");
+    // Another bad token is its own entry: it is asked about once too.
+    assert_invalid_token(&s, "opaque-another-made-up-one", "not active").await;
+    assert_eq!(s.issuer.introspection_calls(), 2);
+    let metrics = common::client().get(s.gw.admin_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("portcullis_token_cache_lookups_total{result=\"inactive_hit\"} 4"), "{metrics}");
+    assert!(!metrics.contains("opaque-made-up"), "never the token itself");
 }

@@ -3,6 +3,12 @@
 //!
 //! It trusts the gateway: it echoes the verified identity headers (`x-portcullis-*`) it
 //! received, so a demo shows what reached the backend. It keeps no state but a payment counter.
+//!
+//! With a tools file ([`Backend::start_with_tools`], `portcullis example-backend --tools FILE`)
+//! it lists the tools the file holds instead — a JSON array of MCP `Tool` objects, read again
+//! at every `tools/list`, so a definition can be changed by hand to see the gateway's pins
+//! notice it. A listed tool that is not one of the three above answers with what it was called
+//! with.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -31,6 +37,7 @@ const MAX_BODY: usize = 1 << 20;
 #[derive(Default)]
 struct State {
     payments: AtomicU64,
+    tools_file: Option<std::path::PathBuf>,
 }
 
 /// A running backend.
@@ -44,9 +51,18 @@ pub struct Backend {
 impl Backend {
     /// Binds `addr` (port 0 picks one) and serves until [`Backend::stop`] or the runtime ends.
     pub async fn start(addr: SocketAddr) -> std::io::Result<Backend> {
-        let listener = TcpListener::bind(addr).await?;
+        Self::start_with_tools(addr, None).await
+    }
+
+    /// [`Backend::start`], listing the tools of `tools_file` when one is given (see the module
+    /// docs). The file is checked once here, so a wrong path is told at start.
+    pub async fn start_with_tools(addr: SocketAddr, tools_file: Option<std::path::PathBuf>) -> std::io::Result<Backend> {
+        if let Some(path) = &tools_file {
+            read_tools(path).map_err(std::io::Error::other)?;
+        }
+        let listener = TcpListener::bind(addr).await.map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(State::default());
+        let state = Arc::new(State { tools_file, ..State::default() });
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
@@ -108,7 +124,10 @@ async fn handle(req: Request<Incoming>, state: &State) -> Response<ResponseBody>
             "serverInfo": {"name": "portcullis-example-backend", "version": env!("CARGO_PKG_VERSION")},
         })),
         "ping" => Ok(json!({})),
-        "tools/list" => Ok(json!({"tools": tools()})),
+        "tools/list" => match &state.tools_file {
+            None => Ok(json!({"tools": tools()})),
+            Some(path) => read_tools(path).map(|tools| json!({"tools": tools})).map_err(|e| (-32603, e)),
+        },
         "tools/call" => call_tool(&params, state, &identity),
         _ => Err((-32601, format!("Method not found: {method}"))),
     };
@@ -137,6 +156,17 @@ fn tools() -> Value {
     ])
 }
 
+/// The tools of a tools file: a JSON array of objects, each with a string `name`.
+fn read_tools(path: &std::path::Path) -> Result<Value, String> {
+    let text = std::fs::read(path).map_err(|e| format!("cannot read tools file {}: {e}", path.display()))?;
+    let tools: Value = serde_json::from_slice(&text).map_err(|e| format!("tools file {} is not JSON: {e}", path.display()))?;
+    let named = |t: &Value| t.get("name").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+    match &tools {
+        Value::Array(items) if items.iter().all(named) => Ok(tools),
+        _ => Err(format!("tools file {} must be a JSON array of MCP Tool objects, each with a \"name\"", path.display())),
+    }
+}
+
 fn call_tool(params: &Value, state: &State, identity: &serde_json::Map<String, Value>) -> Result<Value, (i64, String)> {
     let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
     let args = params.get("arguments").cloned().unwrap_or(Value::Null);
@@ -148,6 +178,14 @@ fn call_tool(params: &Value, state: &State, identity: &serde_json::Map<String, V
             format!("Sent {} {} to {} (transaction {n})", arg("amount"), args.get("currency").and_then(Value::as_str).unwrap_or("USD"), arg("to"))
         }
         "files.read" => format!("Contents of {} (owned by {})", arg("path"), arg("owner")),
+        _ if state
+            .tools_file
+            .as_deref()
+            .and_then(|p| read_tools(p).ok())
+            .is_some_and(|t| t.as_array().is_some_and(|a| a.iter().any(|t| t["name"] == name))) =>
+        {
+            format!("called {name} with {args}")
+        }
         _ => return Err((-32602, format!("Unknown tool: {name}"))),
     };
     Ok(json!({"content": [{"type": "text", "text": text}], "isError": false, "_meta": {"received_identity": identity}}))

@@ -45,6 +45,20 @@ impl Browser {
         }
     }
 
+    /// [`Browser::new`] over a client of its own that trusts `ca_pem` (the test CA the issuer's
+    /// certificate chains to), with redirects left to the browser and no proxy.
+    pub fn trusting(ca_pem: &[u8], public: &str, local: &str) -> Result<Browser, String> {
+        let root = reqwest::Certificate::from_pem(ca_pem).map_err(|e| e.to_string())?;
+        let http = reqwest::Client::builder()
+            .add_root_certificate(root)
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(|e| e.to_string())?;
+        Ok(Browser::new(http, public, local))
+    }
+
     /// GET `url`, following redirects.
     pub async fn get(&mut self, url: &str) -> Result<Page, String> {
         self.open(reqwest::Method::GET, url, None).await
@@ -97,5 +111,76 @@ impl Browser {
             return Ok(Page { status, headers, body });
         }
         Err(format!("too many redirects, at {url}"))
+    }
+}
+
+/// Headless Chromium, for what a person's browser really makes of a page: the approval tests
+/// lay a page the gateway served out in it (loaded from a file, so no network) and read what a
+/// probe script found.
+pub struct Chromium {
+    command: &'static str,
+}
+
+impl Chromium {
+    /// The installed Chromium (`chromium` or `chromium-browser`), if any.
+    pub fn find() -> Option<Chromium> {
+        ["chromium", "chromium-browser"]
+            .into_iter()
+            .find(|c| std::process::Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
+            .map(|command| Chromium { command })
+    }
+
+    /// Lays `html` out in a `width`×`height` window, runs `probe` (the body of a JavaScript
+    /// function returning a string) once the page is laid out, and returns what it returned.
+    pub fn probe(&self, html: &str, (width, height): (u32, u32), probe: &str) -> Result<String, String> {
+        let script = format!(
+            "<script>(function () {{ var out = document.createElement('pre'); out.id = 'portcullis-probe'; \
+             out.textContent = (function () {{ {probe} }})(); document.body.appendChild(out); }})();</script>"
+        );
+        let page = match html.rfind("</body>") {
+            Some(at) => format!("{}{script}{}", &html[..at], &html[at..]),
+            None => format!("{html}{script}"),
+        };
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let out = self.run(dir.path(), &page, (width, height), &["--dump-dom".to_owned()])?;
+        let dom = String::from_utf8_lossy(&out);
+        let text =
+            dom.split("<pre id=\"portcullis-probe\">").nth(1).and_then(|s| s.split("</pre>").next()).ok_or_else(|| format!("the probe did not run: {dom}"))?;
+        // --dump-dom serializes text with these three escaped.
+        Ok(text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+    }
+
+    /// A PNG screenshot of `html` in a `width`×`height` window.
+    pub fn screenshot(&self, html: &str, (width, height): (u32, u32)) -> Result<Vec<u8>, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let shot = dir.path().join("page.png");
+        self.run(dir.path(), html, (width, height), &[format!("--screenshot={}", shot.display())])?;
+        std::fs::read(&shot).map_err(|e| e.to_string())
+    }
+
+    fn run(&self, dir: &std::path::Path, html: &str, (width, height): (u32, u32), extra: &[String]) -> Result<Vec<u8>, String> {
+        let file = dir.join("page.html");
+        std::fs::write(&file, html).map_err(|e| e.to_string())?;
+        let profile = dir.join("profile");
+        let out = std::process::Command::new(self.command)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--no-first-run",
+                "--disable-dev-shm-usage",
+                "--hide-scrollbars",
+            ])
+            .arg(format!("--window-size={width},{height}"))
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .args(extra)
+            .arg(format!("file://{}", file.display()))
+            .output()
+            .map_err(|e| format!("{}: {e}", self.command))?;
+        if !out.status.success() {
+            return Err(format!("{} failed: {}", self.command, String::from_utf8_lossy(&out.stderr)));
+        }
+        Ok(out.stdout)
     }
 }

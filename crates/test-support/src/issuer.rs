@@ -1,8 +1,9 @@
 //! A real OAuth authorization server on 127.0.0.1 over HTTPS (test CA from `pki`): RFC 8414
 //! metadata, a JWKS with RSA, EC P-256 and Ed25519 keys (rotatable), RFC 7662 introspection,
-//! an OpenID Connect login (authorization endpoint that logs in a chosen user, token endpoint
-//! checking PKCE and issuing ID tokens with `nonce` and `auth_time`), and counters of what the
-//! gateway fetched. The demo's token issuer is one of these.
+//! an OpenID Connect login (authorization endpoint that logs in a chosen user, or offers a
+//! page of users to log in as, token endpoint checking PKCE and issuing ID tokens with `nonce`
+//! and `auth_time`), and counters of what the gateway fetched. The demo's token issuer is one
+//! of these.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -36,6 +37,8 @@ struct Grant {
 struct State {
     /// Who is logged in at the issuer (sub, auth_time); `None`: nobody.
     login: Option<(String, u64)>,
+    /// Users the login page offers when nobody is logged in ([`Issuer::offer_logins`]).
+    offered: Vec<String>,
     grants: HashMap<String, Grant>,
     authorize_requests: Vec<Vec<(String, String)>>,
     published: Vec<SigningKey>,
@@ -122,6 +125,13 @@ impl Issuer {
     /// re-authenticates, setting `auth_time` to now).
     pub fn log_in_as(&self, sub: &str, auth_time: u64) {
         self.state.lock().unwrap().login = Some((sub.to_owned(), auth_time));
+    }
+
+    /// When nobody is logged in ([`Issuer::log_in_as`]), the authorization endpoint answers
+    /// with a page of these users instead of `login_required`: each is a link that logs the
+    /// visitor in as that user for this one authorization (the demo's people, in a browser).
+    pub fn offer_logins(&self, subs: &[&str]) {
+        self.state.lock().unwrap().offered = subs.iter().map(|s| (*s).to_owned()).collect();
     }
 
     /// The query parameters of every authorization request so far.
@@ -223,13 +233,21 @@ fn authorize(req: &Request<Incoming>, state: &Arc<Mutex<State>>, origin: &str) -
     if get("response_type") != "code" || get("code_challenge_method") != "S256" || get("scope").split(' ').all(|x| x != "openid") {
         return json_response(StatusCode::BAD_REQUEST, json!({"error": "invalid_request"}), None);
     }
-    let Some((sub, mut auth_time)) = s.login.clone() else {
+    let chosen = get(LOGIN_AS);
+    let (sub, auth_time) = if s.offered.contains(&chosen) {
+        // Chosen on the login page: logged in for this authorization only.
+        (chosen, unix_now())
+    } else if let Some((sub, mut auth_time)) = s.login.clone() {
+        if get("prompt") == "login" {
+            auth_time = unix_now();
+            s.login = Some((sub.clone(), auth_time));
+        }
+        (sub, auth_time)
+    } else if !s.offered.is_empty() {
+        return login_page(&q, &s.offered);
+    } else {
         return json_response(StatusCode::UNAUTHORIZED, json!({"error": "login_required"}), None);
     };
-    if get("prompt") == "login" {
-        auth_time = unix_now();
-        s.login = Some((sub.clone(), auth_time));
-    }
     let code = uuid::Uuid::new_v4().simple().to_string();
     let redirect_uri = get("redirect_uri");
     s.grants.insert(
@@ -239,6 +257,31 @@ fn authorize(req: &Request<Incoming>, state: &Arc<Mutex<State>>, origin: &str) -
     let mut back = url::Url::parse(&redirect_uri).unwrap();
     back.query_pairs_mut().append_pair("code", &code).append_pair("state", &get("state")).append_pair("iss", origin);
     Response::builder().status(StatusCode::FOUND).header("location", back.as_str()).body(full("")).unwrap()
+}
+
+/// The query parameter the login page's links add: the user chosen.
+pub const LOGIN_AS: &str = "login_as";
+
+/// The page a person sees at the authorization endpoint when nobody is logged in: one link per
+/// offered user, each the same authorization request with [`LOGIN_AS`] added.
+fn login_page(query: &[(String, String)], offered: &[String]) -> Response<Body> {
+    let mut links = String::new();
+    for sub in offered {
+        let mut pairs = url::form_urlencoded::Serializer::new(String::new());
+        pairs.extend_pairs(query.iter().filter(|(k, _)| k != LOGIN_AS));
+        pairs.append_pair(LOGIN_AS, sub);
+        let href = format!("/authorize?{}", pairs.finish());
+        links.push_str(&format!(
+            "<li><a href=\"{}\">Log in as <b>{}</b></a></li>",
+            html_escape::encode_double_quoted_attribute(&href),
+            html_escape::encode_text(sub)
+        ));
+    }
+    let page = format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Demo issuer: log in</title></head><body>\
+         <h1>Log in to the demo issuer</h1><p>This issuer exists only for <code>portcullis demo</code>: choose who you are.</p><ul>{links}</ul></body></html>"
+    );
+    Response::builder().status(StatusCode::OK).header("content-type", "text/html; charset=utf-8").header("cache-control", "no-store").body(full(page)).unwrap()
 }
 
 /// RFC 6749 §4.1.3 with PKCE (RFC 7636 §4.6): one use per code, an RS256 ID token.

@@ -66,6 +66,16 @@ pub enum McpError {
         /// The versions accepted.
         supported: Vec<String>,
     },
+    /// `tools/call` arguments (or the client's self-description) nested deeper than the
+    /// policy input holds ([`crate::rego_value::MAX_DEPTH`]): the client's error, said as such
+    /// (decision 15), not a policy failure (JSON-RPC -32600, `invalid_request`).
+    #[error("{what} nested deeper than {} levels (the policy input's limit)", crate::rego_value::MAX_DEPTH)]
+    TooDeep {
+        /// The message's id.
+        id: Option<Value>,
+        /// What is too deep: `arguments` or `clientInfo`.
+        what: &'static str,
+    },
     /// `Mcp-Method`/`Mcp-Name`/`MCP-Protocol-Version` disagree with the body, are missing
     /// where the 2026-07-28 transport requires them, or are not decodable (MCP -32020). The
     /// reason names the header, never its value or the body's (tool names and URIs are body
@@ -84,7 +94,7 @@ impl McpError {
     pub fn code(&self) -> &'static str {
         match self {
             McpError::NotJson(_) => "parse_error",
-            McpError::InvalidRequest { .. } => "invalid_request",
+            McpError::InvalidRequest { .. } | McpError::TooDeep { .. } => "invalid_request",
             McpError::BatchTooLarge { .. } => "batch_too_large",
             McpError::HeaderMismatch { .. } => "header_mismatch",
             McpError::UnsupportedVersion { .. } => "unsupported_protocol_version",
@@ -95,7 +105,7 @@ impl McpError {
     pub fn jsonrpc_code(&self) -> i64 {
         match self {
             McpError::NotJson(_) => -32700,
-            McpError::InvalidRequest { .. } | McpError::BatchTooLarge { .. } => -32600,
+            McpError::InvalidRequest { .. } | McpError::TooDeep { .. } | McpError::BatchTooLarge { .. } => -32600,
             McpError::HeaderMismatch { .. } => -32020,
             McpError::UnsupportedVersion { .. } => -32022,
         }
@@ -105,7 +115,7 @@ impl McpError {
     pub fn jsonrpc_message(&self) -> &'static str {
         match self {
             McpError::NotJson(_) => "Parse error",
-            McpError::InvalidRequest { .. } | McpError::BatchTooLarge { .. } => "Invalid Request",
+            McpError::InvalidRequest { .. } | McpError::TooDeep { .. } | McpError::BatchTooLarge { .. } => "Invalid Request",
             McpError::HeaderMismatch { .. } => "Header mismatch",
             McpError::UnsupportedVersion { .. } => "Unsupported protocol version",
         }
@@ -115,9 +125,10 @@ impl McpError {
     pub fn id(&self) -> Value {
         match self {
             McpError::NotJson(_) | McpError::BatchTooLarge { .. } => Value::Null,
-            McpError::InvalidRequest { id, .. } | McpError::HeaderMismatch { id, .. } | McpError::UnsupportedVersion { id, .. } => {
-                id.clone().unwrap_or(Value::Null)
-            }
+            McpError::InvalidRequest { id, .. }
+            | McpError::TooDeep { id, .. }
+            | McpError::HeaderMismatch { id, .. }
+            | McpError::UnsupportedVersion { id, .. } => id.clone().unwrap_or(Value::Null),
         }
     }
 }
@@ -303,11 +314,19 @@ fn message(v: Value) -> Result<McpMessage, McpError> {
         .or_else(|| params.get("clientInfo").filter(|_| method == "initialize"))
         .filter(|v| v.is_object())
         .cloned();
+    // What the policy input converts must fit it: too deep is this request's fault (decision
+    // 15), refused here rather than as the policy stage's failure.
+    if msg.client_info.as_ref().is_some_and(|v| crate::rego_value::check_depth(v).is_err()) {
+        return Err(McpError::TooDeep { id: msg.id.clone(), what: "clientInfo" });
+    }
     match method {
         "tools/call" => {
             msg.tool = take_string(&mut params, "name");
             msg.arguments = match params.remove("arguments") {
                 None | Some(Value::Null) => None,
+                Some(Value::Object(a)) if crate::rego_value::check_object_depth(&a).is_err() => {
+                    return Err(McpError::TooDeep { id: msg.id.clone(), what: "arguments" })
+                }
                 Some(Value::Object(a)) => Some(a),
                 Some(_) => return Err(invalid(&msg.id, "tools/call arguments must be an object")),
             };

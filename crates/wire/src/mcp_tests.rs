@@ -95,6 +95,32 @@ fn json_that_is_not_json_rpc_is_an_invalid_request() {
 }
 
 #[test]
+fn arguments_deeper_than_the_policy_input_holds_are_the_clients_invalid_request() {
+    let nested = |levels: usize| {
+        let mut v = json!(1);
+        for _ in 0..levels {
+            v = json!({ "k": v });
+        }
+        v
+    };
+    let limit = crate::rego_value::MAX_DEPTH;
+    // The arguments object itself is level 1, as the policy input counts it.
+    let call = |args: Value| json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "t", "arguments": args}});
+    let at = post(call(nested(limit))).expect("at the limit");
+    assert!(crate::rego_value::json_object(at.messages[0].arguments.as_ref().expect("arguments")).is_ok());
+    let e = post(call(nested(limit + 1))).expect_err("past the limit");
+    assert_eq!(e, McpError::TooDeep { id: Some(json!(9)), what: "arguments" });
+    assert_eq!((e.jsonrpc_code(), e.code(), e.jsonrpc_message(), e.id()), (-32600, "invalid_request", "Invalid Request", json!(9)));
+    assert_eq!(e.to_string(), "arguments nested deeper than 64 levels (the policy input's limit)");
+    // In a batch, the element that is too deep names its own id.
+    let e = post(json!([call(json!({})), {"jsonrpc": "2.0", "id": "b", "method": "tools/call", "params": {"name": "t", "arguments": nested(limit + 1)}}]))
+        .expect_err("past the limit");
+    assert_eq!(e.id(), json!("b"));
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"clientInfo": nested(limit + 1)}});
+    assert_eq!(post(init).expect_err("past the limit"), McpError::TooDeep { id: Some(json!(1)), what: "clientInfo" });
+}
+
+#[test]
 fn get_and_delete_without_body_are_not_parsed() {
     let mut h = HeaderMap::new();
     h.insert(SESSION_ID, HeaderValue::from_static("s-1"));

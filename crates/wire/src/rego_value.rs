@@ -9,7 +9,9 @@
 //! `serde_json::Value` itself and has no such reading. It can fail only on nesting deeper
 //! than [`MAX_DEPTH`], and a failure is an error the caller must turn into a refusal — never
 //! an undefined value, which a rule like `deny if input.mcp.arguments.amount > 100` would
-//! silently skip.
+//! silently skip. [`check_depth`] asks the same question without converting, so the MCP
+//! parse can refuse what the client sent too deep as the client's error (decision 15) before
+//! the policy stage, where only the policy's own failures are left.
 
 use std::collections::BTreeMap;
 
@@ -45,6 +47,32 @@ pub fn json_object(map: &serde_json::Map<String, serde_json::Value>) -> Result<V
 /// Any JSON value as a policy value.
 pub fn json_value(v: &serde_json::Value) -> Result<Value, ConvertError> {
     value(v, 0)
+}
+
+/// Whether [`json_value`] (and [`json_object`] on an object's members) would stay within
+/// [`MAX_DEPTH`], counted the same way: the outermost object or array is level 1.
+pub fn check_depth(v: &serde_json::Value) -> Result<(), ConvertError> {
+    within(v, 0)
+}
+
+/// [`check_depth`] for an object held as its members (the parsed `tools/call` arguments).
+pub fn check_object_depth(map: &serde_json::Map<String, serde_json::Value>) -> Result<(), ConvertError> {
+    map.values().try_for_each(|v| within(v, 1))
+}
+
+fn within(v: &serde_json::Value, depth: usize) -> Result<(), ConvertError> {
+    use serde_json::Value as J;
+    match v {
+        J::Array(items) => {
+            let depth = deeper(depth)?;
+            items.iter().try_for_each(|i| within(i, depth))
+        }
+        J::Object(map) => {
+            let depth = deeper(depth)?;
+            map.values().try_for_each(|i| within(i, depth))
+        }
+        J::Null | J::Bool(_) | J::Number(_) | J::String(_) => Ok(()),
+    }
 }
 
 fn value(v: &serde_json::Value, depth: usize) -> Result<Value, ConvertError> {
@@ -145,6 +173,24 @@ mod tests {
         assert_eq!(json_object(deep_obj.as_object().expect("object")), Err(ConvertError::TooDeep));
     }
 
+    #[test]
+    fn check_depth_agrees_with_the_conversion_at_the_limit() {
+        for levels in [MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1] {
+            let (mut arrays, mut objects, mut mixed) = (json!(1), json!("x"), json!(null));
+            for i in 0..levels {
+                arrays = json!([arrays]);
+                objects = json!({ "k": objects });
+                mixed = if i % 2 == 0 { json!([0, mixed]) } else { json!({"a": 1, "b": mixed}) };
+            }
+            for v in [&arrays, &objects, &mixed] {
+                assert_eq!(check_depth(v), json_value(v).map(|_| ()), "{levels} levels");
+                assert_eq!(check_depth(v).is_ok(), levels <= MAX_DEPTH, "{levels} levels");
+            }
+            let map = objects.as_object().expect("object");
+            assert_eq!(check_object_depth(map), json_object(map).map(|_| ()), "{levels} levels");
+        }
+    }
+
     /// Arbitrary JSON whose keys include the big-number marker and other serde internals.
     fn arb_json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
         use proptest::prelude::*;
@@ -189,6 +235,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn every_key_and_value_survives(doc in arb_json()) {
+            proptest::prop_assert!(check_depth(&doc).is_ok());
             let converted = json_value(&doc).expect("shallow enough");
             let back = round_trip(&converted);
             proptest::prop_assert!(same(&back, &doc), "{back} != {doc}");

@@ -1,0 +1,140 @@
+//! Session bindings on Redis, one Lua script per operation so each read-decide-write is atomic
+//! across instances. KEYS[1] = `prefix + "session:" + base64url(SHA-256(session id))`; its value
+//! is `owner|caller|refresh-at`: the owner digest, the digest of the caller the session counts
+//! against (decision 13) and when (Unix ms) that count is next pushed out. A value made before
+//! per-caller bounds holds the owner digest alone; it is read as such and counted nowhere.
+//!
+//! Each caller's sessions are counted in its set (`prefix + "session-caller:" + caller`,
+//! `caller_redis`), scored by an expiry never earlier than the session's: a new session is
+//! admitted there before it is bound (the count and the add are one script), a session ended
+//! by its owner leaves it, and a used session pushes its score out at most every quarter of its
+//! lifetime (the score runs a quarter lifetime ahead, so it stays past the real idle expiry).
+
+use std::time::Duration;
+
+use super::caller::CallerBound;
+use super::redis::{millis, RedisStore};
+use super::session::{Binding, OwnerKey, SessionKey, SessionStore};
+use super::StoreError;
+use portcullis_wire::UnixTime;
+
+/// BIND: ARGV[1] = owner, ARGV[2] = idle lifetime (ms), ARGV[3] = caller, ARGV[4] = refresh-at.
+/// 1 = bound to ARGV[1] now (lifetime restarted), 2 = another owner holds it.
+const BIND_LUA: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if cur and string.match(cur, '^[^|]*') ~= ARGV[1] then return 2 end
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[3] .. '|' .. ARGV[4], 'PX', ARGV[2])
+return 1
+";
+
+/// VERIFY: ARGV[1] = owner, ARGV[2] = idle lifetime (ms), ARGV[3] = now (ms), ARGV[4] = the
+/// next refresh-at. '0' = unbound, '1' = bound to ARGV[1] (lifetime restarted), '2' = another
+/// owner holds it, '3' .. caller = bound to ARGV[1], and the caller's count is due a push.
+const VERIFY_LUA: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if not cur then return '0' end
+local owner, caller, at = string.match(cur, '^([^|]*)|([^|]*)|(%d+)$')
+if not owner then owner = cur end
+if owner ~= ARGV[1] then return '2' end
+if caller and tonumber(at) <= tonumber(ARGV[3]) then
+  redis.call('SET', KEYS[1], owner .. '|' .. caller .. '|' .. ARGV[4], 'PX', ARGV[2])
+  return '3' .. caller
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return '1'
+";
+
+/// UNBIND: ARGV[1] = owner. The removed binding's caller ('' for an old value), or nil when
+/// ARGV[1] holds no binding.
+const UNBIND_LUA: &str = r"
+local cur = redis.call('GET', KEYS[1])
+if not cur then return false end
+local owner, caller = string.match(cur, '^([^|]*)|?([^|]*)')
+if owner ~= ARGV[1] then return false end
+redis.call('DEL', KEYS[1])
+return caller
+";
+
+/// The kind of the per-caller sets.
+const CALLER_KIND: &str = "session-caller";
+
+fn script(cell: &'static std::sync::OnceLock<redis::Script>, lua: &str) -> &'static redis::Script {
+    cell.get_or_init(|| redis::Script::new(lua))
+}
+
+/// How far a session's count runs ahead of its idle expiry, and how often a used session
+/// pushes it out: a quarter of the lifetime.
+fn slack(ttl: Duration) -> Duration {
+    (ttl / 4).max(Duration::from_millis(1))
+}
+
+fn at_ms(now: UnixTime, after: Duration) -> u64 {
+    u64::try_from(now.0.saturating_add(after).as_millis()).unwrap_or(u64::MAX)
+}
+
+impl RedisStore {
+    fn unexpected(&self, what: &str) -> StoreError {
+        StoreError::Unavailable { store: self.label().to_owned(), reason: format!("unexpected session script reply {what:?}") }
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for RedisStore {
+    async fn bind(&self, session: &SessionKey, owner: &OwnerKey, bound: &CallerBound, ttl: Duration) -> Result<Binding, StoreError> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let (now, member) = (UnixTime::now(), session.encoded());
+        if let Err(full) = self.admit_member(CALLER_KIND, bound, &member, ttl + slack(ttl), now).await? {
+            return Ok(Binding::CallerFull(full));
+        }
+        let mut inv = script(&SCRIPT, BIND_LUA).key(self.key("session", &member));
+        inv.arg(owner.encoded()).arg(millis(ttl)).arg(bound.caller.encoded()).arg(at_ms(now, slack(ttl)));
+        match self.script::<i64>(&inv).await {
+            Ok(1) => Ok(Binding::Owner),
+            Ok(2) => {
+                // Another owner's session: it does not count against this caller.
+                let _ = self.leave_member(CALLER_KIND, &bound.caller, &member).await;
+                Ok(Binding::Other)
+            }
+            Ok(other) => Err(self.unexpected(&other.to_string())),
+            Err(e) => {
+                let _ = self.leave_member(CALLER_KIND, &bound.caller, &member).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn verify(&self, session: &SessionKey, owner: &OwnerKey, ttl: Duration) -> Result<Binding, StoreError> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let (now, member) = (UnixTime::now(), session.encoded());
+        let mut inv = script(&SCRIPT, VERIFY_LUA).key(self.key("session", &member));
+        inv.arg(owner.encoded()).arg(millis(ttl)).arg(at_ms(now, Duration::ZERO)).arg(at_ms(now, slack(ttl)));
+        let reply: String = self.script(&inv).await?;
+        match reply.as_str() {
+            "0" => Ok(Binding::Unbound),
+            "1" => Ok(Binding::Owner),
+            "2" => Ok(Binding::Other),
+            r => {
+                let Some(caller) = r.strip_prefix('3') else { return Err(self.unexpected(r)) };
+                // The caller's set is keyed by the digest the binding recorded.
+                let key = self.key(CALLER_KIND, caller);
+                if let Err(e) = self.touch_member_at(&key, &member, ttl + slack(ttl), now).await {
+                    tracing::warn!(error = %e, "A used session's per-caller count was not pushed out; it may stop counting before the session ends");
+                }
+                Ok(Binding::Owner)
+            }
+        }
+    }
+
+    async fn unbind(&self, session: &SessionKey, owner: &OwnerKey) -> Result<bool, StoreError> {
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let member = session.encoded();
+        let mut inv = script(&SCRIPT, UNBIND_LUA).key(self.key("session", &member));
+        inv.arg(owner.encoded());
+        let Some(caller) = self.script::<Option<String>>(&inv).await? else { return Ok(false) };
+        if !caller.is_empty() {
+            // A slot not freed now frees itself when the session would have expired.
+            let _ = self.query::<i64>(redis::cmd("ZREM").arg(self.key(CALLER_KIND, &caller)).arg(&member)).await;
+        }
+        Ok(true)
+    }
+}
