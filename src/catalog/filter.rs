@@ -103,10 +103,12 @@ fn filter_messages(message: &mut Value, visible: &HashMap<String, String>) -> bo
 
 /// The message rewritten when it holds a list; `None` when it holds none. `Err` when it is not
 /// JSON as a client reads it (serde_json refuses what clients read otherwise: a lone surrogate
-/// escape, `NaN`, nesting past its limit, trailing bytes); the reason names the parser's
-/// position, never the text.
+/// escape, `NaN`, nesting past its limit, trailing bytes), or when it reads two ways: a
+/// duplicate member name (`{"result": {"tools": [...]}, "result": {}}`), which serde_json and
+/// JavaScript resolve to the last and other parsers to the first, is refused (I-JSON). The
+/// reason names the parser's position, never the text.
 fn rewrite_message(data: &[u8], filter: &ListFilter) -> Result<Option<String>, String> {
-    let mut message: Value = serde_json::from_slice(data).map_err(|e| e.to_string())?;
+    let mut message: Value = crate::call_digest::parse_i_json(data).map_err(|e| e.to_string())?;
     Ok(filter_messages(&mut message, &filter.visible).then(|| message.to_string()))
 }
 

@@ -74,6 +74,14 @@ async fn every_list_in_a_batch_answer_is_filtered() {
 }
 
 #[tokio::test]
+async fn a_json_list_that_reads_two_ways_is_withheld() {
+    // The first `result` lists the hidden tool; serde_json alone would keep the second.
+    let twice: &'static str = r#"{"jsonrpc":"2.0","id":5,"result":{"tools":[{"name":"a"}]},"result":{"content":[]}}"#;
+    let resp = response("application/json", body_of(vec![twice.as_bytes()]));
+    assert!(matches!(rewrite(resp, filter(&["b"])).await, Err(FilterError::Unreadable(r)) if r.contains("duplicate")), "a duplicate member is never passed");
+}
+
+#[tokio::test]
 async fn an_answer_the_gateway_cannot_read_is_withheld_and_stale_headers_go() {
     let raw: &'static str = Box::leak(answer(json!(5)).into_boxed_str());
     let mut gz = response("application/json", body_of(vec![raw.as_bytes()]));
@@ -157,6 +165,9 @@ async fn a_list_the_gateway_cannot_read_as_a_client_does_cuts_the_stream_before_
         list.replace("\"ttlMs\":5", &format!("\"ttlMs\":5,\"x\":{deep}")),
         list.replace("\"ttlMs\":5", "\"ttlMs\":NaN"),
         format!("{list} {{}}"),
+        // Read two ways: serde_json and JavaScript keep the last `result` (no list), a parser
+        // that keeps the first shows every tool.
+        list.replacen('{', "{\"result\":{\"tools\":[{\"name\":\"a\"}]},", 1),
     ];
     for bad in unreadable {
         let stream = format!(
