@@ -28,6 +28,16 @@ pub(crate) use portcullis_wire::issuer_documents::{ttl_from_cache_control, KeyKi
 pub(crate) use portcullis_wire::issuer_documents::{DEFAULT_TTL, MAX_TTL, MIN_TTL};
 use portcullis_wire::UnixTime;
 
+/// The key kind an algorithm needs.
+pub(crate) fn key_kind(alg: Algorithm) -> Option<KeyKind> {
+    match alg {
+        Algorithm::RS256 | Algorithm::PS256 => Some(KeyKind::Rsa),
+        Algorithm::ES256 => Some(KeyKind::EcP256),
+        Algorithm::EdDSA => Some(KeyKind::Ed25519),
+        _ => None,
+    }
+}
+
 /// How long a failed fetch is remembered: while the issuer fails, requests (any token shape
 /// reaches the key lookup) cause one fetch per this time, not one each. Matches the
 /// `Retry-After: 1` of the `issuer_unavailable` refusal.
@@ -98,7 +108,7 @@ impl Jwks {
     /// The keys that may verify a token with `kid` and `alg`: from the cached set, or after
     /// one rate-limited refetch when the set does not know `kid`.
     pub(crate) async fn keys_for(&self, kid: Option<&str>, alg: Algorithm, now: UnixTime) -> Result<Vec<PublicKey>, TokenError> {
-        let kind = super::token::key_kind(alg).ok_or_else(|| TokenError::UnsupportedAlgorithm { alg: format!("{alg:?}") })?;
+        let kind = key_kind(alg).ok_or_else(|| TokenError::UnsupportedAlgorithm { alg: format!("{alg:?}") })?;
         let set = self.key_set(now).await?;
         let found: Vec<PublicKey> = set.candidates(kid, kind).into_iter().cloned().collect();
         if !found.is_empty() {

@@ -10,7 +10,7 @@
 use jsonwebtoken::Algorithm;
 use serde_json::{Map, Value};
 
-use super::jwks::{KeyKind, PublicKey};
+use super::jwks::{key_kind, PublicKey};
 use super::{short, TokenError, VerifiedToken};
 use portcullis_wire::jose::{self, Alg};
 use portcullis_wire::UnixTime;
@@ -74,16 +74,6 @@ fn jwt_of(jws: jose::Jws<'_>) -> Result<Jwt<'_>, TokenError> {
         Alg::EdDsa => Algorithm::EdDSA,
     };
     Ok(Jwt { alg, kid: jws.kid, signing_input: jws.signing_input, signature: jws.signature, claims: jws.claims })
-}
-
-/// The key kind an algorithm needs.
-pub(crate) fn key_kind(alg: Algorithm) -> Option<KeyKind> {
-    match alg {
-        Algorithm::RS256 | Algorithm::PS256 => Some(KeyKind::Rsa),
-        Algorithm::ES256 => Some(KeyKind::EcP256),
-        Algorithm::EdDSA => Some(KeyKind::Ed25519),
-        _ => None,
-    }
 }
 
 /// Checks the signature with `key`, which must be of the kind `jwt.alg` needs (the caller

@@ -151,6 +151,118 @@ fn the_modules_of_every_crate_import_each_other_without_a_cycle() {
     assert!(gateway["pipeline"].contains("signature") && gateway["pipeline"].contains("oauth"), "{:?}", gateway["pipeline"]);
 }
 
+/// A file's module path in its crate: `oauth/jwks.rs` is `oauth::jwks`; a `mod.rs`, `lib.rs` or
+/// `main.rs` is its folder's module; a `*_tests.rs` file is the module it tests.
+fn file_module(src: &Path, file: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = file.strip_prefix(src).unwrap().iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    let last = parts.pop().unwrap();
+    let stem = last.strip_suffix(".rs").unwrap_or(&last);
+    let stem = stem.strip_suffix("_tests").unwrap_or(stem);
+    if !matches!(stem, "mod" | "lib" | "main") {
+        parts.push(stem.to_owned());
+    }
+    parts
+}
+
+/// Every path `rest` names after its prefix (`crate::` or `super::`), group by group:
+/// `a::{b::C, d}` gives `[base, a, b, C]` and `[base, a, d]`.
+fn paths(rest: &str, base: &[String], out: &mut Vec<Vec<String>>) {
+    let rest = rest.trim_start();
+    if let Some(group) = rest.strip_prefix('{') {
+        let (mut depth, mut start) = (0usize, 0usize);
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    paths(&group[start..i], base, out);
+                    return;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    paths(&group[start..i], base, out);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        return;
+    }
+    let ident: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    if ident.is_empty() || ident == "self" {
+        out.push(base.to_vec());
+        return;
+    }
+    let mut path = base.to_vec();
+    path.push(ident.clone());
+    match rest[ident.len()..].strip_prefix("::") {
+        Some(more) => paths(more, &path, out),
+        None => out.push(path),
+    }
+}
+
+/// Module → the modules it names, at the level of files: `crate::` paths and `super::` paths
+/// (relative to the file's module), each resolved to the longest module it reaches. Edges
+/// between a module and its own ancestors or descendants are left out (a parent declares and
+/// re-exports its children; a child uses its parent's items): what is left are the imports
+/// between modules neither of which contains the other, siblings included.
+fn file_module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| file_module(src, f)).collect();
+    let resolve = |path: &[String]| (0..=path.len()).rev().map(|n| path[..n].to_vec()).find(|p| modules.contains(p));
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let module = file_module(src, file);
+        let mut text: String = std::fs::read_to_string(file).unwrap().lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
+        // An inline test module's `super` is this file's module, not its parent: left out.
+        if let Some(at) = text.find("#[cfg(test)]\nmod tests {") {
+            text.truncate(at);
+        }
+        let mut named = Vec::new();
+        for (at, _) in text.match_indices("crate::") {
+            paths(&text[at + "crate::".len()..], &[], &mut named);
+        }
+        for (at, _) in text.match_indices("super::") {
+            if text[..at].ends_with("super::") {
+                continue;
+            }
+            let mut rest = &text[at..];
+            let mut base = module.clone();
+            while let Some(more) = rest.strip_prefix("super::") {
+                base.pop();
+                rest = more;
+            }
+            paths(rest, &base, &mut named);
+        }
+        let name = module.join("::");
+        let edges = graph.entry(name.clone()).or_default();
+        for target in named.iter().filter_map(|p| resolve(p)) {
+            let related = target.starts_with(&module) || module.starts_with(&target);
+            if !related {
+                edges.insert(target.join("::"));
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn the_modules_of_each_folder_import_each_other_without_a_cycle() {
+    let mut crates = vec![root().join("src")];
+    for entry in std::fs::read_dir(root().join("crates")).unwrap() {
+        crates.push(entry.unwrap().path().join("src"));
+    }
+    for src in crates {
+        let graph = file_module_graph(&src);
+        if let Some(cycle) = find_cycle(&graph) {
+            panic!("{}: import cycle {}", src.display(), cycle.join(" -> "));
+        }
+    }
+    // The check sees `super::` edges between siblings.
+    let gateway = file_module_graph(&root().join("src"));
+    assert!(gateway["oauth::token"].contains("oauth::jwks"), "{:?}", gateway["oauth::token"]);
+}
+
 #[test]
 fn the_cycle_finder_finds_a_cycle() {
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -159,4 +271,7 @@ fn the_cycle_finder_finds_a_cycle() {
     g.insert("c".into(), ["a".into()].into());
     assert_eq!(find_cycle(&g), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
     assert_eq!(heads("{config::{A, B}, pipeline::X, self}"), ["config", "pipeline", "self"]);
+    let mut named = Vec::new();
+    paths("a::{b::C, d}, e", &["x".to_owned()], &mut named);
+    assert_eq!(named, [vec!["x", "a", "b", "C"], vec!["x", "a", "d"]]);
 }
