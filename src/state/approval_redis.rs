@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use super::approval::{ApprovalRecord, ApprovalStore, Ask, BindingKey, Choice};
 use super::caller::{CallerBound, CallerFull};
+use super::redis::script;
 use super::redis::RedisStore;
 use super::StoreError;
 use portcullis_wire::UnixTime;
@@ -82,10 +83,6 @@ return 1
 const BINDING_KIND: &str = "{approval}";
 const CODE_KIND: &str = "{approval}-code";
 const CALLER_KIND: &str = "{approval}-caller";
-
-fn script(cell: &'static std::sync::OnceLock<redis::Script>, lua: &str) -> &'static redis::Script {
-    cell.get_or_init(|| redis::Script::new(lua))
-}
 
 impl RedisStore {
     fn code_key(&self, code: &str) -> String {

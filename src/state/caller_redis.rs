@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use super::caller::{CallerBound, CallerFull, CallerKey};
 use super::redis::RedisStore;
+use super::redis::{script, unix_ms};
 use super::StoreError;
 use portcullis_wire::UnixTime;
 
@@ -52,17 +53,13 @@ end
 return 0
 ";
 
-fn script(cell: &'static std::sync::OnceLock<redis::Script>, lua: &str) -> &'static redis::Script {
-    cell.get_or_init(|| redis::Script::new(lua))
-}
-
 /// Unix milliseconds of `now + ttl`.
 fn expiry_ms(now: UnixTime, ttl: Duration) -> u64 {
-    u64::try_from(now.0.saturating_add(ttl).as_millis()).unwrap_or(u64::MAX)
+    unix_ms(now, ttl)
 }
 
 fn now_ms(now: UnixTime) -> u64 {
-    u64::try_from(now.0.as_millis()).unwrap_or(u64::MAX)
+    unix_ms(now, Duration::ZERO)
 }
 
 impl RedisStore {

@@ -14,6 +14,7 @@ use portcullis_wire::UnixTime;
 
 use super::journal::{self, JournalStore, RecordedAnswer, Reserve, Ticket};
 use super::redis::RedisStore;
+use super::redis::{millis, script};
 use super::StoreError;
 
 /// RESERVE: KEYS[1] = entry; ARGV[1] = the in-flight value, ARGV[2] = its lifetime in ms.
@@ -45,14 +46,6 @@ return 0
 
 /// The kind of the per-caller sets.
 const CALLER_KIND: &str = "journal-caller";
-
-fn millis(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-fn script(cell: &'static std::sync::OnceLock<redis::Script>, lua: &str) -> &'static redis::Script {
-    cell.get_or_init(|| redis::Script::new(lua))
-}
 
 #[async_trait::async_trait]
 impl JournalStore for RedisStore {

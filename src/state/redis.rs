@@ -357,8 +357,19 @@ impl ReplayStore for RedisStore {
     }
 }
 
+/// A TTL in whole milliseconds, at least 1 (Redis refuses `PX 0`).
 pub(crate) fn millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Unix milliseconds of `now + after` (scores and expiries the scripts compare).
+pub(crate) fn unix_ms(now: portcullis_wire::UnixTime, after: Duration) -> u64 {
+    u64::try_from(now.0.saturating_add(after).as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The script of `lua`, made once per call site (`cell` is that site's static).
+pub(crate) fn script(cell: &'static std::sync::OnceLock<redis::Script>, lua: &str) -> &'static redis::Script {
+    cell.get_or_init(|| redis::Script::new(lua))
 }
 
 /// The URL with any password replaced, so it can be logged.

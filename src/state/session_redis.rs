@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::caller::CallerBound;
 use super::redis::{millis, RedisStore};
+use super::redis::{script, unix_ms as at_ms};
 use super::session::{Binding, OwnerKey, SessionKey, SessionStore};
 use super::StoreError;
 use portcullis_wire::UnixTime;
@@ -58,18 +59,10 @@ return caller
 /// The kind of the per-caller sets.
 const CALLER_KIND: &str = "session-caller";
 
-fn script(cell: &'static std::sync::OnceLock<redis::Script>, lua: &str) -> &'static redis::Script {
-    cell.get_or_init(|| redis::Script::new(lua))
-}
-
 /// How far a session's count runs ahead of its idle expiry, and how often a used session
 /// pushes it out: a quarter of the lifetime.
 fn slack(ttl: Duration) -> Duration {
     (ttl / 4).max(Duration::from_millis(1))
-}
-
-fn at_ms(now: UnixTime, after: Duration) -> u64 {
-    u64::try_from(now.0.saturating_add(after).as_millis()).unwrap_or(u64::MAX)
 }
 
 impl RedisStore {
