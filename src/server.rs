@@ -468,11 +468,6 @@ impl Shared {
             let logged = self.log.is_on();
             let record = DecisionRecord {
                 time: if logged { rfc3339(wall) } else { String::new() },
-                request_id: &request_id,
-                mode: self.config.mode.as_str(),
-                enforcing: self.config.mode.enforcing(),
-                outcome: outcome.as_str(),
-                status,
                 // What the client was answered: a failed forward's error, even where a monitored
                 // refusal was forwarded (that refusal stays the first of `findings`), so a 502
                 // is never blamed on a stage that blocked nothing.
@@ -480,8 +475,6 @@ impl Shared {
                 reason: upstream_error.as_ref().map(|e| e.to_string()).or(summary.map(|(_, r)| r)),
                 findings: findings.iter().map(Finding::line).collect(),
                 upstream_error: upstream_error.as_ref().map(|e| e.code()),
-                method: method.as_str(),
-                path: &path,
                 agent: seen.agent.as_ref().map(|a| a.agent()),
                 claimed_agent,
                 signed,
@@ -496,8 +489,8 @@ impl Shared {
                 idempotency,
                 approval_id: seen.approval.as_ref().map(|a| a.id.as_str()),
                 approved_by: seen.approval.as_ref().map(|a| a.approved_by.as_str()),
-                latency_us: Default::default(),
                 total_us: total.as_micros() as u64,
+                ..DecisionRecord::new(&self.config.mode, &request_id, method.as_str(), &path, outcome.as_str(), status)
             };
             let record = if logged { record.with_timings(&timings) } else { record };
             self.metrics.observe(&record, &timings, total);
@@ -520,33 +513,10 @@ impl Shared {
         };
         let record = DecisionRecord {
             time: rfc3339(wall),
-            request_id,
-            mode: self.config.mode.as_str(),
-            enforcing: self.config.mode.enforcing(),
-            outcome,
-            status,
-            error: None,
-            reason: None,
-            findings: Vec::new(),
-            upstream_error: None,
-            method: "POST",
-            path: &self.config.approvals.path,
-            agent: None,
-            claimed_agent: None,
-            signed: false,
-            keyid: None,
             sub: Some(sub.as_str()),
-            binding: None,
-            mcp_method: None,
-            tool: None,
-            rule: None,
-            policy: None,
-            quota: None,
-            idempotency: None,
             approval_id: Some(id.as_str()),
             approved_by: matches!(event, PageEvent::Decided { choice: Choice::Approve, .. }).then_some(sub.as_str()),
-            latency_us: Default::default(),
-            total_us: 0,
+            ..DecisionRecord::new(&self.config.mode, request_id, "POST", &self.config.approvals.path, outcome, status)
         };
         self.log.write(&record);
     }

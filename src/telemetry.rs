@@ -507,6 +507,45 @@ pub struct DecisionRecord<'a> {
 }
 
 impl<'a> DecisionRecord<'a> {
+    /// The record of one answered request before anything else is known of it: who answered
+    /// it how (`mode`, `outcome`, `status`), every other field empty for the caller to fill
+    /// (`time` too: only a decision log needs it formatted). The one place every field is
+    /// named, so a new field is one edit here.
+    pub fn new(modes: &crate::config::Modes, request_id: &'a str, method: &'a str, path: &'a str, outcome: &'static str, status: u16) -> Self {
+        DecisionRecord {
+            time: String::new(),
+            request_id,
+            mode: modes.as_str(),
+            enforcing: modes.enforcing(),
+            outcome,
+            status,
+            error: None,
+            reason: None,
+            findings: Vec::new(),
+            upstream_error: None,
+            method,
+            path,
+            agent: None,
+            claimed_agent: None,
+            signed: false,
+            keyid: None,
+            sub: None,
+            binding: None,
+            mcp_method: None,
+            tool: None,
+            rule: None,
+            policy: None,
+            quota: None,
+            idempotency: None,
+            approval_id: None,
+            approved_by: None,
+            latency_us: Default::default(),
+            total_us: 0,
+        }
+    }
+}
+
+impl<'a> DecisionRecord<'a> {
     /// Fills the per-stage latencies.
     pub fn with_timings(mut self, timings: &StageTimings) -> Self {
         for (stage, d) in timings.iter() {

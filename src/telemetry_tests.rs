@@ -190,3 +190,49 @@ fn log_fields_print_what_the_default_formatter_prints() {
         assert!(ours.contains(part), "{part:?} not in {ours:?}");
     }
 }
+
+#[test]
+fn a_new_record_names_every_field_in_the_logs_order_and_fills_only_what_it_was_given() {
+    let modes = crate::config::Modes::from(crate::config::Mode::Monitor);
+    let record = DecisionRecord::new(&modes, "r-1", "POST", "/mcp", "allow", 200);
+    let line = serde_json::to_string(&record).expect("json");
+    let value: serde_json::Value = serde_json::from_str(&line).expect("object");
+    let keys: Vec<&str> = value.as_object().expect("object").keys().map(String::as_str).collect();
+    let order = [
+        "time",
+        "request_id",
+        "mode",
+        "enforcing",
+        "outcome",
+        "status",
+        "error",
+        "reason",
+        "findings",
+        "upstream_error",
+        "method",
+        "path",
+        "agent",
+        "claimed_agent",
+        "signed",
+        "keyid",
+        "sub",
+        "binding",
+        "mcp_method",
+        "tool",
+        "rule",
+        "policy",
+        "quota",
+        "idempotency",
+        "approval_id",
+        "approved_by",
+        "latency_us",
+        "total_us",
+    ];
+    let mut sorted = order.to_vec();
+    sorted.sort_unstable();
+    assert_eq!(keys, sorted, "every field is written");
+    let written: Vec<usize> = order.iter().map(|k| line.find(&format!("\"{k}\":")).expect("field")).collect();
+    assert!(written.windows(2).all(|w| w[0] < w[1]), "the line keeps the documented order: {line}");
+    assert_eq!((value["mode"].as_str(), value["outcome"].as_str(), value["status"].as_u64()), (Some("monitor"), Some("allow"), Some(200)));
+    assert!(value["error"].is_null() && value["agent"].is_null() && value["signed"] == false && value["total_us"] == 0, "{line}");
+}

@@ -206,33 +206,11 @@ fn refuse(shared: &Shared, arrival: &Arrival, denial: Result<Denial, BoxError>) 
     let total = at.elapsed();
     let record = DecisionRecord {
         time: rfc3339(*wall),
-        request_id: id,
-        mode: shared.config.mode.as_str(),
-        enforcing: shared.config.mode.enforcing(),
-        outcome: outcome.as_str(),
-        status: resp.status().as_u16(),
         error: summary.as_ref().map(|(c, _)| *c),
         reason: summary.map(|(_, r)| r),
         findings: vec![crate::finding::Finding::of(&denial).line()],
-        upstream_error: None,
-        method: method.as_str(),
-        path: uri.path(),
-        agent: None,
-        claimed_agent: None,
-        signed: false,
-        keyid: None,
-        sub: None,
-        binding: None,
-        mcp_method: None,
-        tool: None,
-        rule: None,
-        policy: None,
-        quota: None,
-        idempotency: None,
-        approval_id: None,
-        approved_by: None,
-        latency_us: Default::default(),
         total_us: total.as_micros() as u64,
+        ..DecisionRecord::new(&shared.config.mode, id, method.as_str(), uri.path(), outcome.as_str(), resp.status().as_u16())
     };
     shared.metrics.observe(&record, &StageTimings::default(), total);
     shared.log.write(&record);
