@@ -13,7 +13,7 @@ use http::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_TYPE, RETRY_A
 use http::{Response, StatusCode};
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 
-use crate::config::{Group, Mode, Modes};
+use crate::config::{Group, Modes};
 pub use crate::denial::{retry_after_secs, Denial};
 use crate::evidence::Evidence;
 use crate::finding::Finding;
@@ -81,6 +81,10 @@ pub enum Verdict {
     Forward(Forward),
     /// Answer with this refusal.
     Refuse(Refusal),
+    /// Answer the call in the protocol, on the backend's behalf: an approval link (the call
+    /// waits for a person) or a tool execution error (arguments the tool's schema refuses).
+    /// Not a refusal of the request (HTTP 200); the backend is not called.
+    Respond(Refusal),
     /// The journal holds this call's answer and the policy group enforces: answer from it;
     /// the backend is not called. (With findings only from groups in monitor mode, this is
     /// a monitored forward answered from the journal: never a second execution.)
@@ -92,6 +96,7 @@ pub enum Verdict {
 /// there); forwarded as `would_deny` when every finding comes from a group in monitor mode.
 pub fn apply_mode(modes: &Modes, decision: Decision) -> Verdict {
     let forward = match decision {
+        Err(refusal) if refusal.is_enforced(modes) && refusal.denial().is_protocol_answer() => return Verdict::Respond(refusal),
         Err(refusal) if refusal.is_enforced(modes) => return Verdict::Refuse(refusal),
         Err(refusal) => Forward { kind: ForwardKind::Monitored(refusal) },
         Ok(permit) => Forward { kind: ForwardKind::Permitted(permit) },
@@ -109,7 +114,7 @@ pub fn idempotency_log(verdict: &Verdict) -> Option<&'static str> {
     match verdict {
         Verdict::Replay(f) => log_value(f.evidence().idempotency.as_ref(), true, None),
         Verdict::Forward(f) => log_value(f.evidence().idempotency.as_ref(), false, f.monitored().map(Denial::code)),
-        Verdict::Refuse(r) => log_value(None, false, Some(r.denial().code())),
+        Verdict::Refuse(r) | Verdict::Respond(r) => log_value(None, false, Some(r.denial().code())),
     }
 }
 
@@ -126,26 +131,11 @@ pub fn filters_lists(modes: &Modes) -> bool {
     modes.is_enforcing(Group::Policy)
 }
 
-/// What a refusal found on the response side (a session binding that cannot be made) does
-/// to an answer already on its way: withheld in enforce mode, passed on in monitor mode (the
-/// mode of the finding's stage group).
-pub fn apply_mode_to_answer(modes: &Modes, finding: &Finding, denial: Denial) -> Answer {
-    if finding.is_enforced(modes) {
-        return Answer::Withhold(denial);
-    }
-    match modes.of(finding.stage.group()) {
-        Mode::Enforce => Answer::Withhold(denial),
-        Mode::Monitor => Answer::PassOn(denial),
-    }
-}
-
-/// See [`apply_mode_to_answer`].
-#[derive(Debug)]
-pub enum Answer {
-    /// Refuse instead of the upstream's answer.
-    Withhold(Denial),
-    /// Send the upstream's answer; log the refusal as would-deny.
-    PassOn(Denial),
+/// Whether what a refusal found on the response side (a session binding that cannot be made)
+/// withholds an answer already on its way: in enforce mode it does, in monitor mode the answer
+/// is passed on and the refusal logged as would-deny (the mode of the finding's stage group).
+pub fn withholds(modes: &Modes, finding: &Finding) -> bool {
+    finding.is_enforced(modes)
 }
 
 /// The decision-log `outcome` of a request.
@@ -159,6 +149,17 @@ pub enum Outcome {
     WouldDeny,
     /// Answered with an approval link: the call waits for a person.
     ApprovalRequired,
+}
+
+impl Outcome {
+    /// The outcome of a call answered in the protocol ([`Verdict::Respond`]): an approval link
+    /// waits for a person; a tool execution error is the gateway's `deny` of that call.
+    pub fn of_protocol_answer(denial: &Denial) -> Outcome {
+        match denial {
+            Denial::ApprovalRequired(_) => Outcome::ApprovalRequired,
+            _ => Outcome::Deny,
+        }
+    }
 }
 
 impl Outcome {

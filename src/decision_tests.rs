@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::Mode;
 use crate::directory::DirectoryError;
 use crate::evidence::Evidence;
 use crate::oauth::TokenError;
@@ -84,11 +85,9 @@ fn a_finding_is_refused_only_when_its_stage_group_enforces() {
 
 #[test]
 fn an_answer_refused_after_the_fact_is_withheld_only_in_enforce_mode() {
-    let finding = Finding::new(crate::finding::FindingStage::Mcp, &Denial::ReplayedSignature);
-    let answer = apply_mode_to_answer(&Modes::uniform(Mode::Enforce), &finding, Denial::ReplayedSignature);
-    assert!(matches!(answer, Answer::Withhold(Denial::ReplayedSignature)));
-    let answer = apply_mode_to_answer(&Modes::uniform(Mode::Monitor), &finding, Denial::ReplayedSignature);
-    assert!(matches!(answer, Answer::PassOn(Denial::ReplayedSignature)));
+    let finding = Finding::new(crate::stage::Stage::Mcp, &Denial::ReplayedSignature);
+    assert!(withholds(&Modes::uniform(Mode::Enforce), &finding));
+    assert!(!withholds(&Modes::uniform(Mode::Monitor), &finding));
 }
 
 #[tokio::test]
@@ -289,7 +288,7 @@ fn token_errors_map_to_the_mcp_refusals() {
     assert!(matches!(Denial::from(TokenError::NotSenderConstrained), Denial::InvalidToken(_)));
     let proof = Denial::from(TokenError::Dpop(portcullis_wire::dpop::DpopError::Replayed));
     assert_eq!((proof.status().as_u16(), proof.code()), (401, "invalid_dpop_proof"));
-    assert_eq!(crate::finding::FindingStage::of(&proof), crate::finding::FindingStage::Token);
+    assert_eq!(crate::stage::Stage::of(&proof), crate::stage::Stage::Token);
     let store = Denial::from(TokenError::ProofStore(crate::state::StoreError::Unavailable { store: "redis://x".into(), reason: "down".into() }));
     assert_eq!((store.status().as_u16(), store.code()), (503, "state_unavailable"));
     let down = Denial::from(TokenError::IssuerUnavailable { issuer: "https://auth.example.com".into(), reason: "JWKS: HTTP 500".into() });
@@ -345,14 +344,25 @@ async fn a_caller_over_its_bound_is_429_with_retry_after_in_every_mode() {
         // A resource bound, not a decision: refused in monitor mode, and an answer withheld.
         let monitor = Modes::uniform(Mode::Monitor);
         let finding = crate::finding::Finding::of(&d);
-        assert!(matches!(
-            apply_mode_to_answer(&monitor, &finding, Denial::from(SessionError::CallerLimit { retry_after: Duration::from_secs(1) })),
-            Answer::Withhold(_)
-        ));
+        assert!(withholds(&monitor, &finding));
         let resp = respond(&d, "r", &challenge());
         assert!(matches!(apply_mode(&monitor, Err(Refusal::for_test(d))), Verdict::Refuse(_)), "{setting}");
         assert_eq!(resp.status(), 429);
         assert_eq!(resp.headers()[RETRY_AFTER], "2");
         assert_eq!(body_json(resp).await["error"], "caller_limit_exceeded");
     }
+}
+
+#[test]
+fn a_tool_execution_error_is_a_protocol_answer_in_enforce_mode_and_a_finding_in_monitor_mode() {
+    let invalid = || {
+        Denial::Catalog(crate::catalog::CatalogError::InvalidArguments { id: serde_json::json!(7), pointer: "/amount".into(), problem: "not a number".into() })
+    };
+    let v = apply_mode(&Modes::uniform(Mode::Enforce), Err(Refusal::for_test(invalid())));
+    assert!(matches!(&v, Verdict::Respond(r) if r.denial().is_protocol_answer()), "{v:?}");
+    assert_eq!(Outcome::of_protocol_answer(&invalid()), Outcome::Deny);
+    let v = apply_mode(&Modes::uniform(Mode::Monitor), Err(Refusal::for_test(invalid())));
+    assert!(matches!(&v, Verdict::Forward(f) if f.monitored().is_some()), "monitor mode forwards the call");
+    let v = apply_mode(&Modes::uniform(Mode::Enforce), Err(Refusal::for_test(Denial::ReplayedSignature)));
+    assert!(matches!(&v, Verdict::Refuse(_)), "a refusal is not a protocol answer");
 }

@@ -280,6 +280,13 @@ impl Denial {
         }
     }
 
+    /// Whether this is a protocol answer rather than a refusal: an approval link (MCP URL
+    /// elicitation) or a tool execution error (arguments the tool's input schema refuses),
+    /// both HTTP 200 answers in JSON-RPC that a client reads as the call's result.
+    pub fn is_protocol_answer(&self) -> bool {
+        matches!(self, Denial::ApprovalRequired(_) | Denial::Catalog(crate::catalog::CatalogError::InvalidArguments { .. }))
+    }
+
     /// Whether this refusal is a resource bound rather than a decision: refused whatever the
     /// mode of its stage group (decision 13), since passing it on would fill a shared store.
     pub fn is_resource_bound(&self) -> bool {

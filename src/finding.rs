@@ -11,90 +11,48 @@
 //! [`Modes`], and it only answers "stop now?" (a refusal from a group in enforce mode stops
 //! judging, as enforce mode always did); `decision::apply_mode` decides the outcome.
 //!
-//! Which stage a refusal comes from is [`FindingStage::of`], one arm per [`Denial`] variant: a
+//! Which stage a refusal comes from is [`Stage::of`], one arm per [`Denial`] variant: a
 //! stage added to the pipeline converts its errors into a `Denial` as every stage does, and its
 //! findings are named by that mapping without any change to the stage.
 
 use crate::config::{Group, Modes};
 use crate::denial::Denial;
+use crate::stage::Stage;
 use crate::telemetry::FindingLine;
 
-/// The stage a finding comes from: the decision log's `findings[].stage`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FindingStage {
-    /// 1: the request itself (body too large or not received, path, authority, admission).
-    Body,
-    /// 2: `Content-Digest`.
-    Digest,
-    /// 3 and 5: the signature is missing, malformed, outside its window, or does not verify.
-    Signature,
-    /// 4: no key for the signature (directory, keyid).
-    Key,
-    /// 6: the signature was already used.
-    Replay,
-    /// 7: the user's token (bearer or DPoP).
-    Token,
-    /// 8: the JSON-RPC message, MCP headers and session.
-    Mcp,
-    /// 9: the policy decision and the scopes it requires.
-    Policy,
-    /// 10: quotas and rate limits.
-    Quota,
-    /// The tool catalog (pins, schemas).
-    Catalog,
-    /// Human approval.
-    Approval,
-    /// The idempotency journal.
-    Idempotency,
-}
+/// The stages a finding can name, in the order the report lists them: every [`Stage`] but
+/// [`Stage::Upstream`] (a failed forward is `upstream_error`, not a finding).
+pub const JUDGED: [Stage; 13] = [
+    Stage::Body,
+    Stage::Digest,
+    Stage::Signature,
+    Stage::Key,
+    Stage::Replay,
+    Stage::Token,
+    Stage::Session,
+    Stage::Mcp,
+    Stage::Policy,
+    Stage::Quota,
+    Stage::Catalog,
+    Stage::Approval,
+    Stage::Idempotency,
+];
 
-impl FindingStage {
-    /// Every stage, in pipeline order.
-    pub const ALL: [FindingStage; 12] = [
-        FindingStage::Body,
-        FindingStage::Digest,
-        FindingStage::Signature,
-        FindingStage::Key,
-        FindingStage::Replay,
-        FindingStage::Token,
-        FindingStage::Mcp,
-        FindingStage::Policy,
-        FindingStage::Quota,
-        FindingStage::Catalog,
-        FindingStage::Approval,
-        FindingStage::Idempotency,
-    ];
-
+/// What findings need of a [`Stage`] (the stage names are in `stage`, below everything): its
+/// name in a decision log, its `[mode]` group, and the stage each refusal comes from.
+impl Stage {
     /// The stage a decision log names (`findings[].stage`), if it is one.
-    pub fn from_name(name: &str) -> Option<FindingStage> {
-        FindingStage::ALL.into_iter().find(|s| s.as_str() == name)
-    }
-
-    /// The name in the decision log, the metrics and the report.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FindingStage::Body => "body",
-            FindingStage::Digest => "digest",
-            FindingStage::Signature => "signature",
-            FindingStage::Key => "key",
-            FindingStage::Replay => "replay",
-            FindingStage::Token => "token",
-            FindingStage::Mcp => "mcp",
-            FindingStage::Policy => "policy",
-            FindingStage::Quota => "quota",
-            FindingStage::Catalog => "catalog",
-            FindingStage::Approval => "approval",
-            FindingStage::Idempotency => "idempotency",
-        }
+    pub fn from_name(name: &str) -> Option<Stage> {
+        JUDGED.into_iter().find(|s| s.as_str() == name)
     }
 
     /// The `[mode]` group whose mode applies to this stage's refusals.
     pub fn group(self) -> Group {
         match self {
-            FindingStage::Digest | FindingStage::Signature | FindingStage::Key | FindingStage::Replay => Group::Identity,
-            FindingStage::Token => Group::Token,
-            FindingStage::Policy | FindingStage::Quota | FindingStage::Catalog | FindingStage::Approval | FindingStage::Idempotency => Group::Policy,
-            FindingStage::Body | FindingStage::Mcp => Group::Default,
+            Stage::Digest | Stage::Signature | Stage::Key | Stage::Replay => Group::Identity,
+            Stage::Token => Group::Token,
+            Stage::Policy | Stage::Quota | Stage::Catalog | Stage::Approval | Stage::Idempotency => Group::Policy,
+            Stage::Body | Stage::Session | Stage::Mcp | Stage::Upstream => Group::Default,
         }
     }
 
@@ -102,7 +60,7 @@ impl FindingStage {
     /// names the stage itself where one refusal can come from several stages (a state store
     /// that cannot be reached: replay, session, quota or journal); this mapping is used for
     /// refusals returned without that (`?`), and for those made before the pipeline.
-    pub fn of(denial: &Denial) -> FindingStage {
+    pub fn of(denial: &Denial) -> Stage {
         match denial {
             Denial::BodyTooLarge { .. }
             | Denial::BodyTimeout { .. }
@@ -112,27 +70,28 @@ impl FindingStage {
             | Denial::HeadsOverloaded
             | Denial::RequestTimeout { .. }
             | Denial::NotFound
-            | Denial::BadTarget(_) => FindingStage::Body,
-            Denial::Digest(_) => FindingStage::Digest,
-            Denial::Signature(_) => FindingStage::Signature,
-            Denial::KeyResolution(_) => FindingStage::Key,
-            Denial::ReplayedSignature => FindingStage::Replay,
+            | Denial::BadTarget(_) => Stage::Body,
+            Denial::Digest(_) => Stage::Digest,
+            Denial::Signature(_) => Stage::Signature,
+            Denial::KeyResolution(_) => Stage::Key,
+            Denial::ReplayedSignature => Stage::Replay,
             Denial::OAuthRequired | Denial::InvalidToken(_) | Denial::InvalidDpopProof(_) | Denial::InvalidRequest(_) | Denial::IssuerUnavailable(_) => {
-                FindingStage::Token
+                Stage::Token
             }
-            Denial::Mcp(_) | Denial::SessionNotFound(_) | Denial::ResumeWithoutSession | Denial::SessionConflict(_) => FindingStage::Mcp,
-            Denial::Policy(_) | Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } => FindingStage::Policy,
-            Denial::RateLimited { .. } => FindingStage::Quota,
-            Denial::Idempotency(_) => FindingStage::Idempotency,
-            Denial::Catalog(_) => FindingStage::Catalog,
+            Denial::Mcp(_) => Stage::Mcp,
+            Denial::SessionNotFound(_) | Denial::ResumeWithoutSession | Denial::SessionConflict(_) => Stage::Session,
+            Denial::Policy(_) | Denial::InsufficientScope { .. } | Denial::AccessDenied { .. } => Stage::Policy,
+            Denial::RateLimited { .. } => Stage::Quota,
+            Denial::Idempotency(_) => Stage::Idempotency,
+            Denial::Catalog(_) => Stage::Catalog,
             Denial::ApprovalRequired(_)
             | Denial::HumanApprovalRequired(_)
             | Denial::ApprovalDenied
             | Denial::ApprovalUnavailable
-            | Denial::CallTooLargeToShow(_) => FindingStage::Approval,
+            | Denial::CallTooLargeToShow(_) => Stage::Approval,
             // The stores behind the policy group (quotas, journal, approvals) are the ones a
             // stage would return with `?`; replay and sessions are judged by name.
-            Denial::StateUnavailable { .. } | Denial::CallerLimitExceeded { .. } => FindingStage::Policy,
+            Denial::StateUnavailable { .. } | Denial::CallerLimitExceeded { .. } => Stage::Policy,
         }
     }
 }
@@ -142,7 +101,7 @@ impl FindingStage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
     /// The stage that judged it.
-    pub stage: FindingStage,
+    pub stage: Stage,
     /// `Denial::code()`.
     pub error: &'static str,
     /// `Denial::reason()`.
@@ -153,7 +112,7 @@ pub struct Finding {
 
 impl Finding {
     /// The finding `denial` is, judged at `stage`.
-    pub fn new(stage: FindingStage, denial: &Denial) -> Finding {
+    pub fn new(stage: Stage, denial: &Denial) -> Finding {
         Finding { stage, error: denial.code(), reason: denial.reason(), is_resource_bound: denial.is_resource_bound() }
     }
 
@@ -163,9 +122,9 @@ impl Finding {
         self.is_resource_bound || modes.is_enforcing(self.stage.group())
     }
 
-    /// `denial` at the stage [`FindingStage::of`] names.
+    /// `denial` at the stage [`Stage::of`] names.
     pub fn of(denial: &Denial) -> Finding {
-        Finding::new(FindingStage::of(denial), denial)
+        Finding::new(Stage::of(denial), denial)
     }
 
     /// The decision-log form.
@@ -204,7 +163,7 @@ impl Judge {
     /// group in monitor mode: the finding is kept and judging goes on without the stage's
     /// result. `Err(denial)`: it refused in a group in enforce mode: the pipeline stops (`?`)
     /// and this refusal decides.
-    pub fn judge<T, E: Into<Denial>>(&mut self, stage: FindingStage, result: Result<T, E>) -> Result<Option<T>, Denial> {
+    pub fn judge<T, E: Into<Denial>>(&mut self, stage: Stage, result: Result<T, E>) -> Result<Option<T>, Denial> {
         match result {
             Ok(v) => Ok(Some(v)),
             Err(e) => {
@@ -225,10 +184,10 @@ impl Judge {
         }
     }
 
-    /// [`Judge::judge`] with the stage [`FindingStage::of`] the refusal names (for a step that
+    /// [`Judge::judge`] with the stage [`Stage::of`] the refusal names (for a step that
     /// can fail at more than one stage, e.g. signature then key).
     pub fn judge_any<T>(&mut self, result: Result<T, Denial>) -> Result<Option<T>, Denial> {
-        let stage = result.as_ref().err().map_or(FindingStage::Body, FindingStage::of);
+        let stage = result.as_ref().err().map_or(Stage::Body, Stage::of);
         self.judge(stage, result)
     }
 
@@ -238,7 +197,7 @@ impl Judge {
     }
 
     /// Ends judging. `outcome` is the pipeline's: `Err` is either the refusal that stopped it,
-    /// or one a stage returned directly (`?`), which is judged here by [`FindingStage::of`].
+    /// or one a stage returned directly (`?`), which is judged here by [`Stage::of`].
     pub fn finish(mut self, outcome: Result<(), Denial>) -> Option<Judged> {
         let decisive = match outcome {
             Ok(()) => self.first?,
@@ -270,20 +229,20 @@ mod tests {
     #[test]
     fn enforce_mode_stops_at_the_first_refusal() {
         let mut j = Judge::new(Modes::uniform(Mode::Enforce));
-        assert_eq!(j.judge(FindingStage::Digest, Ok::<_, Denial>(1)).ok(), Some(Some(1)));
-        let stop = j.judge::<(), _>(FindingStage::Signature, Err(SignatureError::Missing)).expect_err("stops");
+        assert_eq!(j.judge(Stage::Digest, Ok::<_, Denial>(1)).ok(), Some(Some(1)));
+        let stop = j.judge::<(), _>(Stage::Signature, Err(SignatureError::Missing)).expect_err("stops");
         let judged = j.finish(Err(stop)).expect("refused");
         assert_eq!(judged.decisive.code(), "invalid_agent_credentials");
         assert_eq!(judged.findings.len(), 1);
-        assert_eq!(judged.findings[0].stage, FindingStage::Signature);
+        assert_eq!(judged.findings[0].stage, Stage::Signature);
     }
 
     #[test]
     fn monitor_mode_keeps_every_finding_and_leads_with_the_first() {
         let mut j = Judge::new(Modes::uniform(Mode::Monitor));
-        assert!(j.judge::<(), _>(FindingStage::Signature, Err(SignatureError::Missing)).expect("goes on").is_none());
+        assert!(j.judge::<(), _>(Stage::Signature, Err(SignatureError::Missing)).expect("goes on").is_none());
         assert!(j.has_found(Group::Identity) && !j.has_found(Group::Policy));
-        assert!(j.judge::<(), _>(FindingStage::Policy, Err(denied())).expect("goes on").is_none());
+        assert!(j.judge::<(), _>(Stage::Policy, Err(denied())).expect("goes on").is_none());
         let judged = j.finish(Ok(())).expect("refused");
         assert_eq!(judged.decisive.code(), "invalid_agent_credentials");
         let stages: Vec<_> = judged.findings.iter().map(|f| (f.stage.as_str(), f.error)).collect();
@@ -295,8 +254,8 @@ mod tests {
     fn an_enforcing_group_decides_and_earlier_monitored_findings_stay_listed() {
         let modes = Modes::uniform(Mode::Monitor).with(Group::Policy, Mode::Enforce);
         let mut j = Judge::new(modes);
-        assert!(j.judge::<(), _>(FindingStage::Signature, Err(SignatureError::Missing)).expect("identity is monitored").is_none());
-        let stop = j.judge::<(), _>(FindingStage::Policy, Err(denied())).expect_err("policy enforces");
+        assert!(j.judge::<(), _>(Stage::Signature, Err(SignatureError::Missing)).expect("identity is monitored").is_none());
+        let stop = j.judge::<(), _>(Stage::Policy, Err(denied())).expect_err("policy enforces");
         let judged = j.finish(Err(stop)).expect("refused");
         assert_eq!(judged.decisive.code(), "agent_access_denied");
         assert_eq!(judged.findings.len(), 2);
@@ -305,11 +264,11 @@ mod tests {
     #[test]
     fn a_refusal_returned_directly_is_named_by_its_variant() {
         let mut j = Judge::new(Modes::uniform(Mode::Monitor));
-        assert!(j.judge::<(), _>(FindingStage::Token, Err(Denial::OAuthRequired)).expect("goes on").is_none());
+        assert!(j.judge::<(), _>(Stage::Token, Err(Denial::OAuthRequired)).expect("goes on").is_none());
         let judged = j.finish(Err(Denial::RateLimited { retry_after: std::time::Duration::from_secs(3) })).expect("refused");
         assert_eq!(judged.decisive.code(), "oauth_required", "monitor mode leads with the first finding");
-        assert_eq!(judged.findings[1].stage, FindingStage::Quota);
+        assert_eq!(judged.findings[1].stage, Stage::Quota);
         let judged = Judge::new(Modes::uniform(Mode::Enforce)).finish(Err(Denial::ReplayedSignature)).expect("refused");
-        assert_eq!((judged.decisive.code(), judged.findings[0].stage), ("replayed_signature", FindingStage::Replay));
+        assert_eq!((judged.decisive.code(), judged.findings[0].stage), ("replayed_signature", Stage::Replay));
     }
 }

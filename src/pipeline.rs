@@ -22,7 +22,7 @@ use crate::config::{Group, Modes};
 use crate::denial::Denial;
 use crate::directory::{KeyResolver, ResolvedKey};
 use crate::evidence::{Evidence, PolicyTrace};
-use crate::finding::{Finding, FindingStage, Judge, Judged};
+use crate::finding::{Finding, Judge, Judged};
 use crate::inbound::Inbound;
 use crate::oauth::{Binding, Presented, TokenVerifier};
 use crate::policy::{AgentView, CatalogView, Policy, PolicyError, PolicyInput, RequestView, TokenView};
@@ -278,7 +278,7 @@ async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
     // A request that got this far without reaching the admission point (policy off, or an
     // early return) still records its signature before it is forwarded.
     if let Some(keys) = deferred.take() {
-        judge.judge(FindingStage::Replay, timings.timed_async(Stage::Replay, stages.replay.check_keys(&keys)).await)?;
+        judge.judge(Stage::Replay, timings.timed_async(Stage::Replay, stages.replay.check_keys(&keys)).await)?;
     }
     Ok(())
 }
@@ -304,7 +304,7 @@ async fn run_stages(
             stages.policy.off_workers("digest", if hashes { req.body.len() } else { 0 }, || stages.digest.verify(&req.head.headers, &req.body)),
         )
         .await;
-    judge.judge(FindingStage::Digest, digest)?;
+    judge.judge(Stage::Digest, digest)?;
     // Stages 3–5 (signature, key, signature): the finding names the one that refused.
     let resolved = judge.judge_any(timings.timed_async(Stage::Signature, resolve_signature(req, stages)).await)?.flatten();
     let verified = match resolved {
@@ -326,7 +326,7 @@ async fn run_stages(
             *deferred = Some(stages.replay.keys(&agent, req.now));
             Some(())
         } else {
-            judge.judge(FindingStage::Replay, timings.timed_async(Stage::Replay, stages.replay.check_once(&agent, req.now)).await)?
+            judge.judge(Stage::Replay, timings.timed_async(Stage::Replay, stages.replay.check_once(&agent, req.now)).await)?
         };
         // Only a complete identity names the agent: a signature over a body that does not match
         // its digest, or a replayed one, is not this agent's request.
@@ -352,7 +352,7 @@ async fn run_stages(
                 verifier.check(&presented).await
             })
             .await;
-        if let Some(authenticated) = judge.judge(FindingStage::Token, token)?.flatten() {
+        if let Some(authenticated) = judge.judge(Stage::Token, token)?.flatten() {
             seen.token = Some(authenticated.token);
             seen.binding = Some(authenticated.binding);
         }
@@ -360,13 +360,13 @@ async fn run_stages(
     // Decision 11: a stream is resumed (`Last-Event-ID`) only within a session, which the next
     // check binds to this caller: an event id alone must not replay another caller's events.
     if req.head.headers.contains_key(LAST_EVENT_ID) && !req.head.headers.contains_key(portcullis_wire::mcp::SESSION_ID_HEADER) {
-        judge.judge(FindingStage::Mcp, Err::<(), _>(Denial::ResumeWithoutSession))?;
+        judge.judge(Stage::Session, Err::<(), _>(Denial::ResumeWithoutSession))?;
     }
     // Decision 9: once the identity is verified, a session is only its owner's. Without a
     // verified identity (monitor mode) the owner is unknown: that is already a finding.
     if req.head.headers.contains_key(portcullis_wire::mcp::SESSION_ID_HEADER) && !judge.has_found(Group::Identity) && !judge.has_found(Group::Token) {
         let owner = session::owner(seen);
-        judge.judge(FindingStage::Mcp, timings.timed_async(Stage::Session, stages.sessions.check(&req.head.headers, &owner)).await)?;
+        judge.judge(Stage::Session, timings.timed_async(Stage::Session, stages.sessions.check(&req.head.headers, &owner)).await)?;
     }
     if !stages.is_policy_enabled {
         return Ok(());
@@ -376,19 +376,19 @@ async fn run_stages(
     // A large body is parsed off the async workers, like its policy evaluation.
     let parsing = stages.policy.off_workers("mcp", req.body.len(), || mcp::parse_bounded(&req.head.method, &req.head.headers, &req.body, stages.max_batch));
     let parsed = timings.timed_async(Stage::Mcp, parsing).await;
-    let Some(parsed) = judge.judge(FindingStage::Mcp, parsed)? else { return Ok(()) };
+    let Some(parsed) = judge.judge(Stage::Mcp, parsed)? else { return Ok(()) };
     // A protocol version outside mcp.versions is a finding of its own: in monitor mode the
     // log still names the method and tool the body asks for.
     let version = mcp::check_version(&parsed, &stages.versions);
     seen.mcp = Some(parsed);
-    judge.judge(FindingStage::Mcp, version)?;
+    judge.judge(Stage::Mcp, version)?;
     // The tool catalog, before policy: policy reads what the gateway knows of the tool.
     if let (Some(catalog), Some(mcp)) = (&stages.catalog, &seen.mcp) {
         let looked = timings.timed_async(Stage::Catalog, catalog.check(mcp, &req.head.headers)).await;
         let verdict = looked.verdict();
         seen.tool_definitions = looked.definitions;
         // An Mcp-Param-* header that disagrees with the arguments is the MCP stage's finding.
-        let stage = if matches!(verdict, Err(crate::catalog::CatalogError::HeaderMismatch { .. })) { FindingStage::Mcp } else { FindingStage::Catalog };
+        let stage = if matches!(verdict, Err(crate::catalog::CatalogError::HeaderMismatch { .. })) { Stage::Mcp } else { Stage::Catalog };
         judge.judge(stage, verdict)?;
     }
     let authorized = {
@@ -399,23 +399,23 @@ async fn run_stages(
         authorize(req, stages, seen, timings)
     };
     // A denial wins: the quotas and journal a denied call names are not used.
-    let Some((quotas, key_use, approval)) = judge.judge(FindingStage::Policy, authorized)? else { return Ok(()) };
+    let Some((quotas, key_use, approval)) = judge.judge(Stage::Policy, authorized)? else { return Ok(()) };
     // The admission point of a deferred replay check (see `run_stages`).
     if let Some(keys) = deferred.take() {
         if let (Some(admit), None, None) = (&stages.stores.admit, &approval, &key_use) {
             let admitted = timings.timed_async(Stage::Replay, admit.admit(&keys, &quotas, req.now)).await;
             return match admitted {
                 Ok(Admission::Admitted) => Ok(()),
-                Ok(Admission::Replayed) => judge.judge(FindingStage::Replay, Err::<(), _>(stages.replay.replayed())).map(|_| ()),
+                Ok(Admission::Replayed) => judge.judge(Stage::Replay, Err::<(), _>(stages.replay.replayed())).map(|_| ()),
                 Ok(Admission::Exhausted { index, retry_after }) => {
                     let key = quotas.get(index).map(|q| q.key.clone()).unwrap_or_default();
                     seen.quota_exhausted = Some(key.clone());
-                    judge.judge(FindingStage::Quota, Err::<(), _>(QuotaError::Exhausted { key, retry_after })).map(|_| ())
+                    judge.judge(Stage::Quota, Err::<(), _>(QuotaError::Exhausted { key, retry_after })).map(|_| ())
                 }
-                Err(e) => judge.judge(FindingStage::Replay, Err::<(), _>(crate::replay::ReplayError::Store(e))).map(|_| ()),
+                Err(e) => judge.judge(Stage::Replay, Err::<(), _>(crate::replay::ReplayError::Store(e))).map(|_| ()),
             };
         }
-        judge.judge(FindingStage::Replay, timings.timed_async(Stage::Replay, stages.replay.check_keys(&keys)).await)?;
+        judge.judge(Stage::Replay, timings.timed_async(Stage::Replay, stages.replay.check_keys(&keys)).await)?;
     }
     // An allowed call that needs a person's approval waits for it: nothing is spent until the
     // approved retry is forwarded. In monitor mode no link is issued (a finding, forwarded).
@@ -430,7 +430,7 @@ async fn run_stages(
             caller: seen.caller(req.peer.addr.ip()),
         };
         let checked = stages.approvals.check(call, &ask, stages.modes.is_enforcing(Group::Policy), req.now).await;
-        seen.approval = judge.judge(FindingStage::Approval, checked)?;
+        seen.approval = judge.judge(Stage::Approval, checked)?;
     }
     if let Some(key_use) = key_use {
         let caller = crate::idempotency::Caller {
@@ -439,7 +439,7 @@ async fn run_stages(
             key: seen.caller(req.peer.addr.ip()),
         };
         let claimed = stages.idempotency.claim(req, caller, seen.mcp.as_ref(), key_use);
-        let Some(claim) = judge.judge(FindingStage::Idempotency, timings.timed_async(Stage::Idempotency, claimed).await)? else { return Ok(()) };
+        let Some(claim) = judge.judge(Stage::Idempotency, timings.timed_async(Stage::Idempotency, claimed).await)? else { return Ok(()) };
         seen.idempotency = claim;
         // A replayed answer spends no quota: the call is not executed again.
         if seen.idempotency.as_ref().is_some_and(crate::idempotency::Claim::is_replay) {
@@ -450,7 +450,7 @@ async fn run_stages(
     if let Err(QuotaError::Exhausted { key, .. }) = &spent {
         seen.quota_exhausted = Some(key.clone());
     }
-    judge.judge(FindingStage::Quota, spent)?;
+    judge.judge(Stage::Quota, spent)?;
     Ok(())
 }
 

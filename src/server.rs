@@ -12,7 +12,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
@@ -22,27 +22,23 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsAcceptor;
-use tracing::{info, info_span, warn, Instrument};
+use tracing::{info, warn};
 
 pub mod admin;
 mod admission;
 mod body;
 pub(crate) mod connection;
+mod handle;
 
 use crate::config::{Config, ConfigError};
-use crate::decision::{self, Answer, Challenge, Denial, Outcome, ResponseBody, Verdict};
-use crate::evidence::Evidence;
-use crate::finding::{Finding, FindingStage};
-use crate::inbound::Inbound;
-use crate::pipeline::{self, Stages};
+use crate::decision::{self, Challenge, ResponseBody};
+use crate::pipeline::Stages;
 use crate::policy::ReloadTrigger;
 use crate::proxy::Upstream;
-use crate::stage::{stage_span, Stage, StageTimings};
-use crate::telemetry::{rfc3339, DecisionLog, DecisionRecord, Metrics};
+use crate::telemetry::{DecisionLog, Metrics};
 use crate::tls;
 use admission::Admission;
 use body::BodyBudget;
-use portcullis_wire::UnixTime;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -311,265 +307,6 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
 }
 
 impl Shared {
-    /// One client request, from arrival to its decision-log line.
-    ///
-    /// An `async fn` on purpose: calling it only stores its arguments, so the admission handler
-    /// can build its ~11 KB future straight into the future's allocation (`in_place`); any work
-    /// done before the future exists would make the compiler build it on the stack and copy it.
-    async fn handle(self: Arc<Self>, req: Request<Incoming>, peer: crate::inbound::Peer, is_tls: bool, arrived: admission::Arrived) -> Response<ResponseBody> {
-        // The clocks as admission read them: every stage works from these readings.
-        let admission::Arrived { id: request_id, at: arrived, wall } = arrived;
-        let now = UnixTime::at(wall);
-        // An approval link's path holds its code, a bearer secret: the span (which every log
-        // line inside it quotes) names the page, never the code.
-        let is_approval_page = self.stages.approvals.serves(req.uri().path());
-        let span_path = if is_approval_page { self.stages.approvals.redacted_path() } else { req.uri().path() };
-        let span = info_span!("request", request_id = %request_id, method = %req.method(), path = %span_path);
-        let _in_flight = self.metrics.in_flight();
-        async move {
-            if let Some(resp) = self.well_known(&req) {
-                return with_request_id(resp, &request_id);
-            }
-            // The approval pages: a person's browser, not an agent; outside the pipeline.
-            if is_approval_page {
-                // Boxed: the pages' futures are large and rare; inline they would swell every request's.
-                let (resp, event) = Box::pin(self.stages.approvals.page(req, now)).await;
-                if let Some(event) = event {
-                    self.log_approval_event(&event, wall, &request_id);
-                }
-                return with_request_id(resp, &request_id);
-            }
-            let method = req.method().clone();
-            let path = req.uri().path().to_owned();
-            let (head, body) = req.into_parts();
-            // Only the decision log reads it: no second parse of Signature-Agent without one.
-            let claimed_agent = if self.log.is_on() { crate::telemetry::claimed_agent(&head.headers) } else { None };
-            let signed = crate::telemetry::is_signed(&head.headers);
-            let mut timings = StageTimings::default();
-            // What the stages verified, for the decision log (empty until the pipeline ran).
-            let mut seen = Evidence::default();
-            // The path and the authority, read once (docs/design.md decisions 3 and 9): a request
-            // for another path, or one whose authority reads two ways, is refused before any
-            // stage and before its body is read.
-            let authority = if self.routes.serves(head.uri.path()) {
-                portcullis_wire::target::authority(&head, is_tls).map_err(Denial::from)
-            } else {
-                Err(Denial::NotFound)
-            };
-            let read_started = Instant::now();
-            let limits = &self.config.limits;
-            let body = match &authority {
-                Ok(_) => Some(body::read(&head, body, limits.max_body, limits.body_timeout, &self.body_budget).instrument(stage_span(Stage::Body)).await),
-                Err(_) => None,
-            };
-            timings.record(Stage::Body, read_started.elapsed());
-            // Held until the request is answered: the body is in memory until then.
-            let (body, _reservation) = match body {
-                Some(Ok((bytes, reservation))) => (Ok(bytes), Some(reservation)),
-                Some(Err(denial)) => (Err(denial), None),
-                None => (Ok(Bytes::new()), None),
-            };
-
-            let mut upstream_error = None;
-            // The decision log's `idempotency` (first / replayed / in_flight / reused).
-            let mut idempotency = None;
-            // Admission (limits.max_in_flight): a slot is taken only once the body is read, so
-            // slow uploads, bounded by body_timeout and max_body_in_flight, cannot hold every
-            // slot; without one the request is shed at once.
-            let admitted = authority.and_then(|a| Ok((a, body?))).and_then(|read| match self.slots.clone().try_acquire_owned() {
-                Ok(slot) => Ok((read, (slot, self.metrics.admitted()))),
-                Err(_) => Err(Denial::Shed),
-            });
-            // Every refusal found, for the decision log (the pipeline's, or the one before it).
-            let mut findings: Vec<Finding> = Vec::new();
-            let (outcome, summary, resp) = match admitted {
-                // Stage 1 is a resource bound, not a decision: a body the gateway refused to
-                // hold (or never fully received) cannot be forwarded, so it is refused in both
-                // modes and never reaches `apply_mode`. Likewise a path or authority the
-                // backend could read otherwise than the gateway.
-                Err(denial) => {
-                    findings.push(Finding::of(&denial));
-                    self.refuse(&denial, &request_id)
-                }
-                Ok(((authority, body), _slot)) => {
-                    let inbound = Inbound { head, body, now, peer, is_tls, request_id: request_id.clone(), authority };
-                    let decision = pipeline::check(&inbound, &self.stages, &mut timings).await;
-                    let verdict = decision::apply_mode(&self.config.mode, decision);
-                    idempotency = decision::idempotency_log(&verdict);
-                    match verdict {
-                        Verdict::Replay(fwd) => {
-                            findings = fwd.findings().to_vec();
-                            let (outcome, summary) = forward_summary(&fwd);
-                            seen = fwd.into_evidence();
-                            let resp = crate::idempotency::replay_response(seen.idempotency.as_ref())
-                                .unwrap_or_else(|| decision::respond_upstream(&decision::UpstreamError::Failed("no recorded answer".into()), &request_id));
-                            (outcome, summary, resp)
-                        }
-                        Verdict::Refuse(refusal) => {
-                            let (denial, found, evidence) = refusal.into_parts();
-                            seen = evidence;
-                            findings = found;
-                            let (outcome, summary, resp) = self.refuse(&denial, &request_id);
-                            // A link is a protocol answer: the call waits, it was not refused.
-                            let outcome = if matches!(denial, Denial::ApprovalRequired(_)) { Outcome::ApprovalRequired } else { outcome };
-                            (outcome, summary, resp)
-                        }
-                        Verdict::Forward(fwd) => {
-                            findings = fwd.findings().to_vec();
-                            let (outcome, summary) = forward_summary(&fwd);
-                            let exchange = crate::session::Exchange::of(&inbound.head, inbound.peer.addr.ip());
-                            let listing = pipeline::ListingAsk::of(&self.stages, &inbound, fwd.evidence());
-                            // A list the gateway rewrites must come uncompressed: a compressed one
-                            // could not be read, so it would be withheld.
-                            let mut inbound = inbound;
-                            if listing.is_some() {
-                                inbound.head.headers.insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
-                            }
-                            let started = Instant::now();
-                            let result = self.upstream.forward(inbound, &fwd).instrument(stage_span(Stage::Upstream)).await;
-                            timings.record(Stage::Upstream, started.elapsed());
-                            let result = match (result, listing) {
-                                // The visible tools are worked out only for an answer that is read.
-                                (Ok(resp), Some(ask)) if ask.reads(resp.status(), resp.headers()) => {
-                                    match pipeline::list_filter(&self.stages, &ask, fwd.evidence(), self.config.limits.max_inspected_response) {
-                                        Some(f) => self.filter_list(resp, crate::catalog::filter::ListFilter { cuts: Some(self.metrics.uninspectable_cuts()), ..f }).await,
-                                        None => Ok(resp),
-                                    }
-                                }
-                                (other, _) => other,
-                            };
-                            seen = fwd.into_evidence();
-                            let resp = match result {
-                                // A first idempotent call: its answer is recorded as it streams.
-                                Ok(resp) => crate::idempotency::record(&mut seen.idempotency, resp).await,
-                                Err(e) => {
-                                    crate::idempotency::release(&mut seen.idempotency).await;
-                                    static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
-                                    if let Some(held) = THROTTLE.admit() {
-                                        warn!(error.code = e.code(), error = %e, upstream = %self.config.upstream.url, similar_held_back = held, "Upstream request failed (each one is counted in portcullis_upstream_errors_total)");
-                                    }
-                                    self.metrics.upstream_error(e.code());
-                                    let r = decision::respond_upstream(&e, &request_id);
-                                    upstream_error = Some(e);
-                                    r
-                                }
-                            };
-                            self.settle_session(&exchange, &seen, &mut timings, (outcome, summary, resp), &request_id, &mut findings).await
-                        }
-                    }
-                }
-            };
-            let status = resp.status().as_u16();
-            if matches!(outcome, Outcome::WouldDeny) {
-                monitor_notice(&self.config.mode, &self.config.log.decisions);
-            }
-            let total = arrived.elapsed();
-            // Without a decision log only the metrics read the record: no timestamp to format.
-            let logged = self.log.is_on();
-            let record = DecisionRecord {
-                time: if logged { rfc3339(wall) } else { String::new() },
-                // What the client was answered: a failed forward's error, even where a monitored
-                // refusal was forwarded (that refusal stays the first of `findings`), so a 502
-                // is never blamed on a stage that blocked nothing.
-                error: upstream_error.as_ref().map(|e| e.code()).or(summary.as_ref().map(|(c, _)| *c)),
-                reason: upstream_error.as_ref().map(|e| e.to_string()).or(summary.map(|(_, r)| r)),
-                findings: findings.iter().map(Finding::line).collect(),
-                upstream_error: upstream_error.as_ref().map(|e| e.code()),
-                agent: seen.agent.as_ref().map(|a| a.agent()),
-                claimed_agent,
-                signed,
-                keyid: seen.agent.as_ref().map(|a| a.keyid()),
-                sub: seen.token.as_ref().and_then(|t| t.sub()),
-                binding: seen.binding.map(|b| b.as_str()),
-                mcp_method: seen.mcp.as_ref().and_then(|m| m.first_method()),
-                tool: seen.mcp.as_ref().and_then(|m| m.first_tool()),
-                rule: seen.policy.as_ref().and_then(|p| p.rule.as_deref()),
-                policy: seen.policy.as_ref().map(|p| p.version.as_str()),
-                quota: seen.quota_exhausted.as_deref(),
-                idempotency,
-                approval_id: seen.approval.as_ref().map(|a| a.id.as_str()),
-                approved_by: seen.approval.as_ref().map(|a| a.approved_by.as_str()),
-                total_us: total.as_micros() as u64,
-                ..DecisionRecord::new(&self.config.mode, &request_id, method.as_str(), &path, outcome.as_str(), status)
-            };
-            let record = if logged { record.with_timings(&timings) } else { record };
-            self.metrics.observe(&record, &timings, total);
-            self.log.write(&record);
-            with_request_id(resp, &request_id)
-        }
-        .instrument(span)
-        .await
-    }
-
-    /// The decision-log line for something that happened on an approval page: a wrong user
-    /// (`approval_wrong_user`) or a decision (`approval_approved` / `approval_denied`).
-    fn log_approval_event(&self, event: &crate::approval::page::PageEvent, wall: SystemTime, request_id: &str) {
-        use crate::approval::page::PageEvent;
-        use crate::state::approval::Choice;
-        let (outcome, status, id, sub) = match event {
-            PageEvent::WrongUser { approval_id, login_sub } => ("approval_wrong_user", 403, approval_id, login_sub),
-            PageEvent::Decided { approval_id, choice: Choice::Approve, by } => ("approval_approved", 200, approval_id, by),
-            PageEvent::Decided { approval_id, choice: Choice::Deny, by } => ("approval_denied", 200, approval_id, by),
-        };
-        let record = DecisionRecord {
-            time: rfc3339(wall),
-            sub: Some(sub.as_str()),
-            approval_id: Some(id.as_str()),
-            approved_by: matches!(event, PageEvent::Decided { choice: Choice::Approve, .. }).then_some(sub.as_str()),
-            ..DecisionRecord::new(&self.config.mode, request_id, "POST", &self.config.approvals.path, outcome, status)
-        };
-        self.log.write(&record);
-    }
-
-    /// The refusal response for `denial`, with its log summary (the decision log and the
-    /// metrics say it; no diagnostic line per refusal).
-    fn refuse(&self, denial: &Denial, request_id: &str) -> (Outcome, Option<(&'static str, String)>, Response<ResponseBody>) {
-        tracing::debug!(error.code = denial.code(), "Request refused");
-        (Outcome::Deny, Some((denial.code(), denial.reason())), decision::respond(denial, request_id, &self.challenge))
-    }
-
-    /// `tools.filter_list`: a `tools/list` answer (or any list in an event stream) loses the tools this caller could not call
-    /// (the policy group enforcing); in monitor mode it passes whole and the count it would have
-    /// lost is logged. An answer too large to inspect is withheld, never passed unfiltered.
-    async fn filter_list(
-        &self,
-        resp: Response<ResponseBody>,
-        filter: crate::catalog::filter::ListFilter,
-    ) -> Result<Response<ResponseBody>, decision::UpstreamError> {
-        if !decision::filters_lists(&self.config.mode) {
-            if filter.is_listing {
-                let known = self.stages.catalog.as_ref().and_then(|c| c.snapshot()).map_or(0, |s| s.len());
-                info!(would_hide = known.saturating_sub(filter.visible.len()), "monitor mode: tools/list passed unfiltered");
-            }
-            return Ok(resp);
-        }
-        crate::catalog::filter::rewrite(resp, filter).await.map_err(|e| decision::UpstreamError::Uninspectable(e.to_string()))
-    }
-
-    /// Decision 9: binds a session id the backend just issued to the request's identity before
-    /// the client sees it. A binding that cannot be made is a refusal like any other: the
-    /// backend's answer is withheld in enforce mode, passed on and logged in monitor mode.
-    async fn settle_session(
-        &self,
-        exchange: &crate::session::Exchange,
-        seen: &Evidence,
-        timings: &mut StageTimings,
-        sent: (Outcome, Option<(&'static str, String)>, Response<ResponseBody>),
-        request_id: &str,
-        findings: &mut Vec<Finding>,
-    ) -> (Outcome, Option<(&'static str, String)>, Response<ResponseBody>) {
-        let (outcome, summary, resp) = sent;
-        let settled = pipeline::settle_session(&self.stages, exchange, resp.status(), resp.headers(), seen, timings).await;
-        let Err(denial) = settled else { return (outcome, summary, resp) };
-        let finding = Finding::new(FindingStage::Mcp, &denial);
-        let answer = decision::apply_mode_to_answer(&self.config.mode, &finding, denial);
-        findings.push(finding);
-        match answer {
-            Answer::Withhold(d) => self.refuse(&d, request_id),
-            Answer::PassOn(d) => (Outcome::WouldDeny, summary.or(Some((d.code(), d.reason()))), resp),
-        }
-    }
-
     /// RFC 9728 protected-resource metadata, at the root well-known path and the
     /// path-suffixed form for `listen.public_url`'s path (MCP Authorization and RFC 9728 §3).
     fn well_known(&self, req: &Request<Incoming>) -> Option<Response<ResponseBody>> {
@@ -625,14 +362,7 @@ fn monitor_notice_text(modes: &crate::config::Modes, sink: &crate::config::Decis
     }
 }
 
-/// The outcome and the decision log's `error`/`reason` of a forwarded request.
-fn forward_summary(fwd: &decision::Forward) -> (Outcome, Option<(&'static str, String)>) {
-    match fwd.monitored() {
-        None => (Outcome::Allow, None),
-        Some(d) => (Outcome::WouldDeny, Some((d.code(), d.reason()))),
-    }
-}
-
+/// `resp` with the request's id in `x-request-id`.
 fn with_request_id(mut resp: Response<ResponseBody>, request_id: &str) -> Response<ResponseBody> {
     if let Ok(v) = HeaderValue::from_str(request_id) {
         resp.headers_mut().insert(const { HeaderName::from_static("x-request-id") }, v);

@@ -13,8 +13,12 @@ pub enum Stage {
     Body,
     /// 2: Content-Digest.
     Digest,
-    /// 3–5: signature parse, key resolution (directory), Ed25519 verify.
+    /// 3–5: signature parse, key resolution (directory), Ed25519 verify. Its refusals are
+    /// this stage's, but for those of [`Stage::Key`].
     Signature,
+    /// 4: no key for the signature (directory, keyid). Judged on its own, timed within
+    /// [`Stage::Signature`].
+    Key,
     /// 6: replay check.
     Replay,
     /// 7: OAuth bearer token.
@@ -31,16 +35,19 @@ pub enum Stage {
     Idempotency,
     /// 10: quotas and rate limits.
     Quota,
+    /// Human approval (judged within the policy stage's time).
+    Approval,
     /// 11: time to upstream response headers.
     Upstream,
 }
 
 impl Stage {
     /// Every stage, in pipeline order.
-    pub const ALL: [Stage; 12] = [
+    pub const ALL: [Stage; 14] = [
         Stage::Body,
         Stage::Digest,
         Stage::Signature,
+        Stage::Key,
         Stage::Replay,
         Stage::Token,
         Stage::Session,
@@ -49,6 +56,7 @@ impl Stage {
         Stage::Policy,
         Stage::Idempotency,
         Stage::Quota,
+        Stage::Approval,
         Stage::Upstream,
     ];
 
@@ -58,6 +66,7 @@ impl Stage {
             Stage::Body => "body",
             Stage::Digest => "digest",
             Stage::Signature => "signature",
+            Stage::Key => "key",
             Stage::Replay => "replay",
             Stage::Token => "token",
             Stage::Session => "session",
@@ -66,6 +75,7 @@ impl Stage {
             Stage::Policy => "policy",
             Stage::Idempotency => "idempotency",
             Stage::Quota => "quota",
+            Stage::Approval => "approval",
             Stage::Upstream => "upstream",
         }
     }

@@ -18,7 +18,7 @@ pub use histogram::Histogram;
 pub use html::render_html;
 
 use crate::config::Group;
-use crate::finding::FindingStage;
+use crate::stage::Stage;
 
 /// Most distinct values kept per dimension (agents, tools, reasons); the rest count as "(other)".
 pub const MAX_KEYS: usize = 10_000;
@@ -221,7 +221,7 @@ impl Report {
             .and_then(|v| v.as_array())
             .map(|a| a.iter().filter_map(|f| Some((f.get("stage")?.as_str()?, f.get("error")?.as_str()?))).collect())
             .unwrap_or_default();
-        let group_of = |stage: &str| FindingStage::from_name(stage).map(FindingStage::group);
+        let group_of = |stage: &str| Stage::from_name(stage).map(Stage::group);
 
         let agent = text(&rec, "agent");
         let claimed = text(&rec, "claimed_agent");
@@ -460,7 +460,7 @@ impl Report {
         if !self.by_stage.is_empty() {
             let _ = writeln!(s, "\nFindings by stage:");
             for stage in
-                FindingStage::ALL.iter().map(|s| s.as_str()).chain(self.by_stage.keys().map(String::as_str).filter(|k| FindingStage::from_name(k).is_none()))
+                crate::finding::JUDGED.iter().map(|s| s.as_str()).chain(self.by_stage.keys().map(String::as_str).filter(|k| Stage::from_name(k).is_none()))
             {
                 if let Some(n) = self.by_stage.get(stage) {
                     let _ = writeln!(s, "  {n:>8}  {stage}");

@@ -52,11 +52,10 @@ use tower::timeout::{error::Elapsed, Timeout};
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 use tracing::{info_span, warn};
 
+use super::handle::{Logged, Trail};
 use super::{with_request_id, Shared};
 use crate::decision::{self, Denial, ResponseBody};
 use crate::inbound::Peer;
-use crate::stage::StageTimings;
-use crate::telemetry::{rfc3339, DecisionRecord};
 
 /// The id of a request and its arrival, read on arrival so that a refusal made here and the
 /// handler's own logs name the same request, and the handler reads no clock again for them.
@@ -202,17 +201,7 @@ fn refuse(shared: &Shared, arrival: &Arrival, denial: Result<Denial, BoxError>) 
     if let Denial::RequestTimeout { after } = &denial {
         warn!(after = ?after, "Request not answered within limits.request_timeout; stopped");
     }
-    let (outcome, summary, resp) = shared.refuse(&denial, id);
-    let total = at.elapsed();
-    let record = DecisionRecord {
-        time: rfc3339(*wall),
-        error: summary.as_ref().map(|(c, _)| *c),
-        reason: summary.map(|(_, r)| r),
-        findings: vec![crate::finding::Finding::of(&denial).line()],
-        total_us: total.as_micros() as u64,
-        ..DecisionRecord::new(&shared.config.mode, id, method.as_str(), uri.path(), outcome.as_str(), resp.status().as_u16())
-    };
-    shared.metrics.observe(&record, &StageTimings::default(), total);
-    shared.log.write(&record);
-    with_request_id(resp, id)
+    let answered = shared.refuse(&denial, id);
+    let logged = Logged { request_id: id, method: method.as_str(), path: uri.path(), wall: *wall, at: *at };
+    shared.record(Trail::refused(&denial), answered, &logged)
 }

@@ -1,0 +1,385 @@
+//! One request, by phase: **route** (metadata document, approval page, or the gateway) →
+//! **admit** (path and authority, bounded body, an in-flight slot) → **decide** (the pipeline,
+//! then the mode) → **forward** (upstream, list filter, journal, session binding) → **record**
+//! (one decision-log line and the metrics).
+//!
+//! Each phase is a function with a typed input and output. What the decision log will say is
+//! gathered in one [`Trail`] as the phases run and written once, by [`Shared::record`]; a phase
+//! that answers the client returns an [`Answered`].
+
+use std::time::{Instant, SystemTime};
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use tracing::{info, info_span, warn, Instrument};
+
+use super::{admission, body, monitor_notice, with_request_id, Shared};
+use crate::decision::{self, Denial, Forward, Outcome, ResponseBody, UpstreamError, Verdict};
+use crate::evidence::Evidence;
+use crate::finding::Finding;
+use crate::inbound::{Inbound, Peer};
+use crate::pipeline::{self, Refusal};
+use crate::stage::{stage_span, Stage, StageTimings};
+use crate::telemetry::{rfc3339, DecisionRecord};
+use portcullis_wire::UnixTime;
+
+/// What the decision log says about one request, gathered as the phases run and written once
+/// ([`Shared::record`]). Every phase adds what it learnt; none writes a log line.
+#[derive(Default)]
+pub(super) struct Trail {
+    /// Time per stage, in pipeline order.
+    pub(super) timings: StageTimings,
+    /// What the stages verified (empty until the pipeline ran).
+    pub(super) seen: Evidence,
+    /// Every refusal found: the pipeline's, or the one before it, or the session binding's.
+    pub(super) findings: Vec<Finding>,
+    /// The journal's word on this call (`first` / `replayed` / `in_flight` / `reused` …).
+    pub(super) idempotency: Option<&'static str>,
+    /// Why forwarding failed, when it did.
+    pub(super) upstream_error: Option<UpstreamError>,
+    /// The agent `Signature-Agent` named, verified or not (read only for a decision log).
+    claimed_agent: Option<String>,
+    /// Whether the request carried a signature at all.
+    signed: bool,
+}
+
+impl Trail {
+    /// The trail of a request with headers `headers`: what the log says of it before any stage.
+    fn begin(headers: &http::HeaderMap, logged: bool) -> Trail {
+        // Only the decision log reads it: no second parse of Signature-Agent without one.
+        let claimed_agent = if logged { crate::telemetry::claimed_agent(headers) } else { None };
+        Trail { claimed_agent, signed: crate::telemetry::is_signed(headers), ..Trail::default() }
+    }
+
+    /// The trail of a request refused before its headers were looked at (admission).
+    pub(super) fn refused(denial: &Denial) -> Trail {
+        Trail { findings: vec![Finding::of(denial)], ..Trail::default() }
+    }
+}
+
+/// A phase's answer to the client: the response, the decision log's `outcome`, and the refusal
+/// its `error`/`reason` quote.
+pub(super) struct Answered {
+    pub(super) outcome: Outcome,
+    pub(super) summary: Option<(&'static str, String)>,
+    pub(super) resp: Response<ResponseBody>,
+}
+
+/// The request line as the decision log names it, and its clock readings.
+pub(super) struct Logged<'a> {
+    pub(super) request_id: &'a str,
+    pub(super) method: &'a str,
+    pub(super) path: &'a str,
+    /// The wall clock at arrival (the log's `time`).
+    pub(super) wall: SystemTime,
+    /// The monotonic clock at arrival (`total_us`).
+    pub(super) at: Instant,
+}
+
+/// Where a request goes (the route phase).
+enum Route {
+    /// The RFC 9728 document, answered at once.
+    Metadata(Response<ResponseBody>),
+    /// An approval page: a person's browser, not an agent; outside the pipeline.
+    ApprovalPage,
+    /// Everything else: the gateway's phases.
+    Gateway,
+}
+
+/// A request whose path, authority and body were accepted and that holds an in-flight slot
+/// (the admit phase's output). The slot and the body's reservation are held until it is
+/// answered.
+struct Admitted {
+    inbound: Inbound,
+    _slot: (tokio::sync::OwnedSemaphorePermit, crate::telemetry::InFlight),
+    _reservation: body::Reservation,
+}
+
+impl Shared {
+    /// One client request, from arrival to its decision-log line.
+    ///
+    /// An `async fn` on purpose: calling it only stores its arguments, so the admission handler
+    /// can build its ~11 KB future straight into the future's allocation (`in_place`); any work
+    /// done before the future exists would make the compiler build it on the stack and copy it.
+    pub(super) async fn handle(
+        self: std::sync::Arc<Self>,
+        req: Request<Incoming>,
+        peer: Peer,
+        is_tls: bool,
+        arrived: admission::Arrived,
+    ) -> Response<ResponseBody> {
+        // The clocks as admission read them: every stage works from these readings.
+        let admission::Arrived { id: request_id, at, wall } = arrived;
+        let route = self.route(&req);
+        // An approval link's path holds its code, a bearer secret: the span (which every log
+        // line inside it quotes) names the page, never the code.
+        let span_path = if matches!(route, Route::ApprovalPage) { self.stages.approvals.redacted_path() } else { req.uri().path() };
+        let span = info_span!("request", request_id = %request_id, method = %req.method(), path = %span_path);
+        let _in_flight = self.metrics.in_flight();
+        async move {
+            match route {
+                Route::Metadata(resp) => return with_request_id(resp, &request_id),
+                Route::ApprovalPage => {
+                    // Boxed: the pages' futures are large and rare; inline they would swell every request's.
+                    let (resp, event) = Box::pin(self.stages.approvals.page(req, UnixTime::at(wall))).await;
+                    if let Some(event) = event {
+                        self.log_approval_event(&event, wall, &request_id);
+                    }
+                    return with_request_id(resp, &request_id);
+                }
+                Route::Gateway => {}
+            }
+            let method = req.method().clone();
+            let path = req.uri().path().to_owned();
+            let mut trail = Trail::begin(req.headers(), self.log.is_on());
+            let answered = match self.admit(req, peer, is_tls, UnixTime::at(wall), &request_id, &mut trail).await {
+                // Stage 1 is a resource bound, not a decision: a body the gateway refused to
+                // hold (or never fully received) cannot be forwarded, so it is refused in both
+                // modes and never reaches `apply_mode`. Likewise a path or authority the
+                // backend could read otherwise than the gateway.
+                Err(denial) => {
+                    trail.findings.push(Finding::of(&denial));
+                    self.refuse(&denial, &request_id)
+                }
+                Ok(admitted) => {
+                    let Admitted { inbound, _slot, _reservation } = admitted;
+                    match self.decide(&inbound, &mut trail).await {
+                        Verdict::Replay(fwd) => self.replay(fwd, &mut trail, &request_id),
+                        Verdict::Refuse(refusal) => self.refused(refusal, &mut trail, &request_id),
+                        Verdict::Respond(answer) => self.respond(answer, &mut trail, &request_id),
+                        Verdict::Forward(fwd) => self.forward(inbound, fwd, &mut trail).await,
+                    }
+                }
+            };
+            let logged = Logged { request_id: &request_id, method: method.as_str(), path: &path, wall, at };
+            self.record(trail, answered, &logged)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Route: the metadata document, an approval page, or a request for the gateway.
+    fn route(&self, req: &Request<Incoming>) -> Route {
+        if let Some(resp) = self.well_known(req) {
+            return Route::Metadata(resp);
+        }
+        if self.stages.approvals.serves(req.uri().path()) {
+            return Route::ApprovalPage;
+        }
+        Route::Gateway
+    }
+
+    /// Admit: the path and the authority, read once (docs/design.md decisions 3 and 9), then the
+    /// bounded body, then an in-flight slot. A request for another path, or one whose authority
+    /// reads two ways, is refused before its body is read; one that finds no slot is shed.
+    async fn admit(&self, req: Request<Incoming>, peer: Peer, is_tls: bool, now: UnixTime, request_id: &str, trail: &mut Trail) -> Result<Admitted, Denial> {
+        let (head, body) = req.into_parts();
+        let authority =
+            if self.routes.serves(head.uri.path()) { portcullis_wire::target::authority(&head, is_tls).map_err(Denial::from) } else { Err(Denial::NotFound) };
+        let read_started = Instant::now();
+        let limits = &self.config.limits;
+        let read = match &authority {
+            Ok(_) => Some(body::read(&head, body, limits.max_body, limits.body_timeout, &self.body_budget).instrument(stage_span(Stage::Body)).await),
+            Err(_) => None,
+        };
+        trail.timings.record(Stage::Body, read_started.elapsed());
+        let authority = authority?;
+        // Some: the authority was read, so was the body.
+        let (body, reservation) = read.expect("the body is read once the authority is")?;
+        // Admission (limits.max_in_flight): a slot is taken only once the body is read, so
+        // slow uploads, bounded by body_timeout and max_body_in_flight, cannot hold every
+        // slot; without one the request is shed at once.
+        let slot = self.slots.clone().try_acquire_owned().map_err(|_| Denial::Shed)?;
+        let inbound = Inbound { head, body, now, peer, is_tls, request_id: request_id.to_owned(), authority };
+        Ok(Admitted { inbound, _slot: (slot, self.metrics.admitted()), _reservation: reservation })
+    }
+
+    /// Decide: the pipeline's decision, then the mode ([`decision::apply_mode`], the only
+    /// place a mode applies).
+    async fn decide(&self, inbound: &Inbound, trail: &mut Trail) -> Verdict {
+        let decision = pipeline::check(inbound, &self.stages, &mut trail.timings).await;
+        let verdict = decision::apply_mode(&self.config.mode, decision);
+        trail.idempotency = decision::idempotency_log(&verdict);
+        verdict
+    }
+
+    /// A refusal the mode kept: its response.
+    fn refused(&self, refusal: Refusal, trail: &mut Trail, request_id: &str) -> Answered {
+        let (denial, found, evidence) = refusal.into_parts();
+        trail.seen = evidence;
+        trail.findings = found;
+        self.refuse(&denial, request_id)
+    }
+
+    /// A call the gateway answers in the protocol (an approval link, a tool execution error):
+    /// its JSON-RPC answer; logged like a refusal, with its own outcome.
+    fn respond(&self, answer: Refusal, trail: &mut Trail, request_id: &str) -> Answered {
+        let (denial, found, evidence) = answer.into_parts();
+        trail.seen = evidence;
+        trail.findings = found;
+        Answered { outcome: Outcome::of_protocol_answer(&denial), ..self.refuse(&denial, request_id) }
+    }
+
+    /// A call the journal already answered: that answer, and the backend is not called.
+    fn replay(&self, fwd: Forward, trail: &mut Trail, request_id: &str) -> Answered {
+        trail.findings = fwd.findings().to_vec();
+        let (outcome, summary) = forward_summary(&fwd);
+        trail.seen = fwd.into_evidence();
+        let resp = crate::idempotency::replay_response(trail.seen.idempotency.as_ref())
+            .unwrap_or_else(|| decision::respond_upstream(&UpstreamError::Failed("no recorded answer".into()), request_id));
+        Answered { outcome, summary, resp }
+    }
+
+    /// Forward: the backend's answer, filtered when it holds a list the caller sees in part,
+    /// recorded in the journal for a first idempotent call, and its new session bound.
+    async fn forward(&self, mut inbound: Inbound, fwd: Forward, trail: &mut Trail) -> Answered {
+        trail.findings = fwd.findings().to_vec();
+        let (outcome, summary) = forward_summary(&fwd);
+        let exchange = crate::session::Exchange::of(&inbound.head, inbound.peer.addr.ip());
+        let listing = pipeline::ListingAsk::of(&self.stages, &inbound, fwd.evidence());
+        // A list the gateway rewrites must come uncompressed: a compressed one could not be
+        // read, so it would be withheld.
+        if listing.is_some() {
+            inbound.head.headers.insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
+        }
+        let request_id = inbound.request_id.clone();
+        let started = Instant::now();
+        let result = self.upstream.forward(inbound, &fwd).instrument(stage_span(Stage::Upstream)).await;
+        trail.timings.record(Stage::Upstream, started.elapsed());
+        let result = match (result, listing) {
+            // The visible tools are worked out only for an answer that is read.
+            (Ok(resp), Some(ask)) if ask.reads(resp.status(), resp.headers()) => {
+                match pipeline::list_filter(&self.stages, &ask, fwd.evidence(), self.config.limits.max_inspected_response) {
+                    Some(f) => self.filter_list(resp, crate::catalog::filter::ListFilter { cuts: Some(self.metrics.uninspectable_cuts()), ..f }).await,
+                    None => Ok(resp),
+                }
+            }
+            (other, _) => other,
+        };
+        trail.seen = fwd.into_evidence();
+        let resp = match result {
+            // A first idempotent call: its answer is recorded as it streams.
+            Ok(resp) => crate::idempotency::record(&mut trail.seen.idempotency, resp).await,
+            Err(e) => {
+                crate::idempotency::release(&mut trail.seen.idempotency).await;
+                static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
+                if let Some(held) = THROTTLE.admit() {
+                    warn!(error.code = e.code(), error = %e, upstream = %self.config.upstream.url, similar_held_back = held, "Upstream request failed (each one is counted in portcullis_upstream_errors_total)");
+                }
+                self.metrics.upstream_error(e.code());
+                let r = decision::respond_upstream(&e, &request_id);
+                trail.upstream_error = Some(e);
+                r
+            }
+        };
+        self.settle_session(&exchange, trail, Answered { outcome, summary, resp }, &request_id).await
+    }
+
+    /// Decision 9: binds a session id the backend just issued to the request's identity before
+    /// the client sees it. A binding that cannot be made is a refusal like any other: the
+    /// backend's answer is withheld in enforce mode, passed on and logged in monitor mode.
+    async fn settle_session(&self, exchange: &crate::session::Exchange, trail: &mut Trail, sent: Answered, request_id: &str) -> Answered {
+        let settled = pipeline::settle_session(&self.stages, exchange, sent.resp.status(), sent.resp.headers(), &trail.seen, &mut trail.timings).await;
+        let Err(denial) = settled else { return sent };
+        let finding = Finding::new(Stage::Session, &denial);
+        let withheld = decision::withholds(&self.config.mode, &finding);
+        trail.findings.push(finding);
+        if withheld {
+            return self.refuse(&denial, request_id);
+        }
+        Answered { outcome: Outcome::WouldDeny, summary: sent.summary.or(Some((denial.code(), denial.reason()))), resp: sent.resp }
+    }
+
+    /// `tools.filter_list`: a `tools/list` answer (or any list in an event stream) loses the
+    /// tools this caller could not call (the policy group enforcing); in monitor mode it passes
+    /// whole and the count it would have lost is logged. An answer too large to inspect is
+    /// withheld, never passed unfiltered.
+    async fn filter_list(&self, resp: Response<ResponseBody>, filter: crate::catalog::filter::ListFilter) -> Result<Response<ResponseBody>, UpstreamError> {
+        if !decision::filters_lists(&self.config.mode) {
+            if filter.is_listing {
+                let known = self.stages.catalog.as_ref().and_then(|c| c.snapshot()).map_or(0, |s| s.len());
+                info!(would_hide = known.saturating_sub(filter.visible.len()), "monitor mode: tools/list passed unfiltered");
+            }
+            return Ok(resp);
+        }
+        crate::catalog::filter::rewrite(resp, filter).await.map_err(|e| UpstreamError::Uninspectable(e.to_string()))
+    }
+
+    /// The refusal response for `denial`, with its log summary (the decision log and the
+    /// metrics say it; no diagnostic line per refusal).
+    pub(super) fn refuse(&self, denial: &Denial, request_id: &str) -> Answered {
+        tracing::debug!(error.code = denial.code(), "Request refused");
+        Answered { outcome: Outcome::Deny, summary: Some((denial.code(), denial.reason())), resp: decision::respond(denial, request_id, &self.challenge) }
+    }
+
+    /// Record: the request's one decision-log line and its metrics, from its trail and its
+    /// answer; the response goes out with its `x-request-id`.
+    pub(super) fn record(&self, trail: Trail, answered: Answered, req: &Logged<'_>) -> Response<ResponseBody> {
+        let Trail { timings, seen, findings, idempotency, upstream_error, claimed_agent, signed } = trail;
+        let Answered { outcome, summary, resp } = answered;
+        if matches!(outcome, Outcome::WouldDeny) {
+            monitor_notice(&self.config.mode, &self.config.log.decisions);
+        }
+        let total = req.at.elapsed();
+        // Without a decision log only the metrics read the record: no timestamp to format.
+        let logged = self.log.is_on();
+        let record = DecisionRecord {
+            time: if logged { rfc3339(req.wall) } else { String::new() },
+            // What the client was answered: a failed forward's error, even where a monitored
+            // refusal was forwarded (that refusal stays the first of `findings`), so a 502 is
+            // never blamed on a stage that blocked nothing.
+            error: upstream_error.as_ref().map(|e| e.code()).or(summary.as_ref().map(|(c, _)| *c)),
+            reason: upstream_error.as_ref().map(|e| e.to_string()).or(summary.map(|(_, r)| r)),
+            findings: findings.iter().map(Finding::line).collect(),
+            upstream_error: upstream_error.as_ref().map(|e| e.code()),
+            agent: seen.agent.as_ref().map(|a| a.agent()),
+            claimed_agent,
+            signed,
+            keyid: seen.agent.as_ref().map(|a| a.keyid()),
+            sub: seen.token.as_ref().and_then(|t| t.sub()),
+            binding: seen.binding.map(|b| b.as_str()),
+            mcp_method: seen.mcp.as_ref().and_then(|m| m.first_method()),
+            tool: seen.mcp.as_ref().and_then(|m| m.first_tool()),
+            rule: seen.policy.as_ref().and_then(|p| p.rule.as_deref()),
+            policy: seen.policy.as_ref().map(|p| p.version.as_str()),
+            quota: seen.quota_exhausted.as_deref(),
+            idempotency,
+            approval_id: seen.approval.as_ref().map(|a| a.id.as_str()),
+            approved_by: seen.approval.as_ref().map(|a| a.approved_by.as_str()),
+            total_us: total.as_micros() as u64,
+            ..DecisionRecord::new(&self.config.mode, req.request_id, req.method, req.path, outcome.as_str(), resp.status().as_u16())
+        };
+        let record = if logged { record.with_timings(&timings) } else { record };
+        self.metrics.observe(&record, &timings, total);
+        self.log.write(&record);
+        with_request_id(resp, req.request_id)
+    }
+
+    /// The decision-log line for something that happened on an approval page: a wrong user
+    /// (`approval_wrong_user`) or a decision (`approval_approved` / `approval_denied`).
+    fn log_approval_event(&self, event: &crate::approval::page::PageEvent, wall: SystemTime, request_id: &str) {
+        use crate::approval::page::PageEvent;
+        use crate::state::approval::Choice;
+        let (outcome, status, id, sub) = match event {
+            PageEvent::WrongUser { approval_id, login_sub } => ("approval_wrong_user", 403, approval_id, login_sub),
+            PageEvent::Decided { approval_id, choice: Choice::Approve, by } => ("approval_approved", 200, approval_id, by),
+            PageEvent::Decided { approval_id, choice: Choice::Deny, by } => ("approval_denied", 200, approval_id, by),
+        };
+        let record = DecisionRecord {
+            time: rfc3339(wall),
+            sub: Some(sub.as_str()),
+            approval_id: Some(id.as_str()),
+            approved_by: matches!(event, PageEvent::Decided { choice: Choice::Approve, .. }).then_some(sub.as_str()),
+            ..DecisionRecord::new(&self.config.mode, request_id, "POST", &self.config.approvals.path, outcome, status)
+        };
+        self.log.write(&record);
+    }
+}
+
+/// The outcome and the decision log's `error`/`reason` of a forwarded request.
+fn forward_summary(fwd: &Forward) -> (Outcome, Option<(&'static str, String)>) {
+    match fwd.monitored() {
+        None => (Outcome::Allow, None),
+        Some(d) => (Outcome::WouldDeny, Some((d.code(), d.reason()))),
+    }
+}
