@@ -43,7 +43,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use futures_util::future::{BoxFuture, FutureExt};
 use http::{Method, Request, Response, Uri};
@@ -52,29 +52,10 @@ use tower::timeout::{error::Elapsed, Timeout};
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 use tracing::{info_span, warn};
 
-use super::handle::{Logged, Trail};
+use super::handle::{Arrived, Logged, Trail};
 use super::{with_request_id, Shared};
 use crate::decision::{self, Denial, ResponseBody};
 use crate::inbound::Peer;
-
-/// The id of a request and its arrival, read on arrival so that a refusal made here and the
-/// handler's own logs name the same request, and the handler reads no clock again for them.
-#[derive(Debug, Clone)]
-pub(crate) struct Arrived {
-    pub(crate) id: String,
-    pub(crate) at: Instant,
-    pub(crate) wall: SystemTime,
-}
-
-impl Arrived {
-    fn now() -> Arrived {
-        Arrived { id: new_request_id(), at: Instant::now(), wall: SystemTime::now() }
-    }
-}
-
-fn new_request_id() -> String {
-    uuid::Uuid::now_v7().to_string()
-}
 
 /// The handler as the innermost service: always ready, never fails.
 #[derive(Clone)]

@@ -13,7 +13,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use tracing::{info, info_span, warn, Instrument};
 
-use super::{admission, body, monitor_notice, with_request_id, Shared};
+use super::{body, monitor_notice, with_request_id, Shared};
 use crate::decision::{self, Denial, Forward, Outcome, ResponseBody, UpstreamError, Verdict};
 use crate::evidence::Evidence;
 use crate::finding::Finding;
@@ -76,6 +76,26 @@ pub(super) struct Logged<'a> {
     pub(super) at: Instant,
 }
 
+/// The id of a request and its arrival, read on arrival so that a refusal made here and the
+/// handler's own logs name the same request, and the handler reads no clock again for them.
+#[derive(Debug, Clone)]
+pub(crate) struct Arrived {
+    pub(crate) id: String,
+    pub(crate) at: Instant,
+    pub(crate) wall: SystemTime,
+}
+
+impl Arrived {
+    /// The arrival of a request now, with a new id (UUIDv7).
+    pub(super) fn now() -> Arrived {
+        Arrived { id: new_request_id(), at: Instant::now(), wall: SystemTime::now() }
+    }
+}
+
+fn new_request_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
 /// Where a request goes (the route phase).
 enum Route {
     /// The RFC 9728 document, answered at once.
@@ -101,15 +121,9 @@ impl Shared {
     /// An `async fn` on purpose: calling it only stores its arguments, so the admission handler
     /// can build its ~11 KB future straight into the future's allocation (`in_place`); any work
     /// done before the future exists would make the compiler build it on the stack and copy it.
-    pub(super) async fn handle(
-        self: std::sync::Arc<Self>,
-        req: Request<Incoming>,
-        peer: Peer,
-        is_tls: bool,
-        arrived: admission::Arrived,
-    ) -> Response<ResponseBody> {
+    pub(super) async fn handle(self: std::sync::Arc<Self>, req: Request<Incoming>, peer: Peer, is_tls: bool, arrived: Arrived) -> Response<ResponseBody> {
         // The clocks as admission read them: every stage works from these readings.
-        let admission::Arrived { id: request_id, at, wall } = arrived;
+        let Arrived { id: request_id, at, wall } = arrived;
         let route = self.route(&req);
         // An approval link's path holds its code, a bearer secret: the span (which every log
         // line inside it quotes) names the page, never the code.
