@@ -4,20 +4,21 @@
 //! `memory` is the embedded default; a Redis store (several instances) implements the same
 //! traits, and one contract test suite per trait runs against each store.
 //!
+//! One file per store holds its trait, its memory store and its contract suite (`replay`,
+//! `quota`, `session`, `journal`, `approval`, plus `admit`, a trait only Redis implements, and
+//! `caller`, the per-caller bound they share); `redis/` holds the Redis store, one file per
+//! store beside the connection they share (`redis/mod.rs`).
+//!
 //! The traits use `async-trait` so stores can be held as `Arc<dyn …>` and chosen by config.
 
 pub mod admit;
 pub mod approval;
-mod approval_redis;
 pub mod caller;
-mod caller_redis;
 pub mod journal;
-mod journal_redis;
 pub mod quota;
 pub mod redis;
 pub mod replay;
 pub mod session;
-mod session_redis;
 
 use std::sync::Arc;
 
