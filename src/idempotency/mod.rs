@@ -41,7 +41,7 @@ use crate::config;
 use crate::inbound::Inbound;
 use crate::policy::verdict::KeyUse;
 use crate::state::caller::{CallerBound, CallerKey};
-use crate::state::journal::{Entry, JournalStore, MemoryJournalStore, RecordedAnswer, Reserve, Ticket};
+use crate::state::journal::{Entry, JournalStore, RecordedAnswer, Reserve, Ticket};
 use crate::state::{StoreError, Stores};
 pub use key::KeyForm;
 
@@ -281,17 +281,12 @@ impl std::fmt::Debug for Idempotency {
 }
 
 impl Idempotency {
-    /// The stage: the memory journal (bounded by `max_entries`, `max_bytes`) or, when
-    /// `state.store` is Redis, the shared one.
+    /// The stage over the journal `state.store` chose ([`Stores::journal`]).
     pub fn new(cfg: &config::Idempotency, stores: &Stores) -> Idempotency {
         let metrics = IdempotencyMetrics::default();
         let journal = cfg.enabled.then(|| {
-            let store: Arc<dyn JournalStore> = match &stores.redis {
-                Some(r) => r.clone(),
-                None => Arc::new(MemoryJournalStore::new(cfg.max_entries, cfg.max_bytes)),
-            };
             Arc::new(Journal {
-                store,
+                store: stores.journal.clone(),
                 ttl: cfg.ttl,
                 in_flight_ttl: cfg.in_flight_ttl,
                 max_response: usize::try_from(cfg.max_response).unwrap_or(usize::MAX),
