@@ -160,7 +160,7 @@ impl Stages {
         let directory = KeyResolver::new(&sig.directory).map_err(|e| errors.push(e));
         // Without an issuer and without `required`, there is no user authority to check: the
         // stage is off and the inbound `Authorization` is only stripped (proxy).
-        let stores = Stores::from_config(&config.state).map_err(|e| errors.push(e));
+        let stores = Stores::from_config(&config.state, &config.idempotency).map_err(|e| errors.push(e));
         let token = if config.oauth.is_enabled() {
             // A proof's `htu` may name any authority the gateway answers to (decision 3).
             let mut oauth = config.oauth.clone();

@@ -15,6 +15,7 @@ use serde::Deserialize;
 use url::Url;
 
 mod approvals;
+mod idempotency;
 mod modes;
 mod raw;
 mod sections;
@@ -22,6 +23,7 @@ mod tools;
 mod units;
 
 pub use approvals::{Approvals, MIN_STATE_KEY};
+pub use idempotency::Idempotency;
 pub use modes::{Group, Modes, RawMode};
 pub use portcullis_wire::time::parse_duration;
 pub use raw::*;
@@ -132,7 +134,7 @@ pub struct Config {
     /// Shared state.
     pub state: StateSettings,
     /// The idempotency journal.
-    pub idempotency: RawIdempotency,
+    pub idempotency: Idempotency,
     /// The tool catalog.
     pub tools: Tools,
     /// Human approval links.
@@ -432,9 +434,8 @@ impl Config {
             },
         );
         check("admin.addr", admin.as_ref().map(|_| ()).map_err(Clone::clone));
-        for (field, reason) in raw.idempotency.problems() {
-            check(field, Err(reason));
-        }
+        // Here, not with the sections below: `portcullis check` lists the errors in this order.
+        let idempotency = Idempotency::from_raw(raw.idempotency).map_err(|e| e.into_iter().for_each(|f| check(&f.field, Err(f.reason))));
         if let Some(endpoint) = &raw.log.otlp_endpoint {
             check(
                 "log.otlp_endpoint",
@@ -477,7 +478,7 @@ impl Config {
             }
         }
 
-        match (listen_addr, public_url, tls, upstream_url, admin, signatures, oauth, policy, state, mode, tools, approvals, mcp) {
+        match (listen_addr, public_url, tls, upstream_url, admin, signatures, oauth, policy, state, idempotency, mode, tools, approvals, mcp) {
             (
                 Ok(addr),
                 Ok(public_url),
@@ -488,6 +489,7 @@ impl Config {
                 Ok(oauth),
                 Ok(policy),
                 Ok(state),
+                Ok(idempotency),
                 Ok(mode),
                 Ok(tools),
                 Ok(approvals),
@@ -529,7 +531,7 @@ impl Config {
                 oauth,
                 policy,
                 state,
-                idempotency: raw.idempotency,
+                idempotency,
                 tools,
                 approvals,
                 mcp,

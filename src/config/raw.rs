@@ -532,7 +532,7 @@ pub struct RawIdempotency {
     pub max_entries: usize,
     /// Most live journal entries one caller (user, else agent, else client address) holds, in
     /// any store; past it that caller's new keys get 429 `caller_limit_exceeded`. Unset:
-    /// 1,000, or `max_entries` if that is smaller ([`RawIdempotency::entries_per_caller`]).
+    /// 1,000, or `max_entries` if that is smaller ([`super::Idempotency`]).
     pub max_entries_per_caller: Option<usize>,
     /// Most bytes of recorded answers the memory store holds; an answer that does not fit is
     /// passed on unrecorded.
@@ -550,34 +550,6 @@ impl Default for RawIdempotency {
             max_entries_per_caller: None,
             max_bytes: ByteSize(256 << 20),
         }
-    }
-}
-
-impl RawIdempotency {
-    /// Each invalid field with why.
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
-        let mut out = Vec::new();
-        let mut must = |field, bad: bool, why: &str| {
-            if bad {
-                out.push((field, why.to_owned()));
-            }
-        };
-        must("idempotency.ttl", self.ttl.0.is_zero(), "must be greater than zero");
-        must("idempotency.in_flight_ttl", self.in_flight_ttl.0.is_zero(), "must be greater than zero");
-        must("idempotency.max_response", self.max_response.0 == 0, "must be at least 1 byte");
-        must("idempotency.max_entries", self.max_entries == 0, "must be at least 1");
-        must(
-            "idempotency.max_entries_per_caller",
-            self.max_entries_per_caller.is_some_and(|n| n == 0 || n > self.max_entries),
-            "must be between 1 and idempotency.max_entries (one caller must not be able to fill the journal)",
-        );
-        must("idempotency.max_bytes", self.max_bytes.0 < self.max_response.0, "must be at least idempotency.max_response");
-        out
-    }
-
-    /// `max_entries_per_caller`, or its default: 1,000, at most `max_entries`.
-    pub fn entries_per_caller(&self) -> usize {
-        self.max_entries_per_caller.unwrap_or_else(|| self.max_entries.min(1_000)).max(1)
     }
 }
 

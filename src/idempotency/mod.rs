@@ -37,11 +37,11 @@ use sha2::{Digest, Sha256};
 use portcullis_wire::mcp::McpRequest;
 
 use crate::call_digest::{CallDigest, CallDigestError};
-use crate::config::RawIdempotency;
+use crate::config;
 use crate::inbound::Inbound;
 use crate::policy::verdict::KeyUse;
 use crate::state::caller::{CallerBound, CallerKey};
-use crate::state::journal::{Entry, JournalStore, MemoryJournalStore, RecordedAnswer, Reserve, Ticket};
+use crate::state::journal::{Entry, JournalStore, RecordedAnswer, Reserve, Ticket};
 use crate::state::{StoreError, Stores};
 pub use key::KeyForm;
 
@@ -281,21 +281,16 @@ impl std::fmt::Debug for Idempotency {
 }
 
 impl Idempotency {
-    /// The stage: the memory journal (bounded by `max_entries`, `max_bytes`) or, when
-    /// `state.store` is Redis, the shared one.
-    pub fn new(cfg: &RawIdempotency, stores: &Stores) -> Idempotency {
+    /// The stage over the journal `state.store` chose ([`Stores::journal`]).
+    pub fn new(cfg: &config::Idempotency, stores: &Stores) -> Idempotency {
         let metrics = IdempotencyMetrics::default();
         let journal = cfg.enabled.then(|| {
-            let store: Arc<dyn JournalStore> = match &stores.redis {
-                Some(r) => r.clone(),
-                None => Arc::new(MemoryJournalStore::new(cfg.max_entries, cfg.max_bytes.0)),
-            };
             Arc::new(Journal {
-                store,
-                ttl: cfg.ttl.0,
-                in_flight_ttl: cfg.in_flight_ttl.0,
-                max_response: usize::try_from(cfg.max_response.0).unwrap_or(usize::MAX),
-                max_per_caller: cfg.entries_per_caller(),
+                store: stores.journal.clone(),
+                ttl: cfg.ttl,
+                in_flight_ttl: cfg.in_flight_ttl,
+                max_response: usize::try_from(cfg.max_response).unwrap_or(usize::MAX),
+                max_per_caller: cfg.max_entries_per_caller,
                 metrics: metrics.clone(),
             })
         });

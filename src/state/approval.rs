@@ -3,7 +3,7 @@
 //! is consumed by exactly one retry of the call, a denied one refuses retries until it expires.
 //!
 //! Every read-decide-write is one step: under one lock in memory, one Lua script on Redis
-//! (`approval_redis`), so 50 concurrent retries, or retries on several instances, consume an
+//! (`redis::approval`), so 50 concurrent retries, or retries on several instances, consume an
 //! approval once.
 //!
 //! Pending records are also bounded per caller (`approvals.max_pending_per_caller`, decision

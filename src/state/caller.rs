@@ -9,7 +9,7 @@
 //!
 //! The memory stores count with a [`MemberIndex`] under their own lock; the Redis stores keep
 //! one sorted set per caller (members scored by expiry) and count and add in one script
-//! (`caller_redis`).
+//! (`redis::caller`).
 
 use std::collections::HashMap;
 use std::hash::Hash;

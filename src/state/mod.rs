@@ -4,25 +4,27 @@
 //! `memory` is the embedded default; a Redis store (several instances) implements the same
 //! traits, and one contract test suite per trait runs against each store.
 //!
+//! One file per store holds its trait, its memory store and its contract suite (`replay`,
+//! `quota`, `session`, `journal`, `approval`, plus `admit`, a trait only Redis implements, and
+//! `caller`, the per-caller bound they share); `redis/` holds the Redis store, one file per
+//! store beside the connection they share (`redis/mod.rs`).
+//!
 //! The traits use `async-trait` so stores can be held as `Arc<dyn …>` and chosen by config.
 
 pub mod admit;
 pub mod approval;
-mod approval_redis;
 pub mod caller;
-mod caller_redis;
 pub mod journal;
-mod journal_redis;
 pub mod quota;
 pub mod redis;
 pub mod replay;
 pub mod session;
-mod session_redis;
 
 use std::sync::Arc;
 
-use crate::config::{FieldError, StateSettings, Store};
+use crate::config::{FieldError, Idempotency, StateSettings, Store};
 use approval::{ApprovalStore, MemoryApprovalStore};
+use journal::{JournalStore, MemoryJournalStore};
 use quota::{MemoryQuotaStore, QuotaStore};
 use redis::{RedisSettings, RedisStore};
 use replay::{MemoryReplayStore, ReplayStore};
@@ -39,6 +41,8 @@ pub struct Stores {
     pub session: Arc<dyn SessionStore>,
     /// Human approval records.
     pub approval: Arc<dyn ApprovalStore>,
+    /// The idempotency journal (used only while `idempotency.enabled`).
+    pub journal: Arc<dyn JournalStore>,
     /// The shared Redis, when `state.store` names one (for readiness and metrics).
     pub redis: Option<Arc<RedisStore>>,
     /// Replay records and quotas in one round trip: a single Redis server only (on a cluster
@@ -54,10 +58,10 @@ impl std::fmt::Debug for Stores {
 
 impl Stores {
     /// `memory`: in-process stores bounded by `state.max_replay_entries`,
-    /// `state.max_quota_keys` and `state.max_sessions`. `redis://…`: one
-    /// shared connection for every store (it connects on first use, so the gateway can start
-    /// before Redis and report itself unready until then).
-    pub fn from_config(cfg: &StateSettings) -> Result<Stores, FieldError> {
+    /// `state.max_quota_keys`, `state.max_sessions`, `idempotency.max_entries` and
+    /// `idempotency.max_bytes`. `redis://…`: one shared connection for every store (it connects
+    /// on first use, so the gateway can start before Redis and report itself unready until then).
+    pub fn from_config(cfg: &StateSettings, idempotency: &Idempotency) -> Result<Stores, FieldError> {
         let url = match &cfg.store {
             Store::Redis(url) => url.clone(),
             Store::Memory => {
@@ -66,6 +70,7 @@ impl Stores {
                     quota: Arc::new(MemoryQuotaStore::new(cfg.max_quota_keys)),
                     session: Arc::new(MemorySessionStore::new(cfg.max_sessions)),
                     approval: Arc::new(MemoryApprovalStore::new(approval::MAX_MEMORY_RECORDS)),
+                    journal: Arc::new(MemoryJournalStore::new(idempotency.max_entries, idempotency.max_bytes)),
                     redis: None,
                     admit: None,
                 })
@@ -85,7 +90,15 @@ impl Stores {
         .map(Arc::new)
         .map_err(|e| FieldError::new("state.store", e))?;
         let admit: Option<Arc<dyn admit::AdmitStore>> = if redis.is_cluster() { None } else { Some(redis.clone()) };
-        Ok(Stores { replay: redis.clone(), quota: redis.clone(), session: redis.clone(), approval: redis.clone(), redis: Some(redis), admit })
+        Ok(Stores {
+            replay: redis.clone(),
+            quota: redis.clone(),
+            session: redis.clone(),
+            approval: redis.clone(),
+            journal: redis.clone(),
+            redis: Some(redis),
+            admit,
+        })
     }
 }
 

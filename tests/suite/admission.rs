@@ -18,12 +18,11 @@ const HANG: Duration = Duration::from_secs(30);
 /// given `response_timeout` (the harness's 1 s would end slow requests before the limits under
 /// test), and `limits` as the `[limits]` section.
 fn config(upstream: &Upstream, response_timeout: &str, limits: &str, log: &std::path::Path) -> Config {
-    let text = common::config_toml(
+    let template = common::config_toml(
         &upstream.url(),
         &format!("[limits]\n{limits}\n[signatures]\nrequired = false\n[oauth]\nrequired = false\n[policy]\nenabled = false\n"),
-    )
-    .replace("response_timeout = \"1s\"", &format!("response_timeout = \"{response_timeout}\""))
-    .replace("decisions = \"off\"", &format!("decisions = {:?}", log.display().to_string()));
+    );
+    let text = common::TomlEdit::of(&template).set("upstream.response_timeout", response_timeout).set("log.decisions", log.display().to_string()).text();
     Config::parse(&text, "test config", std::path::Path::new(".")).unwrap()
 }
 

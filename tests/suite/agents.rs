@@ -134,7 +134,8 @@ impl World {
             iss = issuer.url(),
             state_key = keys.path().join("state.key"),
         );
-        let text = common::config_toml(&format!("http://{}", backend.addr), &extra).replace("decisions = \"off\"", &format!("decisions = {log:?}"));
+        let text =
+            common::TomlEdit::of(&common::config_toml(&format!("http://{}", backend.addr), &extra)).set("log.decisions", log.display().to_string()).text();
         let gateway = Gateway::start(Config::parse(&text, "agents test", Path::new(".")).unwrap()).await;
         World { gateway, backend, directory, issuer, ca, keys, keyid, _policy: policy, log }
     }

@@ -85,9 +85,10 @@ impl World {
             key = self.dir.path().join("state.key"),
             ttl = if approvals_extra.contains("ttl") { "" } else { "ttl = \"5m\"\n" },
         );
-        let text = common::config_toml(&self.upstream.url(), &extra)
-            .replace("mode = \"enforce\"", &format!("mode = {mode:?}"))
-            .replace("decisions = \"off\"", &format!("decisions = {:?}", self.log(log)));
+        let text = common::TomlEdit::of(&common::config_toml(&self.upstream.url(), &extra))
+            .set("mode", mode)
+            .set("log.decisions", self.log(log).display().to_string())
+            .text();
         Gateway::start(Config::parse(&text, "approvals test", Path::new(".")).unwrap()).await
     }
 

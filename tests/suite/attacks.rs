@@ -357,8 +357,12 @@ async fn underscore_variants_of_identity_and_forwarding_headers_never_reach_the_
 async fn only_the_mcp_endpoint_and_listed_paths_are_forwarded_in_every_mode() {
     for mode in ["enforce", "monitor"] {
         let upstream = Upstream::start().await;
-        let text = common::config_toml(&upstream.url(), "[signatures]\nrequired = false\n[oauth]\nrequired = false\n[policy]\nenabled = false\n")
-            .replace("mode = \"enforce\"", &format!("mode = {mode:?}"));
+        let text = common::TomlEdit::of(&common::config_toml(
+            &upstream.url(),
+            "[signatures]\nrequired = false\n[oauth]\nrequired = false\n[policy]\nenabled = false\n",
+        ))
+        .set("mode", mode)
+        .text();
         let gw = Gateway::start(Config::parse(&text, "test", Path::new(".")).unwrap()).await;
         for path in ["/MCP", "/mcp/", "/mcp/.", "/./mcp", "//mcp", "/%6Dcp", "/mcp%2F", "/mcp;x", "/", "/admin"] {
             let attack = format!("POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{LIST}", gw.addr, LIST.len());
@@ -377,7 +381,7 @@ async fn only_the_mcp_endpoint_and_listed_paths_are_forwarded_in_every_mode() {
 
 #[test]
 fn extra_paths_must_be_canonical() {
-    let text = common::config_toml("http://127.0.0.1:1", "").replace("extra_paths = [", "extra_paths = [\"/mcp/\", ");
+    let text = common::TomlEdit::of(&common::config_toml("http://127.0.0.1:1", "")).set("upstream.extra_paths", common::toml_edit::value("[\"/mcp/\"]")).text();
     let err = Config::parse(&text, "test", Path::new(".")).expect_err("a trailing slash is a variant").to_string();
     assert!(err.contains("upstream.extra_paths[0]"), "{err}");
 }

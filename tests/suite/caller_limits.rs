@@ -70,10 +70,11 @@ impl World {
             ca = self.ca.ca_path(),
             key = self.dir.path().join("state.key"),
         );
-        let mut text = common::config_toml(&self.upstream.url(), &extra).replace("mode = \"enforce\"", &format!("mode = {mode:?}"));
+        let mut edit = common::TomlEdit::of(&common::config_toml(&self.upstream.url(), &extra)).set("mode", mode);
         if let Some(log) = log {
-            text = text.replace("decisions = \"off\"", &format!("decisions = {:?}", log.display().to_string()));
+            edit = edit.set("log.decisions", log.display().to_string());
         }
+        let text = edit.text();
         Config::parse(&text, "caller limits test", Path::new(".")).unwrap()
     }
 

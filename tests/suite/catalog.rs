@@ -479,7 +479,7 @@ impl Scoped {
             issuer.url(),
             ca.ca_path()
         );
-        let text = common::config_toml(url, &extra).replace("mode = \"enforce\"", &format!("mode = {mode:?}"));
+        let text = common::TomlEdit::of(&common::config_toml(url, &extra)).set("mode", mode).text();
         let gw = Gateway::start(Config::parse(&text, "catalog test", Path::new(".")).unwrap()).await;
         Scoped { _ca: ca, issuer, gw, _policy: policy }
     }

@@ -7,7 +7,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{client, config_toml, Upstream};
+use common::toml_edit::value;
+use common::{client, config_toml, TomlEdit, Upstream};
 
 const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
 
@@ -52,7 +53,7 @@ fn check_names_an_unknown_key_and_exits_non_zero() {
 #[test]
 fn check_names_every_invalid_field() {
     let dir = tempfile::tempdir().unwrap();
-    let text = base_config("ftp://127.0.0.1:3001").replace("connect_timeout = \"1s\"", "connect_timeout = \"0s\"");
+    let text = TomlEdit::of(&base_config("ftp://127.0.0.1:3001")).set("upstream.connect_timeout", "0s").text();
     let path = write_config(&dir, &text);
     let out = Command::new(BIN).args(["check", "--config"]).arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -64,14 +65,14 @@ fn check_names_every_invalid_field() {
 #[test]
 fn check_shows_the_mode_of_each_group_and_names_a_wrong_one() {
     let dir = tempfile::tempdir().unwrap();
-    let staged = base_config("http://127.0.0.1:3001").replace("mode = \"enforce\"", "[mode]\ndefault = \"monitor\"\nidentity = \"enforce\"\n");
-    let path = write_config(&dir, &staged);
+    let staged = TomlEdit::of(&base_config("http://127.0.0.1:3001")).set("mode", value("{ default = \"monitor\", identity = \"enforce\" }"));
+    let path = write_config(&dir, &staged.text());
     let out = Command::new(BIN).args(["check", "--config"]).arg(&path).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("identity=enforce token=monitor policy=monitor default=monitor"), "{stdout}");
-    for (bad, named) in [("identiy = \"enforce\"", "identiy"), ("policy = \"block\"", "\"block\" is not a mode")] {
-        let path = write_config(&dir, &staged.replace("identity = \"enforce\"", bad));
+    for (bad, value, named) in [("mode.identiy", "enforce", "identiy"), ("mode.policy", "block", "\"block\" is not a mode")] {
+        let path = write_config(&dir, &staged.clone().remove("mode.identity").add(bad, value).text());
         let out = Command::new(BIN).args(["check", "--config"]).arg(&path).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
@@ -119,9 +120,7 @@ fn start_without_a_running_backend_warns_that_the_upstream_refuses_connections()
 async fn sigterm_finishes_in_flight_requests_then_exits() {
     let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let text = base_config(&upstream.url())
-        .replace("response_timeout = \"1s\"", "response_timeout = \"10s\"")
-        .replace("decisions = \"off\"", "decisions = \"stdout\"");
+    let text = TomlEdit::of(&base_config(&upstream.url())).set("upstream.response_timeout", "10s").set("log.decisions", "stdout").text();
     let path = write_config(&dir, &text);
     let mut child =
         Command::new(BIN).args(["run", "--config"]).arg(&path).stdout(Stdio::piped()).stderr(Stdio::piped()).env("RUST_LOG", "info").spawn().unwrap();

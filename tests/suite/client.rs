@@ -58,15 +58,12 @@ impl World {
         let ca = TestCa::new();
         let directory = serve_dir(&ca, keys.path().to_owned()).await;
         let backend = Backend::start("127.0.0.1:0".parse::<SocketAddr>().unwrap()).await.unwrap();
-        let mut text = common::config_toml(&format!("http://{}", backend.addr), "");
+        let mut edit = common::TomlEdit::of(&common::config_toml(&format!("http://{}", backend.addr), ""));
         if tls {
             let (cert, key) = ca.write_leaf();
-            text = text.replace(
-                "public_url = \"https://mcp.example.com/mcp\"",
-                &format!("public_url = \"https://mcp.example.com/mcp\"\ntls_cert = {cert:?}\ntls_key = {key:?}"),
-            );
+            edit = edit.add("listen.tls_cert", cert.display().to_string()).add("listen.tls_key", key.display().to_string());
         }
-        let text = text
+        let text = edit.text()
             + &format!(
                 "\n[signatures]\nrequired = true\ntrusted_agents = [{origin:?}]\ndirectory_ca = {ca_path:?}\n[oauth]\nrequired = false\n",
                 origin = directory.origin(),

@@ -172,11 +172,12 @@ async fn compose_stack_verifies_an_agent_whose_key_the_comment_says_to_add() {
     let redis = RedisServer::start();
     let log = dir.path().join("decisions.jsonl");
     let text = read("deploy/portcullis.toml") + &String::from_utf8(keygen.stdout).unwrap();
-    let text = text
-        .replace("http://mcp-backend:3001", &format!("http://{}", backend.addr))
-        .replace("redis://redis:6379/0", &redis.url())
-        .replace("0.0.0.0:9090", "127.0.0.1:0")
-        .replace("decisions = \"stdout\"", &format!("decisions = {:?}", log.display().to_string()));
+    let text = common::TomlEdit::of(&text)
+        .set("upstream.url", format!("http://{}", backend.addr))
+        .set("state.store", redis.url())
+        .set("admin.addr", "127.0.0.1:0")
+        .set("log.decisions", log.display().to_string())
+        .text();
     let mut mounted = text;
     for (container, local) in image_mounts() {
         mounted = mounted.replace(container.as_str(), local.to_str().unwrap());

@@ -74,9 +74,8 @@ impl Setup {
             ca.ca_path(),
             o.oauth,
         );
-        let mode = if o.monitor { "mode = \"monitor\"" } else { "mode = \"enforce\"" };
-        let text =
-            common::config_toml(&upstream.url(), &extra).replace("mode = \"enforce\"", mode).replace("decisions = \"off\"", &format!("decisions = {log:?}"));
+        let mode = if o.monitor { "monitor" } else { "enforce" };
+        let text = common::TomlEdit::of(&common::config_toml(&upstream.url(), &extra)).set("mode", mode).set("log.decisions", log.display().to_string()).text();
         let gw = Gateway::start(Config::parse(&text, "dpop test", std::path::Path::new(".")).unwrap()).await;
         Setup { _ca: ca, issuer, upstream, gw, agent, _log_dir: log_dir, log, extra }
     }

@@ -143,7 +143,7 @@ async fn execute(req: Request<Incoming>, executions: Arc<AtomicUsize>, gate: Arc
 fn config_text(upstream: &str, key: &SigningKey, extra: &str) -> String {
     let jwk = ed25519_public_jwk(&key.verifying_key());
     // Held calls (`payments.hold`, `stream.send`) wait for the test: give them time.
-    common::config_toml(upstream, extra).replace("response_timeout = \"1s\"", "response_timeout = \"10s\"")
+    common::TomlEdit::of(&common::config_toml(upstream, extra)).set("upstream.response_timeout", "10s").text()
         + &format!(
             "\n[signatures]\nrequired = true\n[[signatures.keys]]\nagent = {AGENT:?}\njwk = {{ kty = \"OKP\", crv = \"Ed25519\", x = {:?} }}\n[oauth]\nrequired = false\n",
             jwk["x"].as_str().unwrap()
@@ -478,9 +478,8 @@ async fn monitor_mode_forwards_every_call_and_logs_what_the_journal_would_do() {
     let (_dir, log) = common::temp_path("decisions.jsonl");
     let policy = common::policy::PolicyDir::new(POLICY);
     let key = SigningKey::from_bytes(&rand::random());
-    let text = config_text(&backend.url(), &key, &policy.toml())
-        .replace("mode = \"enforce\"", "mode = \"monitor\"")
-        .replace("decisions = \"off\"", &format!("decisions = {:?}", log.display().to_string()));
+    let text =
+        common::TomlEdit::of(&config_text(&backend.url(), &key, &policy.toml())).set("mode", "monitor").set("log.decisions", log.display().to_string()).text();
     let gw = Gateway::start(Config::parse(&text, "monitor", Path::new(".")).unwrap()).await;
     let signer = Signer::new(key, AGENT).unwrap();
     for (id, amount) in [(1, 10), (2, 10), (3, 99)] {

@@ -77,9 +77,10 @@ fn attr(span: &Span, key: &str) -> Option<String> {
 /// with SIGTERM; returns (refusal body, the allowed request's id, decision log, diagnostic log).
 async fn run_gateway(upstream: &Upstream, extra: &str) -> (serde_json::Value, String, String, String) {
     let dir = tempfile::tempdir().unwrap();
-    let text = common::config_toml(&upstream.url(), extra)
-        .replace("decisions = \"off\"", "decisions = \"stdout\"")
-        .replace("level = \"debug\"", "level = \"info,portcullis::server=debug\"")
+    let text = common::TomlEdit::of(&common::config_toml(&upstream.url(), extra))
+        .set("log.decisions", "stdout")
+        .set("log.level", "info,portcullis::server=debug")
+        .text()
         + "\n[signatures]\nrequired = false\n[oauth]\nrequired = false\n";
     let path = dir.path().join("gw.toml");
     std::fs::write(&path, text).unwrap();

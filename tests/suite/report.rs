@@ -36,9 +36,7 @@ async fn real_run(log: &Path) -> String {
     let key = SigningKey::from_bytes(&rand::random());
     let directory = KeyDirectory::start(&ca, &[key.verifying_key()]).await;
     let policy = PolicyDir::new(&rego(POLICY));
-    let text = common::config_toml(&upstream.url(), "")
-        .replace("mode = \"enforce\"", "mode = \"monitor\"")
-        .replace("decisions = \"off\"", &format!("decisions = {:?}", log.display().to_string()))
+    let text = common::TomlEdit::of(&common::config_toml(&upstream.url(), "")).set("mode", "monitor").set("log.decisions", log.display().to_string()).text()
         + &format!(
             "\n[limits]\nmax_body = \"1KiB\"\n[signatures]\nrequired = true\ntrusted_agents = [{origin:?}]\ndirectory_ca = {ca_path:?}\n[oauth]\nrequired = false\n{policy}",
             origin = directory.origin(),

@@ -35,7 +35,7 @@ struct Setup {
 }
 
 impl Setup {
-    /// `mode` is the whole `mode` setting: `mode = "monitor"` or a `[mode]` table.
+    /// `mode` is the `mode` setting as TOML: `"monitor"` or a table of groups.
     async fn start(mode: &str) -> Setup {
         let ca = TestCa::new();
         let issuer = Issuer::start(&ca).await;
@@ -44,10 +44,10 @@ impl Setup {
         let directory = KeyDirectory::start(&ca, &[key.verifying_key()]).await;
         let policy = PolicyDir::new(&rego(POLICY));
         let (dir, log) = common::temp_path("decisions.log");
-        // A `[mode]` table must come before the other tables: it replaces the first line.
-        let text = common::config_toml(&upstream.url(), "")
-            .replace("mode = \"enforce\"", mode)
-            .replace("decisions = \"off\"", &format!("decisions = {:?}", log.display().to_string()))
+        let text = common::TomlEdit::of(&common::config_toml(&upstream.url(), ""))
+            .set("mode", common::toml_edit::value(mode))
+            .set("log.decisions", log.display().to_string())
+            .text()
             + &format!(
                 "\n[signatures]\nrequired = true\ntrusted_agents = [{origin:?}]\ndirectory_ca = {ca_path:?}\n[oauth]\nrequired = true\nissuer = \"{iss}\"\nissuer_ca = {ca_path:?}\nscopes_supported = [\"mcp:tools\"]\n{policy}",
                 origin = directory.origin(),
@@ -112,7 +112,7 @@ fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn monitor_mode_judges_every_stage_and_logs_the_tool() {
-    let s = Setup::start("mode = \"monitor\"").await;
+    let s = Setup::start("\"monitor\"").await;
     let token = s.token();
     let weather = tool_call(1, "weather.get", serde_json::json!({"city": "Oslo"}));
     let payments = tool_call(2, "payments.send", serde_json::json!({"amount": 5}));
@@ -160,7 +160,7 @@ async fn monitor_mode_judges_every_stage_and_logs_the_tool() {
 /// passes as a verified first use.
 #[tokio::test]
 async fn a_tampered_copy_does_not_use_up_the_real_signature_in_monitor_mode() {
-    let s = Setup::start("mode = \"monitor\"").await;
+    let s = Setup::start("\"monitor\"").await;
     let token = s.token();
     let weather = tool_call(1, "weather.get", serde_json::json!({"city": "Oslo"}));
     let headers = s.request(&weather, Some(&s.trusted), Some(&token));
@@ -176,7 +176,7 @@ async fn a_tampered_copy_does_not_use_up_the_real_signature_in_monitor_mode() {
 
 #[tokio::test]
 async fn identity_enforced_while_policies_are_watched() {
-    let s = Setup::start("[mode]\ndefault = \"monitor\"\nidentity = \"enforce\"\n").await;
+    let s = Setup::start("{ default = \"monitor\", identity = \"enforce\" }").await;
     let token = s.token();
     let payments = tool_call(2, "payments.send", serde_json::json!({"amount": 5}));
     assert_eq!(s.send(&payments, None, Some(&token)).await, 401, "unsigned: refused by the enforcing identity group");
@@ -193,7 +193,7 @@ async fn identity_enforced_while_policies_are_watched() {
 
 #[tokio::test]
 async fn policies_enforced_while_identity_is_watched() {
-    let s = Setup::start("[mode]\ndefault = \"monitor\"\npolicy = \"enforce\"\n").await;
+    let s = Setup::start("{ default = \"monitor\", policy = \"enforce\" }").await;
     let token = s.token();
     let weather = tool_call(1, "weather.get", serde_json::json!({"city": "Oslo"}));
     let payments = tool_call(2, "payments.send", serde_json::json!({"amount": 5}));
@@ -219,11 +219,12 @@ async fn policies_enforced_while_identity_is_watched() {
 async fn the_embedded_defaults_do_what_the_readme_says() {
     let upstream = Upstream::start().await;
     let (_dir, log) = common::temp_path("decisions.log");
-    let text = portcullis::config::EMBEDDED_DEFAULT
-        .replace("addr = \"127.0.0.1:8080\"", "addr = \"127.0.0.1:0\"")
-        .replace("addr = \"127.0.0.1:9090\"", "addr = \"127.0.0.1:0\"")
-        .replace("url = \"http://127.0.0.1:3001\"", &format!("url = {:?}", upstream.url()))
-        .replace("decisions = \"stdout\"", &format!("decisions = {:?}", log.display().to_string()));
+    let text = common::TomlEdit::of(portcullis::config::EMBEDDED_DEFAULT)
+        .set("listen.addr", "127.0.0.1:0")
+        .set("admin.addr", "127.0.0.1:0")
+        .set("upstream.url", upstream.url())
+        .set("log.decisions", log.display().to_string())
+        .text();
     let gw = Gateway::start(Config::parse(&text, "embedded defaults", std::path::Path::new(".")).unwrap()).await;
     let send = |body: String| client().post(gw.url("/mcp")).header("content-type", "application/json").body(body).send();
     assert_eq!(send(tool_call(1, "weather.get", serde_json::json!({"city": "Oslo"}))).await.unwrap().status(), 200);
@@ -254,12 +255,13 @@ async fn the_quick_start_works_with_keygen_and_request_alone() {
     };
     let mut text = run(&["default-config"]);
     text.push_str(&run(&["keygen", "--out", "agent", "--static-key", "https://quickstart-agent.example"]));
-    // What the guide's `sed` does, plus the ports and backend of this test.
-    let text = text
-        .replace("decisions = \"stdout\"", "decisions = \"decisions.log\"")
-        .replace("addr = \"127.0.0.1:8080\"", "addr = \"127.0.0.1:0\"")
-        .replace("addr = \"127.0.0.1:9090\"", "addr = \"127.0.0.1:0\"")
-        .replace("url = \"http://127.0.0.1:3001\"", &format!("url = {:?}", upstream.url()));
+    // What the guide's `sed` does (so it must still match), plus the ports and backend of this test.
+    assert!(text.contains("decisions = \"stdout\""), "the guide's sed no longer matches the default config");
+    let text = common::TomlEdit::of(&text.replace("decisions = \"stdout\"", "decisions = \"decisions.log\""))
+        .set("listen.addr", "127.0.0.1:0")
+        .set("admin.addr", "127.0.0.1:0")
+        .set("upstream.url", upstream.url())
+        .text();
     std::fs::write(scratch.path().join("gw.toml"), &text).unwrap();
     assert!(run(&["check", "--config", "gw.toml"]).contains("configuration is valid (mode = monitor)"));
     let gw = Gateway::start(Config::parse(&text, "quick start", scratch.path()).unwrap()).await;

@@ -57,10 +57,11 @@ impl World {
     /// the bundled policy, in `mode`, with `state` lines in `[state]` and decisions to `log`.
     fn config(&self, mode: &str, state: &str, log: Option<&Path>) -> Config {
         let jwk = |k: &SigningKey| ed25519_public_jwk(&k.verifying_key())["x"].as_str().unwrap().to_owned();
-        let mut text = common::config_toml(&self.upstream.url(), "").replace("mode = \"enforce\"", &format!("mode = {mode:?}"));
+        let mut edit = common::TomlEdit::of(&common::config_toml(&self.upstream.url(), "")).set("mode", mode);
         if let Some(log) = log {
-            text = text.replace("decisions = \"off\"", &format!("decisions = {:?}", log.display().to_string()));
+            edit = edit.set("log.decisions", log.display().to_string());
         }
+        let mut text = edit.text();
         text += &format!(
             r#"
 [signatures]

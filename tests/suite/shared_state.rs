@@ -30,7 +30,7 @@ fn config(upstream: &str, redis: &str, key: &SigningKey, mode: &str) -> Config {
 /// `config` with `extra` (e.g. a `[policy]` section) given to the gateway's config.
 fn config_with(upstream: &str, redis: &str, key: &SigningKey, mode: &str, extra: &str) -> Config {
     let jwk = ed25519_public_jwk(&key.verifying_key());
-    let text = common::config_toml(upstream, extra).replace("mode = \"enforce\"", &format!("mode = \"{mode}\""))
+    let text = common::TomlEdit::of(&common::config_toml(upstream, extra)).set("mode", mode).text()
         + &format!(
             "\n[signatures]\nrequired = true\n[[signatures.keys]]\nagent = {AGENT:?}\njwk = {{ kty = \"OKP\", crv = \"Ed25519\", x = {:?} }}\n[oauth]\nrequired = false\n[state]\nstore = {redis:?}\ncommand_timeout = \"300ms\"\nconnect_timeout = \"300ms\"\n",
             jwk["x"].as_str().unwrap()

@@ -40,9 +40,7 @@ impl World {
         let ca = TestCa::new();
         let directory = KeyDirectory::start(&ca, &keys.iter().map(|k| k.verifying_key()).collect::<Vec<_>>()).await;
         let (log_dir, log) = common::temp_path("decisions.jsonl");
-        let text = common::config_toml(&upstream.url(), "")
-            .replace("mode = \"enforce\"", &format!("mode = \"{mode}\""))
-            .replace("decisions = \"off\"", &format!("decisions = {log:?}"))
+        let text = common::TomlEdit::of(&common::config_toml(&upstream.url(), "")).set("mode", mode).set("log.decisions", log.display().to_string()).text()
             + &format!(
                 "\n[signatures]\nrequired = true\ntrusted_agents = [{origin:?}]\ndirectory_ca = {ca_path:?}\n{extra}\n{tail}\n[oauth]\nrequired = false\n",
                 origin = directory.origin(),

@@ -10,10 +10,11 @@ async fn gateway_terminates_tls_with_the_configured_certificate() {
     let upstream = Upstream::start().await;
     let ca = TestCa::new();
     let (cert, key) = ca.write_leaf();
-    let text = common::config_toml(&upstream.url(), "").replace(
-        "public_url = \"https://mcp.example.com/mcp\"",
-        &format!("public_url = \"https://mcp.example.com/mcp\"\ntls_cert = {cert:?}\ntls_key = {key:?}"),
-    ) + "\n[signatures]\nrequired = false\n[oauth]\nrequired = false\n";
+    let text = common::TomlEdit::of(&common::config_toml(&upstream.url(), ""))
+        .add("listen.tls_cert", cert.display().to_string())
+        .add("listen.tls_key", key.display().to_string())
+        .text()
+        + "\n[signatures]\nrequired = false\n[oauth]\nrequired = false\n";
     let cfg = portcullis::config::Config::parse(&text, "tls test", std::path::Path::new(".")).unwrap();
     let gw = Gateway::start(cfg).await;
 

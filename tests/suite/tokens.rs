@@ -29,14 +29,14 @@ struct Setup {
 
 impl Setup {
     /// Gateway with `[oauth]` pointing at a fresh issuer (discovery via RFC 8414 metadata);
-    /// `oauth_extra` is appended inside `[oauth]`, `top` replaces `mode = "enforce"`.
+    /// `oauth_extra` is appended inside `[oauth]`.
     async fn start(oauth_extra: &str) -> Setup {
         let extra = oauth_extra.to_owned();
-        Setup::start_with("mode = \"enforce\"", move |_| extra).await
+        Setup::start_with("enforce", move |_| extra).await
     }
 
-    /// `oauth_extra` gets the issuer, for settings that name its URLs.
-    async fn start_with(mode_line: &str, oauth_extra: impl FnOnce(&Issuer) -> String) -> Setup {
+    /// In `mode`; `oauth_extra` gets the issuer, for settings that name its URLs.
+    async fn start_with(mode: &str, oauth_extra: impl FnOnce(&Issuer) -> String) -> Setup {
         let ca = TestCa::new();
         let issuer = Issuer::start(&ca).await;
         let upstream = Upstream::start().await;
@@ -48,9 +48,7 @@ impl Setup {
             issuer.url(),
             ca.ca_path()
         );
-        let text = common::config_toml(&upstream.url(), &extra)
-            .replace("mode = \"enforce\"", mode_line)
-            .replace("decisions = \"off\"", &format!("decisions = {log:?}"));
+        let text = common::TomlEdit::of(&common::config_toml(&upstream.url(), &extra)).set("mode", mode).set("log.decisions", log.display().to_string()).text();
         let gw = Gateway::start(Config::parse(&text, "tokens test", std::path::Path::new(".")).unwrap()).await;
         Setup { _ca: ca, issuer, upstream, gw, _log_dir: log_dir, log }
     }
@@ -361,7 +359,7 @@ fn introspection(i: &Issuer) -> String {
 
 #[tokio::test]
 async fn opaque_tokens_are_introspected_active_forwarded_inactive_refused() {
-    let s = Setup::start_with("mode = \"enforce\"", introspection).await;
+    let s = Setup::start_with("enforce", introspection).await;
     let exp = issuer::unix_now() + 300;
     s.issuer.register_opaque("opaque-active-1", json!({"active": true, "sub": "user-7", "aud": AUD, "exp": exp, "scope": "mcp:tools", "client_id": "c1"}));
     s.issuer.register_opaque("opaque-other-aud", json!({"active": true, "sub": "user-7", "aud": "https://other.example", "exp": exp}));
@@ -380,7 +378,7 @@ async fn opaque_tokens_are_introspected_active_forwarded_inactive_refused() {
 
 #[tokio::test]
 async fn monitor_mode_forwards_a_bad_token_and_logs_would_deny() {
-    let s = Setup::start_with("mode = \"monitor\"", |_| String::new()).await;
+    let s = Setup::start_with("monitor", |_| String::new()).await;
     let now = issuer::unix_now();
     let token = s.issuer.ed.sign(&s.issuer.claims_with(AUD, json!({"exp": now - 120, "iat": now - 600, "nbf": now - 600})));
     assert_eq!(s.call(Some(&token)).await.status(), 200);
@@ -442,7 +440,7 @@ async fn oversized_jwks_is_not_read_and_fails_closed() {
 
 #[tokio::test]
 async fn an_opaque_token_found_inactive_is_refused_again_without_another_introspection_call() {
-    let s = Setup::start_with("mode = \"enforce\"", introspection).await;
+    let s = Setup::start_with("enforce", introspection).await;
     // An attacker repeating a made-up (or revoked) opaque token: the issuer says inactive once.
     for _ in 0..5 {
         assert_invalid_token(&s, "opaque-made-up-by-an-attacker", "not active").await;

@@ -4,9 +4,11 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod policy;
+pub mod toml_edit;
 
 pub use portcullis_test_support::upstream::{Upstream, TEST_PATHS};
 pub use portcullis_test_support::{backend, browser, directory, issuer, keys, logs, pki, redis};
+pub use toml_edit::TomlEdit;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

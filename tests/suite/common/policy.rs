@@ -48,9 +48,7 @@ pub fn tool_call(id: u64, tool: &str, arguments: serde_json::Value) -> String {
 
 /// A config like `common::config`, writing decision-log lines to `log`, in `mode`.
 pub fn config_logging(upstream_url: &str, extra: &str, mode: &str, log: &Path) -> Config {
-    let text = super::config_toml(upstream_url, extra)
-        .replace("mode = \"enforce\"", &format!("mode = {mode:?}"))
-        .replace("decisions = \"off\"", &format!("decisions = {:?}", log.display().to_string()))
+    let text = super::TomlEdit::of(&super::config_toml(upstream_url, extra)).set("mode", mode).set("log.decisions", log.display().to_string()).text()
         + "\n[signatures]\nrequired = false\n[oauth]\nrequired = false\n";
     Config::parse(&text, "test config", Path::new(".")).unwrap()
 }

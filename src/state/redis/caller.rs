@@ -13,10 +13,10 @@
 
 use std::time::Duration;
 
-use super::caller::{CallerBound, CallerFull, CallerKey};
-use super::redis::RedisStore;
-use super::redis::{script, unix_ms};
-use super::StoreError;
+use super::RedisStore;
+use super::{script, unix_ms};
+use crate::state::caller::{CallerBound, CallerFull, CallerKey};
+use crate::state::StoreError;
 use portcullis_wire::UnixTime;
 
 /// ADMIT: KEYS[1] = the caller's set; ARGV[1] = member, ARGV[2] = its expiry (ms),

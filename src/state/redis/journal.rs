@@ -4,7 +4,7 @@
 //! recorded), so Redis memory stays bounded and a reservation whose gateway died frees itself.
 //!
 //! Each caller's entries are also counted in its set (`prefix + "journal-caller:" + caller`,
-//! `caller_redis`): a key this script reserved is then admitted there, in one script, and
+//! `redis::caller`): a key this script reserved is then admitted there, in one script, and
 //! released at once when the caller is at its bound; a recorded answer pushes its member's
 //! expiry out, a release removes it.
 
@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use portcullis_wire::UnixTime;
 
-use super::journal::{self, JournalStore, RecordedAnswer, Reserve, Ticket};
-use super::redis::RedisStore;
-use super::redis::{millis, script};
-use super::StoreError;
+use super::RedisStore;
+use super::{millis, script};
+use crate::state::journal::{self, JournalStore, RecordedAnswer, Reserve, Ticket};
+use crate::state::StoreError;
 
 /// RESERVE: KEYS[1] = entry; ARGV[1] = the in-flight value, ARGV[2] = its lifetime in ms.
 /// Returns the live entry, or nil after reserving.
@@ -104,8 +104,8 @@ impl JournalStore for RedisStore {
 mod contract_tests {
     use std::sync::Arc;
 
-    use super::super::redis::contract_tests::store_with_prefix;
-    use super::super::redis::redis_server;
+    use super::super::contract_tests::store_with_prefix;
+    use super::super::redis_server;
     use super::*;
     use crate::state::caller::{CallerBound, CallerKey};
     use crate::state::journal::contract;

@@ -5,18 +5,18 @@
 //! per-caller bounds holds the owner digest alone; it is read as such and counted nowhere.
 //!
 //! Each caller's sessions are counted in its set (`prefix + "session-caller:" + caller`,
-//! `caller_redis`), scored by an expiry never earlier than the session's: a new session is
+//! `redis::caller`), scored by an expiry never earlier than the session's: a new session is
 //! admitted there before it is bound (the count and the add are one script), a session ended
 //! by its owner leaves it, and a used session pushes its score out at most every quarter of its
 //! lifetime (the score runs a quarter lifetime ahead, so it stays past the real idle expiry).
 
 use std::time::Duration;
 
-use super::caller::CallerBound;
-use super::redis::{millis, RedisStore};
-use super::redis::{script, unix_ms as at_ms};
-use super::session::{Binding, OwnerKey, SessionKey, SessionStore};
-use super::StoreError;
+use super::{millis, RedisStore};
+use super::{script, unix_ms as at_ms};
+use crate::state::caller::CallerBound;
+use crate::state::session::{Binding, OwnerKey, SessionKey, SessionStore};
+use crate::state::StoreError;
 use portcullis_wire::UnixTime;
 
 /// BIND: ARGV[1] = owner, ARGV[2] = idle lifetime (ms), ARGV[3] = caller, ARGV[4] = refresh-at.
@@ -129,5 +129,47 @@ impl SessionStore for RedisStore {
             let _ = self.query::<i64>(redis::cmd("ZREM").arg(self.key(CALLER_KIND, &caller)).arg(&member)).await;
         }
         Ok(true)
+    }
+}
+
+/// The session contract against a real redis-server on loopback.
+#[cfg(test)]
+mod contract_tests {
+    use super::super::contract_tests::store;
+    use super::super::redis_server;
+    use super::*;
+
+    #[tokio::test]
+    async fn redis_store_meets_the_session_contract() {
+        use crate::state::session::contract;
+        let server = redis_server::RedisServer::start();
+        let s = store(&server);
+        contract::every_case_but_expiry(s.clone()).await;
+        // Real time: steps of 1.2 s against a 2 s lifetime leave 0.8 s for scheduling delays.
+        contract::a_binding_expires_after_ttl_without_use(s.as_ref(), Duration::from_secs(2), tokio::time::sleep).await;
+    }
+
+    #[tokio::test]
+    async fn session_keys_hold_digests_only_and_carry_a_ttl() {
+        use crate::state::session::{OwnerKey, SessionKey, SessionStore};
+        let server = redis_server::RedisServer::start();
+        let s = store(&server);
+        let session = SessionKey::of(b"secret-session-id");
+        let bound = crate::state::caller::CallerBound::new(crate::state::caller::CallerKey::user("https://issuer.example", "user-1842"), 10);
+        s.bind(&session, &OwnerKey::of(Some("https://agent.example"), None, Some("user-1842")), &bound, Duration::from_secs(30)).await.expect("bind");
+        let all: Vec<String> = s.query(redis::cmd("KEYS").arg("*")).await.expect("keys");
+        assert_eq!(all.len(), 2, "the binding and its caller's count: {all:?}");
+        assert!(all.iter().all(|k| !k.contains("secret") && !k.contains("user-1842")), "{all:?}");
+        let counted: Vec<String> = s.query(redis::cmd("ZRANGE").arg(s.caller_key("session-caller", &bound.caller)).arg(0).arg(-1)).await.expect("zrange");
+        assert_eq!(counted, [session.encoded()], "the count holds the session's digest");
+        let ttl: i64 = s.query(redis::cmd("PTTL").arg(s.caller_key("session-caller", &bound.caller))).await.expect("pttl");
+        assert!((30_000..=38_000).contains(&ttl), "the count lives a quarter lifetime past the session: {ttl}");
+        let keys: Vec<String> = s.query(redis::cmd("KEYS").arg("*:session:*")).await.expect("keys");
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        assert!(keys[0].ends_with(&session.encoded()), "{keys:?}");
+        let value: String = s.query(redis::cmd("GET").arg(&keys[0])).await.expect("get");
+        assert!(!value.contains("agent") && !value.contains("user-1842"), "the owner is stored as a digest: {value}");
+        let ttl: i64 = s.query(redis::cmd("PTTL").arg(&keys[0])).await.expect("pttl");
+        assert!((29_000..=30_000).contains(&ttl), "{ttl}");
     }
 }

@@ -1,5 +1,8 @@
-//! The Redis store: replay records, quota counters and session bindings shared by every gateway
-//! instance.
+//! The Redis store: every store of [`crate::state`] shared by every gateway instance, over one
+//! connection. This file holds the connection, its settings and the helpers the stores share;
+//! each store's keys and scripts live in the file named after it (`replay`, `quota`, `session`,
+//! `journal`, `approval`, `admit`, and `caller` for the per-caller bounds they use), beside the
+//! tests that run its contract suite on a real redis-server.
 //!
 //! One lazily opened, auto-reconnecting connection per gateway, with a connect timeout and a
 //! per-command timeout: `redis::aio::ConnectionManager` for one server (`redis://`,
@@ -17,10 +20,15 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 
-use super::quota::{QuotaOutcome, QuotaStore};
-use super::replay::ReplayStore;
 use super::StoreError;
-use portcullis_wire::UnixTime;
+
+mod admit;
+mod approval;
+mod caller;
+mod journal;
+mod quota;
+mod replay;
+mod session;
 
 /// Connection settings for [`RedisStore::new`].
 #[derive(Debug, Clone)]
@@ -257,106 +265,6 @@ impl RedisStore {
     }
 }
 
-/// GCRA over Redis, the same arithmetic as the memory store (`state::quota::gcra`) in
-/// microseconds (Lua numbers are doubles: exact to 2^53 µs, far past any Unix time in use).
-/// One script run per spend, so the read-decide-write is atomic across every instance.
-/// KEYS[1] = bucket; ARGV = now_us, increment_us, per_us, unit_us, "spend" | "refund".
-/// Returns {1, remaining} when counted, {0, wait_us} when exhausted, {1, 0} after a refund.
-const GCRA_LUA: &str = r"
-local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
-local now = tonumber(ARGV[1])
-local inc = tonumber(ARGV[2])
-local per = tonumber(ARGV[3])
-if ARGV[5] == 'refund' then
-  local back = tat - inc
-  if back <= now then
-    redis.call('DEL', KEYS[1])
-  else
-    redis.call('SET', KEYS[1], string.format('%d', back), 'PX', math.ceil((back - now) / 1000))
-  end
-  return {1, 0}
-end
-local new_tat = math.max(tat, now) + inc
-local allowed_at = new_tat - per
-if allowed_at > now then
-  return {0, allowed_at - now}
-end
-redis.call('SET', KEYS[1], string.format('%d', new_tat), 'PX', math.max(1, math.ceil((new_tat - now) / 1000)))
-return {1, math.floor((now + per - new_tat) / tonumber(ARGV[4]))}
-";
-
-fn micros_ceil(d: u128) -> u64 {
-    u64::try_from(d.div_ceil(1000)).unwrap_or(u64::MAX)
-}
-
-/// The GCRA's arguments for `cost` units of `limit` per `per`, in µs: the increment, the period
-/// and one unit (shared by the quota script and the admission script).
-pub(crate) fn gcra_args(cost: u64, limit: u64, per: Duration) -> (u64, u64, u64) {
-    let per_ns = per.as_nanos();
-    let increment = micros_ceil((per_ns * u128::from(cost)).div_ceil(u128::from(limit.max(1))));
-    let unit = micros_ceil(per_ns.div_ceil(u128::from(limit.max(1)))).max(1);
-    (increment, micros_ceil(per_ns), unit)
-}
-
-impl RedisStore {
-    async fn gcra(&self, key: &str, cost: u64, limit: u64, per: Duration, now: UnixTime, mode: &str) -> Result<(i64, i64), StoreError> {
-        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-        let script = SCRIPT.get_or_init(|| redis::Script::new(GCRA_LUA));
-        let (increment, per_us, unit) = gcra_args(cost, limit, per);
-        let now_us = u64::try_from(now.0.as_micros()).unwrap_or(u64::MAX);
-        let bucket = self.key("quota", key);
-        let mut inv = script.key(bucket);
-        inv.arg(now_us).arg(increment).arg(per_us).arg(unit).arg(mode);
-        let reply: Vec<i64> = self.script(&inv).await?;
-        match reply.as_slice() {
-            [a, b] => Ok((*a, *b)),
-            other => Err(self.unavailable(format!("unexpected quota script reply {other:?}"))),
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl QuotaStore for RedisStore {
-    async fn spend(&self, key: &str, cost: u64, limit: u64, per: Duration, now: UnixTime) -> Result<QuotaOutcome, StoreError> {
-        match self.gcra(key, cost, limit, per, now, "spend").await? {
-            (1, remaining) => Ok(QuotaOutcome::Spent { remaining: u64::try_from(remaining).unwrap_or(0).min(limit) }),
-            (_, wait_us) => Ok(QuotaOutcome::Exhausted { retry_after: Duration::from_micros(u64::try_from(wait_us).unwrap_or(1).max(1)) }),
-        }
-    }
-
-    async fn refund(&self, key: &str, cost: u64, limit: u64, per: Duration, now: UnixTime) -> Result<(), StoreError> {
-        self.gcra(key, cost, limit, per, now, "refund").await.map(|_| ())
-    }
-}
-
-/// Two replay records in one round trip, answering as two `SET NX PX` in turn would.
-/// KEYS[1] = first, KEYS[2] = then (one hash slot: the caller tags both alike); ARGV[1] = ms.
-/// 1 = both recorded now; 0 = the first was already recorded (nothing written), or the second
-/// was (the first is recorded).
-const FIRST_USE_THEN_LUA: &str = r"
-if not redis.call('SET', KEYS[1], 1, 'NX', 'PX', ARGV[1]) then return 0 end
-if not redis.call('SET', KEYS[2], 1, 'NX', 'PX', ARGV[1]) then return 0 end
-return 1
-";
-
-#[async_trait::async_trait]
-impl ReplayStore for RedisStore {
-    /// `SET prefix:replay:<key> 1 NX PX ttl`: exactly one first use across every instance.
-    async fn first_use(&self, key: &str, ttl: Duration) -> Result<bool, StoreError> {
-        self.set_once(&self.key("replay", key), ttl).await
-    }
-
-    /// A signature with a nonce: both records in one script (one round trip, not two).
-    async fn first_use_then(&self, first: &str, then: Option<&str>, ttl: Duration) -> Result<bool, StoreError> {
-        let Some(then) = then else { return self.first_use(first, ttl).await };
-        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-        let script = SCRIPT.get_or_init(|| redis::Script::new(FIRST_USE_THEN_LUA));
-        let mut inv = script.key(self.key("replay", first));
-        inv.key(self.key("replay", then)).arg(millis(ttl));
-        Ok(self.script::<i64>(&inv).await? == 1)
-    }
-}
-
 /// A TTL in whole milliseconds, at least 1 (Redis refuses `PX 0`).
 pub(crate) fn millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -397,24 +305,28 @@ fn redacted(url: &str) -> String {
     }
 }
 
-/// A real redis-server for the tests below (the same harness the integration tests use).
+/// A real redis-server for the tests of this folder (the same harness the integration tests use).
 #[cfg(test)]
-pub(crate) use portcullis_test_support::redis as redis_server;
+use portcullis_test_support::redis as redis_server;
 
-/// The replay and quota contract suites, run against a real redis-server on loopback.
+/// The stores the tests of each store's file use, and the contract suites on a Redis Cluster
+/// (each store's file runs its suite on a single redis-server).
 #[cfg(test)]
-pub(crate) mod contract_tests {
+mod contract_tests {
     use super::redis_server;
     use std::sync::Arc;
 
     use super::*;
+    use crate::state::replay::ReplayStore;
 
-    fn store(server: &redis_server::RedisServer) -> Arc<RedisStore> {
+    /// A store on `server` with a fresh prefix.
+    pub(super) fn store(server: &redis_server::RedisServer) -> Arc<RedisStore> {
         store_with_prefix(server, &format!("contract-{}:", uuid::Uuid::new_v4()))
     }
 
-    /// A store on `server` whose keys start with `prefix` (the journal's tests use it too).
-    pub(crate) fn store_with_prefix(server: &redis_server::RedisServer, prefix: &str) -> Arc<RedisStore> {
+    /// A store on `server` whose keys start with `prefix` (several stores share one prefix to
+    /// act as several instances).
+    pub(super) fn store_with_prefix(server: &redis_server::RedisServer, prefix: &str) -> Arc<RedisStore> {
         store_at(server.url(), prefix)
     }
 
@@ -423,30 +335,6 @@ pub(crate) mod contract_tests {
         let settings =
             RedisSettings { url, prefix: prefix.to_owned(), connect_timeout: Duration::from_secs(2), command_timeout: Duration::from_secs(2), ca_pem: None };
         Arc::new(RedisStore::new(settings).expect("valid url"))
-    }
-
-    #[tokio::test]
-    async fn redis_store_meets_the_quota_contract() {
-        let server = redis_server::RedisServer::start();
-        let s = store(&server);
-        crate::state::quota::contract::every_case(s).await;
-    }
-
-    #[tokio::test]
-    async fn redis_store_meets_the_replay_contract() {
-        let server = redis_server::RedisServer::start();
-        let s = store(&server);
-        crate::state::replay::contract::every_case(s).await;
-    }
-
-    #[tokio::test]
-    async fn redis_store_meets_the_session_contract() {
-        use crate::state::session::contract;
-        let server = redis_server::RedisServer::start();
-        let s = store(&server);
-        contract::every_case_but_expiry(s.clone()).await;
-        // Real time: steps of 1.2 s against a 2 s lifetime leave 0.8 s for scheduling delays.
-        contract::a_binding_expires_after_ttl_without_use(s.as_ref(), Duration::from_secs(2), tokio::time::sleep).await;
     }
 
     /// Every contract suite on a real three-master cluster: each script touches one slot, so
@@ -513,44 +401,6 @@ pub(crate) mod contract_tests {
             kept += usize::from(s.first_use(&format!("before-{i}"), Duration::from_secs(60)).await == Ok(false));
         }
         assert!((1..30).contains(&kept), "{kept} of 30 records kept");
-    }
-
-    #[tokio::test]
-    async fn session_keys_hold_digests_only_and_carry_a_ttl() {
-        use crate::state::session::{OwnerKey, SessionKey, SessionStore};
-        let server = redis_server::RedisServer::start();
-        let s = store(&server);
-        let session = SessionKey::of(b"secret-session-id");
-        let bound = crate::state::caller::CallerBound::new(crate::state::caller::CallerKey::user("https://issuer.example", "user-1842"), 10);
-        s.bind(&session, &OwnerKey::of(Some("https://agent.example"), None, Some("user-1842")), &bound, Duration::from_secs(30)).await.expect("bind");
-        let all: Vec<String> = s.query(redis::cmd("KEYS").arg("*")).await.expect("keys");
-        assert_eq!(all.len(), 2, "the binding and its caller's count: {all:?}");
-        assert!(all.iter().all(|k| !k.contains("secret") && !k.contains("user-1842")), "{all:?}");
-        let counted: Vec<String> = s.query(redis::cmd("ZRANGE").arg(s.caller_key("session-caller", &bound.caller)).arg(0).arg(-1)).await.expect("zrange");
-        assert_eq!(counted, [session.encoded()], "the count holds the session's digest");
-        let ttl: i64 = s.query(redis::cmd("PTTL").arg(s.caller_key("session-caller", &bound.caller))).await.expect("pttl");
-        assert!((30_000..=38_000).contains(&ttl), "the count lives a quarter lifetime past the session: {ttl}");
-        let keys: Vec<String> = s.query(redis::cmd("KEYS").arg("*:session:*")).await.expect("keys");
-        assert_eq!(keys.len(), 1, "{keys:?}");
-        assert!(keys[0].ends_with(&session.encoded()), "{keys:?}");
-        let value: String = s.query(redis::cmd("GET").arg(&keys[0])).await.expect("get");
-        assert!(!value.contains("agent") && !value.contains("user-1842"), "the owner is stored as a digest: {value}");
-        let ttl: i64 = s.query(redis::cmd("PTTL").arg(&keys[0])).await.expect("pttl");
-        assert!((29_000..=30_000).contains(&ttl), "{ttl}");
-    }
-
-    #[tokio::test]
-    async fn quota_keys_carry_a_ttl_so_redis_memory_stays_bounded() {
-        let server = redis_server::RedisServer::start();
-        let s = store(&server);
-        let now = UnixTime(Duration::from_secs(1_784_980_800));
-        s.spend("ttl", 1, 10, Duration::from_secs(60), now).await.expect("spend");
-        let ttl: i64 = s.query(redis::cmd("PTTL").arg(s.key("quota", "ttl"))).await.expect("pttl");
-        // One unit of a 10-per-minute bucket refills in 6 s: the key lives that long, no more.
-        assert!((5_000..=6_000).contains(&ttl), "{ttl}");
-        s.first_use("r", Duration::from_secs(30)).await.expect("first use");
-        let ttl: i64 = s.query(redis::cmd("PTTL").arg(s.key("replay", "r"))).await.expect("pttl");
-        assert!((29_000..=30_000).contains(&ttl), "{ttl}");
     }
 }
 

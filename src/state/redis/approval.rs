@@ -18,11 +18,11 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-use super::approval::{ApprovalRecord, ApprovalStore, Ask, BindingKey, Choice};
-use super::caller::{CallerBound, CallerFull};
-use super::redis::script;
-use super::redis::RedisStore;
-use super::StoreError;
+use super::script;
+use super::RedisStore;
+use crate::state::approval::{ApprovalRecord, ApprovalStore, Ask, BindingKey, Choice};
+use crate::state::caller::{CallerBound, CallerFull};
+use crate::state::StoreError;
 use portcullis_wire::UnixTime;
 
 /// ASK: KEYS[1] = binding, KEYS[2] = the fresh code's key, KEYS[3] = the caller's set;
@@ -137,8 +137,8 @@ impl ApprovalStore for RedisStore {
 mod contract_tests {
     use std::sync::Arc;
 
-    use super::super::redis::contract_tests::store_with_prefix;
-    use super::super::redis::redis_server;
+    use super::super::contract_tests::store_with_prefix;
+    use super::super::redis_server;
     use super::*;
     use crate::state::approval::contract;
 
