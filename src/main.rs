@@ -251,7 +251,7 @@ fn main() -> ExitCode {
             };
             rt.block_on(async move {
                 let stop = portcullis::server::shutdown_signal();
-                match portcullis_test_support::backend::Backend::start_with_tools(addr, tools).await {
+                match portcullis_demo::backend::Backend::start_with_tools(addr, tools).await {
                     Ok(b) => {
                         eprintln!("example MCP backend listening on http://{}/mcp", b.addr);
                         tokio::select! {

@@ -1,7 +1,7 @@
 //! `portcullis demo`: the whole stack on 127.0.0.1 in one command, then a scripted tour.
 //!
 //! [`Demo::start`] starts the example MCP backend, a CA made at run time, the agent's HTTPS key
-//! directory and an HTTPS OAuth issuer (all from `portcullis-test-support`, the same ones the
+//! directory and an HTTPS OAuth issuer (all from `portcullis-demo`, the same ones the
 //! integration tests use; [`services`] mints the demo's tokens), and two gateways in front of the backend with the shipped policies: one in enforce mode, one in
 //! monitor mode. [`tour`] then sends the scripted requests and renders the table. Everything a
 //! user needs to try more by hand (key, token file, CA, configs, decision logs) is written to
@@ -20,8 +20,8 @@ use crate::config::{Config, ConfigError};
 use crate::policy::load::{BUNDLED, BUNDLED_DATA};
 use crate::server::{Running, StartError};
 use portcullis_client::keys::{self, KeyError};
-use portcullis_test_support::backend::Backend;
-use portcullis_test_support::pki::TestCa;
+use portcullis_demo::backend::Backend;
+use portcullis_demo::pki::TestCa;
 use services::{Issuer, KeyDirectory, ServiceError, DEMO_USER};
 
 pub use tour::{render_table, TourRow};

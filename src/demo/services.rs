@@ -1,11 +1,11 @@
-//! The demo's two HTTPS services are the test-support crate's: the agent's key directory
+//! The demo's two HTTPS services are the `portcullis-demo` crate's: the agent's key directory
 //! ([`KeyDirectory`], Web Bot Auth) and an OAuth authorization server ([`Issuer`], RFC 8414
 //! metadata and a JWKS), the same ones the integration tests run against. What is the demo's
 //! own is the token it mints: EdDSA access tokens (RFC 9068) for the demo user with the scopes
 //! every shipped policy asks for.
 
-use portcullis_test_support::issuer::unix_now;
-pub use portcullis_test_support::{directory::KeyDirectory, issuer::Issuer, Error as ServiceError};
+use portcullis_demo::issuer::unix_now;
+pub use portcullis_demo::{directory::KeyDirectory, issuer::Issuer, Error as ServiceError};
 use serde_json::json;
 
 /// The user the demo's tokens speak for.

@@ -277,9 +277,9 @@ pub async fn approve_on_page(demo: &Demo, link: &str, user: &str) -> Result<(), 
     let fail = |detail: String| DemoError::Tour { step: "approval page".to_owned(), detail };
     // The gateway's public origin is where it listens: nothing to map.
     let origin = url::Url::parse(link).map_err(|e| fail(e.to_string()))?.origin().ascii_serialization();
-    let mut browser = portcullis_test_support::browser::Browser::trusting(demo.ca.ca_pem.as_bytes(), &origin, &origin).map_err(&fail)?;
+    let mut browser = portcullis_demo::browser::Browser::trusting(demo.ca.ca_pem.as_bytes(), &origin, &origin).map_err(&fail)?;
     let login = browser.get(link).await.map_err(&fail)?;
-    let marker = format!("{}={user}\"", portcullis_test_support::issuer::LOGIN_AS);
+    let marker = format!("{}={user}\"", portcullis_demo::issuer::LOGIN_AS);
     let href = login
         .body
         .split("href=\"")

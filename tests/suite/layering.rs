@@ -3,7 +3,8 @@
 //! - no crate of the workspace imports upward: `portcullis-wire` depends on no other
 //!   Portcullis crate and on nothing that does I/O or needs a runtime; `portcullis-client`
 //!   only on wire; nothing below the gateway depends on it (Cargo refuses a cycle, this test
-//!   refuses the layer crossings Cargo would allow);
+//!   refuses the layer crossings Cargo would allow); the gateway's normal dependencies name
+//!   no test fixture (`portcullis-test-support` is a dev-dependency);
 //! - inside each crate, the top-level modules import each other without a cycle (a module's
 //!   own files, `x_tests.rs` and `x/…`, count as the module).
 //!
@@ -40,12 +41,17 @@ fn no_crate_depends_upward_or_on_a_runtime_it_must_not_have() {
         assert!(!client.contains(forbidden), "portcullis-client has no server code, yet depends on {forbidden}");
     }
 
-    for lower in ["crates/wire", "crates/client"] {
+    for lower in ["crates/wire", "crates/client", "crates/demo"] {
         let deps = dependencies(&root().join(lower).join("Cargo.toml"));
         assert!(!deps.contains("portcullis") && !deps.contains("portcullis-test-support"), "{lower} depends on {deps:?}");
     }
     let gateway = dependencies(&root().join("Cargo.toml"));
     assert!(gateway.contains("portcullis-wire") && gateway.contains("portcullis-client"), "the gateway builds on wire and client: {gateway:?}");
+    // The binary ships no test fixtures: the demo's pieces come from portcullis-demo, the
+    // tests' (and the certificate generator) only through the dev-dependency on test-support.
+    for fixture in ["portcullis-test-support", "rcgen"] {
+        assert!(!gateway.contains(fixture), "the gateway's binary would ship {fixture}: {gateway:?}");
+    }
 }
 
 /// The top-level module a file of `src` belongs to.

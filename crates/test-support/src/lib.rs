@@ -1,67 +1,25 @@
 //! The outside world of a Portcullis gateway in a box, on 127.0.0.1: what the gateway's
-//! integration tests, its benches, the load driver (`portcullis-load`) and `portcullis demo`
-//! put around it. One copy of each:
+//! integration tests, its benches and the load driver (`portcullis-load`) put around it. One
+//! copy of each:
 //!
-//! - [`pki`]: a CA made at run time (rcgen), leaf certificates, a rustls server config, a
-//!   reqwest client trusting only the CA, and a small HTTPS server.
-//! - [`directory`]: an agent's Web Bot Auth key directory over HTTPS.
-//! - [`issuer`] and [`keys`]: an OAuth authorization server over HTTPS (RFC 8414 metadata,
-//!   JWKS, RFC 7662 introspection) and its RSA, EC and Ed25519 signing keys.
+//! - [`pki`], [`directory`], [`issuer`], [`keys`], [`backend`], [`browser`]: the test CA, the
+//!   agent key directory, the OAuth issuer and its keys, the example MCP backend and the
+//!   approval-page browser. They are `portcullis demo`'s too, so they live in
+//!   `portcullis-demo` (which the gateway's binary depends on) and are re-exported here
+//!   under the same paths.
 //! - [`upstream`]: a recording MCP-like upstream for the gateway's tests.
 //! - [`tool_server`]: an MCP server whose tools a test changes while the gateway runs.
-//! - [`backend`]: the example MCP server of the demo, the compose file and the load bench.
 //! - [`redis`]: a real `redis-server` child process, and a three-master Redis Cluster of them.
-//! - [`browser`]: just enough of a browser for the approval page (redirects, cookies).
 //! - [`logs`]: log lines a test collects from its own tracing subscriber.
 //!
-//! This crate never depends on the gateway. Constructors that the demo calls have a fallible
-//! form (`try_*`, returning [`Error`]); the tests use the panicking conveniences beside them.
+//! This crate never depends on the gateway, and the gateway depends on it only for its tests
+//! and benches: nothing here ships in the `portcullis` binary.
 // Test support: the panicking conveniences panic on purpose, with the reason in the message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-pub mod backend;
-pub mod browser;
-pub mod directory;
-pub mod issuer;
-pub mod keys;
+pub use portcullis_demo::{backend, browser, directory, full, issuer, keys, pki, Body, Error};
+
 pub mod logs;
-pub mod pki;
 pub mod redis;
 pub mod tool_server;
 pub mod upstream;
-
-use std::convert::Infallible;
-
-use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
-
-/// The response body type every server here answers with.
-pub type Body = BoxBody<Bytes, Infallible>;
-
-/// A complete response body.
-pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).boxed()
-}
-
-/// Why a piece of the outside world could not be made or started.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// No local port could be bound, or a temp file written.
-    #[error("cannot listen on 127.0.0.1 or write a temp file: {0}")]
-    Io(#[from] std::io::Error),
-    /// rcgen refused to make a key or certificate.
-    #[error("cannot make the {what}: {source}")]
-    Certificate {
-        /// The CA or the server certificate.
-        what: &'static str,
-        /// What rcgen said.
-        source: rcgen::Error,
-    },
-    /// rustls refused the generated certificate or key.
-    #[error("cannot build the TLS server config: {0}")]
-    Tls(String),
-    /// A signing key could not be made or a token signed.
-    #[error("cannot make a signing key or sign a token: {0}")]
-    Key(String),
-}
