@@ -12,32 +12,32 @@
 //!     -> telemetry: one decision-log line + per-stage latency, for every request
 //! ```
 
-pub mod approval;
-pub mod call_digest;
+pub(crate) mod approval;
+pub(crate) mod call_digest;
 pub mod catalog;
 pub mod config;
-pub mod decision;
+pub(crate) mod decision;
 pub mod demo;
-pub mod denial;
-pub mod directory;
-pub mod evidence;
-pub mod finding;
-pub mod idempotency;
+pub(crate) mod denial;
+pub(crate) mod directory;
+pub(crate) mod evidence;
+pub(crate) mod finding;
+pub(crate) mod idempotency;
 pub mod inbound;
 pub mod oauth;
 pub mod otel;
 pub mod pipeline;
 pub mod policy;
-pub mod proxy;
+pub(crate) mod proxy;
 pub mod quota;
-pub mod replay;
+pub(crate) mod replay;
 pub mod report;
 pub mod server;
-pub mod session;
+pub(crate) mod session;
 pub mod signature;
 pub mod stage;
 pub mod state;
 pub mod telemetry;
-pub mod throttle;
-pub mod tls;
+pub(crate) mod throttle;
+pub(crate) mod tls;
 pub mod visible;

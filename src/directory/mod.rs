@@ -37,8 +37,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use ed25519_dalek::VerifyingKey;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use url::Url;
 
 use crate::config::{Directory, FieldError};
@@ -47,7 +45,9 @@ use crate::telemetry::{BudgetLabels, DirectoryMetrics, FetchLabels};
 use portcullis_wire::UnixTime;
 
 pub use budget::FetchBudget;
-pub use fetch::{parse_key_set, DirectoryKey, KeySet, ParseError, DIRECTORY_MEDIA_TYPE, MAX_DIRECTORY_BYTES, MAX_DIRECTORY_KEYS, WELL_KNOWN_PATH};
+#[cfg(test)]
+pub(crate) use fetch::{parse_key_set, ParseError, MAX_DIRECTORY_KEYS};
+pub use fetch::{DirectoryKey, KeySet, WELL_KNOWN_PATH};
 use fetch::{Fetch, HttpFetch};
 
 /// Why no key could be resolved for a signature. Every variant refuses the request (401).
@@ -292,11 +292,6 @@ impl KeyResolver {
             settings,
             metrics: DirectoryMetrics::default(),
         }
-    }
-
-    /// The directory fetch counter (label `result`).
-    pub fn fetch_counter(&self) -> Family<FetchLabels, Counter> {
-        self.metrics.fetches.clone()
     }
 
     /// The resolver's counters (fetches by result, refusals by exhausted budget), for the

@@ -143,7 +143,7 @@ async fn concurrent_cold_lookups_fetch_once() {
         assert!(t.await.expect("task"));
     }
     assert_eq!(dir.count(), 1);
-    assert_eq!(r.fetch_counter().get_or_create(&FetchLabels { result: "ok" }).get(), 1);
+    assert_eq!(r.metrics().fetches.get_or_create(&FetchLabels { result: "ok" }).get(), 1);
 }
 
 #[tokio::test]
@@ -234,7 +234,7 @@ async fn failed_refetch_keeps_cached_keys() {
     dir.fail(DirectoryError::Unreachable { url: "u".into(), reason: "connection refused".into() });
     r.resolve(Some(&a), &kid(1), at(T0 + 61)).await.expect("failure is not evidence: key kept");
     assert_eq!(dir.count(), 2);
-    assert_eq!(r.fetch_counter().get_or_create(&FetchLabels { result: "unreachable" }).get(), 1);
+    assert_eq!(r.metrics().fetches.get_or_create(&FetchLabels { result: "unreachable" }).get(), 1);
     r.resolve(Some(&a), &kid(1), at(T0 + 62)).await.expect("still kept");
     assert_eq!(dir.count(), 2, "no new attempt for directory_refetch_interval after a failure");
     r.resolve(Some(&a), &kid(1), at(T0 + 61 + 60)).await.expect("still kept");
