@@ -60,7 +60,7 @@ pub struct Call {
 
 impl CallDigest {
     /// The digest as 64 lowercase hex digits.
-    pub fn hex(&self) -> String {
+    pub(crate) fn hex(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 
@@ -71,13 +71,13 @@ impl CallDigest {
 
     /// The digest of a JSON value already in call form (`{"method", "tool", "arguments"}`).
     /// Numbers beyond ±(2^53−1) are refused: they may not be the number the client wrote.
-    pub fn of_value(call: &Value) -> Result<CallDigest, CallDigestError> {
+    pub(crate) fn of_value(call: &Value) -> Result<CallDigest, CallDigestError> {
         check_safe_numbers(call)?;
         Ok(CallDigest(Sha256::digest(canonical(call)?).into()))
     }
 
     /// Reads one JSON-RPC request body strictly (I-JSON) and digests what it asks for.
-    pub fn of_body(body: &[u8]) -> Result<Call, CallDigestError> {
+    pub(crate) fn of_body(body: &[u8]) -> Result<Call, CallDigestError> {
         let Value::Object(mut msg) = parse_i_json(body)? else { return Err(CallDigestError::NotACall) };
         let Some(Value::String(method)) = msg.remove("method") else { return Err(CallDigestError::NotACall) };
         let mut params = match msg.remove("params") {
@@ -156,7 +156,7 @@ fn check_safe_numbers(value: &Value) -> Result<(), CallDigestError> {
 
 /// Parses JSON text as I-JSON: like `serde_json::from_slice`, but a duplicate member name is
 /// an error (serde_json would keep the last one silently).
-pub fn parse_i_json(text: &[u8]) -> Result<Value, CallDigestError> {
+pub(crate) fn parse_i_json(text: &[u8]) -> Result<Value, CallDigestError> {
     let mut de = serde_json::Deserializer::from_slice(text);
     let value = Strict.deserialize(&mut de).map_err(|e| CallDigestError::NotIJson(e.to_string()))?;
     de.end().map_err(|e| CallDigestError::NotIJson(e.to_string()))?;

@@ -84,7 +84,7 @@ impl Upstream {
     /// Sends `req` upstream and returns the response head with its body still streaming.
     /// `permission` is the proof that the request may go (a permit, or a monitored refusal);
     /// the identity headers are made from its evidence and nothing else.
-    pub async fn forward(&self, req: Inbound, permission: &Forward) -> Result<Response<ResponseBody>, UpstreamError> {
+    pub(crate) async fn forward(&self, req: Inbound, permission: &Forward) -> Result<Response<ResponseBody>, UpstreamError> {
         let seen = permission.evidence();
         let Inbound { head, body, peer, is_tls, request_id, authority, .. } = req;
         let uri = self.uri(&head.uri)?;
@@ -197,7 +197,7 @@ fn add_token_identity(headers: &mut HeaderMap, token: &VerifiedToken) {
 }
 
 /// Removes hop-by-hop fields, including every field the `Connection` header names.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in hop_by_hop_names(headers, |_| false) {
         headers.remove(name);
     }

@@ -57,13 +57,13 @@ impl ReplayGuard {
     }
 
     /// The counter of refused replays, for the metrics registry.
-    pub fn hit_counter(&self) -> Counter {
+    pub(crate) fn hit_counter(&self) -> Counter {
         self.hits.clone()
     }
 
     /// Records `sig` as used; `Err(Replayed)` if it (or its nonce) already was. Exactly one of
     /// several concurrent copies passes, as the store's `first_use` is atomic.
-    pub async fn check_once(&self, sig: &VerifiedSignature, now: UnixTime) -> Result<(), ReplayError> {
+    pub(crate) async fn check_once(&self, sig: &VerifiedSignature, now: UnixTime) -> Result<(), ReplayError> {
         self.check_keys(&self.keys(sig, now)).await
     }
 
@@ -74,7 +74,7 @@ impl ReplayGuard {
     }
 
     /// Records `keys`; `Err(Replayed)` (counted) if either already was.
-    pub async fn check_keys(&self, keys: &ReplayKeys) -> Result<(), ReplayError> {
+    pub(crate) async fn check_keys(&self, keys: &ReplayKeys) -> Result<(), ReplayError> {
         if self.store.first_use_then(&keys.first, keys.then.as_deref(), keys.ttl).await? {
             Ok(())
         } else {

@@ -96,13 +96,13 @@ impl Exchange {
     }
 
     /// The client's address (the per-caller bucket of a caller with no verified identity).
-    pub fn peer(&self) -> std::net::IpAddr {
+    pub(crate) fn peer(&self) -> std::net::IpAddr {
         self.peer
     }
 
     /// Whether the backend's answer `status`/`headers` binds or ends a session, i.e. whether
     /// [`SessionGuard::settle`] has store work to do.
-    pub fn needs_settling(&self, status: StatusCode, headers: &HeaderMap) -> bool {
+    pub(crate) fn needs_settling(&self, status: StatusCode, headers: &HeaderMap) -> bool {
         let issues_an_id = headers.get_all(SESSION_ID_HEADER).iter().any(|v| session_key(v.as_bytes()) != self.presented);
         status.is_success() && ((self.is_delete && self.presented.is_some()) || issues_an_id)
     }
@@ -162,7 +162,14 @@ impl SessionGuard {
     /// after a successful DELETE removes the ended session's binding. A removal the store
     /// cannot make is logged, not refused: the backend has ended the session anyway. New
     /// sessions count against `caller`.
-    pub async fn settle(&self, exchange: &Exchange, status: StatusCode, headers: &HeaderMap, owner: &OwnerKey, caller: CallerKey) -> Result<(), SessionError> {
+    pub(crate) async fn settle(
+        &self,
+        exchange: &Exchange,
+        status: StatusCode,
+        headers: &HeaderMap,
+        owner: &OwnerKey,
+        caller: CallerKey,
+    ) -> Result<(), SessionError> {
         if !status.is_success() {
             return Ok(());
         }

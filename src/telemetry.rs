@@ -225,7 +225,7 @@ impl Metrics {
     }
 
     /// Counts one finished request and its per-stage latencies.
-    pub fn observe(&self, r: &DecisionRecord<'_>, timings: &StageTimings, total: Duration) {
+    pub(crate) fn observe(&self, r: &DecisionRecord<'_>, timings: &StageTimings, total: Duration) {
         self.requests.get_or_create(&RequestLabels { outcome: r.outcome, status: r.status, error: r.error.unwrap_or("") }).inc();
         for f in &r.findings {
             self.findings.get_or_create(&FindingLabels { stage: f.stage, error: f.error }).inc();
@@ -240,7 +240,7 @@ impl Metrics {
 
     /// Registers the identity stages' counters: directory fetches by result, fetches refused by
     /// an exhausted budget, and signatures refused as replays.
-    pub fn register_identity(&mut self, directory: DirectoryMetrics, replay_hits: Counter) {
+    pub(crate) fn register_identity(&mut self, directory: DirectoryMetrics, replay_hits: Counter) {
         self.registry.register("directory_fetches", "Key directory fetches by result", directory.fetches);
         self.registry.register(
             "directory_fetch_budget_exhausted",
@@ -253,30 +253,30 @@ impl Metrics {
     /// Registers `portcullis_legacy_signature_agent_total`: verified-or-not requests naming their
     /// agent with the legacy sf-string `Signature-Agent` (the diagnostic log says it once per
     /// origin).
-    pub fn register_legacy_agents(&mut self, legacy: Counter) {
+    pub(crate) fn register_legacy_agents(&mut self, legacy: Counter) {
         self.registry.register("legacy_signature_agent", "Signatures naming their agent with the legacy sf-string Signature-Agent", legacy);
     }
 
     /// Registers the shared state store's error counter (`portcullis_state_store_errors_total`).
-    pub fn register_state(&mut self, errors: Counter) {
+    pub(crate) fn register_state(&mut self, errors: Counter) {
         self.registry.register("state_store_errors", "Shared state store commands that failed or timed out (requests were refused)", errors);
     }
 
     /// Registers the policy reload health: `portcullis_policy_reload_errors_total` and
     /// `portcullis_policy_last_reload_ok`.
-    pub fn register_policy_health(&mut self, reload_errors: Counter, last_reload_ok: Gauge) {
+    pub(crate) fn register_policy_health(&mut self, reload_errors: Counter, last_reload_ok: Gauge) {
         self.registry.register("policy_reload_errors", "Policy reloads that failed (the previous policy stayed in use)", reload_errors);
         self.registry.register("policy_last_reload_ok", "1 if the last policy (re)load succeeded, else 0", last_reload_ok);
     }
 
     /// Registers `portcullis_idempotency_total` (the idempotency journal's results).
-    pub fn register_idempotency(&mut self, m: &crate::idempotency::IdempotencyMetrics) {
+    pub(crate) fn register_idempotency(&mut self, m: &crate::idempotency::IdempotencyMetrics) {
         self.registry.register("idempotency", "Idempotency journal results (first, replayed, in_flight, reused, recorded, released, ...)", m.results.clone());
     }
 
     /// Registers the tool catalog's metrics: `portcullis_catalog_refreshes_total{result}`,
     /// `portcullis_catalog_stale`, `portcullis_catalog_tools`, `portcullis_catalog_drift_total`.
-    pub fn register_catalog(&mut self, m: &crate::catalog::CatalogMetrics) {
+    pub(crate) fn register_catalog(&mut self, m: &crate::catalog::CatalogMetrics) {
         self.registry.register("catalog_refreshes", "Tool catalog fetches by result (ok, error)", m.refreshes.clone());
         self.registry.register("catalog_stale", "1 while there is no tool catalog or its last fetch failed (the last good one stays in use)", m.stale.clone());
         self.registry.register("catalog_tools", "Tools in the catalog in use", m.tools.clone());
@@ -284,35 +284,35 @@ impl Metrics {
     }
 
     /// Lets a stage register its own metrics (stages below telemetry in the module graph).
-    pub fn register_with(&mut self, register: impl FnOnce(&mut Registry)) {
+    pub(crate) fn register_with(&mut self, register: impl FnOnce(&mut Registry)) {
         register(&mut self.registry);
     }
 
     /// Registers the decision log's `portcullis_decision_log_dropped_total`.
-    pub fn register_decision_log(&mut self, dropped: Counter) {
+    pub(crate) fn register_decision_log(&mut self, dropped: Counter) {
         self.registry.register("decision_log_dropped", "Decision log lines dropped because the sink did not keep up (queue full)", dropped);
     }
 
     /// Counts one refusal or close because the `[limits]` bound `limit` was reached.
-    pub fn bound_reached(&self, limit: &'static str) {
+    pub(crate) fn bound_reached(&self, limit: &'static str) {
         self.bounds.get_or_create(&BoundLabels { limit }).inc();
     }
 
     /// The counter [`Metrics::bound_reached`] increments for `limit`, for code that counts
     /// without the registry at hand (a connection's write timeout).
-    pub fn bound_counter(&self, limit: &'static str) -> Counter {
+    pub(crate) fn bound_counter(&self, limit: &'static str) -> Counter {
         self.bounds.get_or_create(&BoundLabels { limit }).clone()
     }
 
     /// Counts a failed forward.
-    pub fn upstream_error(&self, code: &'static str) {
+    pub(crate) fn upstream_error(&self, code: &'static str) {
         self.upstream_errors.get_or_create(&ErrorLabels { error: code }).inc();
     }
 
     /// The failed-forward counter of event streams cut by `tools.filter_list` before an event it
     /// could not inspect (`upstream_answer_uninspectable`): counted as the stream passes, after
     /// the request's own record was written.
-    pub fn uninspectable_cuts(&self) -> prometheus_client::metrics::counter::Counter {
+    pub(crate) fn uninspectable_cuts(&self) -> prometheus_client::metrics::counter::Counter {
         self.upstream_errors.get_or_create(&ErrorLabels { error: "upstream_answer_uninspectable" }).clone()
     }
 
@@ -359,27 +359,28 @@ pub struct TokenMetrics {
 
 impl TokenMetrics {
     /// Counts one token-cache lookup.
-    pub fn token_cache(&self, is_hit: bool) {
+    pub(crate) fn token_cache(&self, is_hit: bool) {
         self.cache.get_or_create(&ResultLabels { result: if is_hit { "hit" } else { "miss" } }).inc();
     }
 
     /// Counts one opaque token refused from the inactive-token cache (no introspection call).
-    pub fn token_cache_inactive_hit(&self) {
+    pub(crate) fn token_cache_inactive_hit(&self) {
         self.cache.get_or_create(&ResultLabels { result: "inactive_hit" }).inc();
     }
 
     /// Counts one JWKS fetch; `result` is `ok` or `error`.
-    pub fn jwks_fetch(&self, result: &'static str) {
+    pub(crate) fn jwks_fetch(&self, result: &'static str) {
         self.jwks_fetches.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// How many JWKS fetches ended with `result` (`ok` or `error`).
-    pub fn jwks_fetches_count(&self, result: &'static str) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn jwks_fetches_count(&self, result: &'static str) -> u64 {
         self.jwks_fetches.get_or_create(&ResultLabels { result }).get()
     }
 
     /// Counts one unknown-`kid` refetch refused by `oauth.jwks_refetch_budget`.
-    pub fn jwks_budget_exhausted(&self) {
+    pub(crate) fn jwks_budget_exhausted(&self) {
         self.jwks_budget_exhausted.inc();
     }
 
@@ -388,20 +389,16 @@ impl TokenMetrics {
         self.bindings.get_or_create(&BindingLabels { binding }).inc();
     }
 
-    /// How many accepted tokens had `binding`.
-    pub fn binding_count(&self, binding: &'static str) -> u64 {
-        self.bindings.get_or_create(&BindingLabels { binding }).get()
-    }
-
     /// How many unknown-`kid` refetches the budget refused.
-    pub fn jwks_budget_exhausted_count(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn jwks_budget_exhausted_count(&self) -> u64 {
         self.jwks_budget_exhausted.get()
     }
 }
 
 impl Metrics {
     /// Registers the token stage's counters.
-    pub fn register_token(&mut self, m: &TokenMetrics) {
+    pub(crate) fn register_token(&mut self, m: &TokenMetrics) {
         self.registry.register("token_cache_lookups", "Verified-token cache lookups by result (hit, miss; inactive_hit: an opaque token introspection called inactive moments ago, refused without asking again)", m.cache.clone());
         self.registry.register("jwks_fetches", "Issuer JWKS fetches by result (ok, error)", m.jwks_fetches.clone());
         self.registry.register(
@@ -547,7 +544,7 @@ impl<'a> DecisionRecord<'a> {
 
 impl<'a> DecisionRecord<'a> {
     /// Fills the per-stage latencies.
-    pub fn with_timings(mut self, timings: &StageTimings) -> Self {
+    pub(crate) fn with_timings(mut self, timings: &StageTimings) -> Self {
         for (stage, d) in timings.iter() {
             self.latency_us.insert(stage_key(stage), serde_json::Value::from(d.as_micros() as u64));
         }
@@ -570,7 +567,7 @@ pub fn claimed_agent(headers: &http::HeaderMap) -> Option<String> {
 
 /// Whether the request carries a signature for anyone (`Signature-Input` or `Signature`),
 /// whether or not it verifies: the decision log's `signed`.
-pub fn is_signed(headers: &http::HeaderMap) -> bool {
+pub(crate) fn is_signed(headers: &http::HeaderMap) -> bool {
     use portcullis_wire::signature::parse::{SIGNATURE_HEADER, SIGNATURE_INPUT_HEADER};
     headers.contains_key(SIGNATURE_INPUT_HEADER) || headers.contains_key(SIGNATURE_HEADER)
 }
@@ -581,7 +578,7 @@ fn stage_key(stage: Stage) -> String {
 
 /// An error and its sources in one line, e.g. "client error (Connect): tcp connect error:
 /// Connection refused (os error 111)": for logs and operator-facing reasons, never for bodies.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(src) = cur {
@@ -593,7 +590,7 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// RFC 3339 with milliseconds, UTC.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
@@ -646,7 +643,7 @@ impl DecisionLog {
     }
 
     /// Whether records are written anywhere (`log.decisions` is not `"off"`).
-    pub fn is_on(&self) -> bool {
+    pub(crate) fn is_on(&self) -> bool {
         self.queue.is_some()
     }
 

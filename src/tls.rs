@@ -48,7 +48,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// Reads every certificate in a PEM file.
-pub fn load_certs(field: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+pub(crate) fn load_certs(field: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let pem = std::fs::read(path).map_err(|source| TlsError::Read { field, path: path.to_owned(), source })?;
     let certs = rustls_pemfile::certs(&mut pem.as_slice()).collect::<Result<Vec<_>, _>>().map_err(|e| TlsError::Invalid {
         field,
@@ -62,7 +62,7 @@ pub fn load_certs(field: &'static str, path: &Path) -> Result<Vec<CertificateDer
 }
 
 /// The TLS acceptor for the client-facing listener (ALPN h2 and http/1.1).
-pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
+pub(crate) fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
     let certs = load_certs("listen.tls_cert", &files.cert)?;
     let pem = std::fs::read(&files.key).map_err(|source| TlsError::Read { field: "listen.tls_key", path: files.key.clone(), source })?;
     let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut pem.as_slice())
@@ -77,7 +77,7 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
 /// An HTTPS-only client for fetching key directories and issuer documents: public web roots
 /// plus `extra_ca` (named by `field` in errors), no redirects (Web Bot Auth forbids them for
 /// directories; issuer documents have fixed URLs), and `timeout` on the whole exchange.
-pub fn outbound_client(field: &'static str, extra_ca: Option<&Path>, timeout: Duration) -> Result<reqwest::Client, TlsError> {
+pub(crate) fn outbound_client(field: &'static str, extra_ca: Option<&Path>, timeout: Duration) -> Result<reqwest::Client, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     if let Some(path) = extra_ca {

@@ -158,7 +158,7 @@ pub struct ApprovalMetrics {
 
 impl ApprovalMetrics {
     /// Registers the counters.
-    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+    pub(crate) fn register(&self, registry: &mut prometheus_client::registry::Registry) {
         registry.register("approval_links_issued", "Approval links issued to agents", self.links_issued.clone());
         registry.register("approval_decisions", "Approval page outcomes (approve, deny, wrong_user, expired)", self.decisions.clone());
         registry.register("approval_consumptions", "Approved calls forwarded (each approval once)", self.consumptions.clone());
@@ -217,7 +217,7 @@ impl Approvals {
     }
 
     /// What logs say for any path [`Self::serves`]: the pages' prefix, without the code.
-    pub fn redacted_path(&self) -> &str {
+    pub(crate) fn redacted_path(&self) -> &str {
         &self.redacted
     }
 

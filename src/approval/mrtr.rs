@@ -50,18 +50,18 @@ pub enum Echoed {
 }
 
 /// Whether the request speaks MCP 2026-07-28 or later (header, else `_meta`).
-pub fn is_mrtr(header_version: Option<&str>, meta_version: Option<&str>) -> bool {
+pub(crate) fn is_mrtr(header_version: Option<&str>, meta_version: Option<&str>) -> bool {
     header_version.or(meta_version).is_some_and(|v| v >= portcullis_wire::mcp::STATELESS_VERSION)
 }
 
 /// Whether the request declares URL elicitation
 /// (`_meta["io.modelcontextprotocol/clientCapabilities"].elicitation.url`).
-pub fn declares_url_elicitation(params: &Value) -> bool {
+pub(crate) fn declares_url_elicitation(params: &Value) -> bool {
     params["_meta"]["io.modelcontextprotocol/clientCapabilities"]["elicitation"].get("url").is_some()
 }
 
 /// Seals `state` as a `requestState`.
-pub fn seal_state(seal: &Seal, state: &State) -> String {
+pub(crate) fn seal_state(seal: &Seal, state: &State) -> String {
     format!("{STATE_PREFIX}{}", seal.seal(Purpose::RequestState, &serde_json::to_vec(state).unwrap_or_default()))
 }
 
@@ -101,7 +101,7 @@ pub fn input_required(id: &Value, url: &str, message: &str, state: &str) -> Valu
 }
 
 /// The `-32021` error for a client without URL elicitation, with the link in `data`.
-pub fn missing_capability(id: &Value, url: &str, request_id: &str) -> Value {
+pub(crate) fn missing_capability(id: &Value, url: &str, request_id: &str) -> Value {
     serde_json::json!({
         "jsonrpc": "2.0",
         "id": id,

@@ -62,7 +62,7 @@ impl Seal {
     }
 
     /// `base64url(payload) "." base64url(tag)`.
-    pub fn seal(&self, purpose: Purpose, payload: &[u8]) -> String {
+    pub(crate) fn seal(&self, purpose: Purpose, payload: &[u8]) -> String {
         format!("{}.{}", URL_SAFE_NO_PAD.encode(payload), URL_SAFE_NO_PAD.encode(self.tag(purpose, payload)))
     }
 
@@ -83,7 +83,7 @@ impl Seal {
     }
 
     /// Whether `token` is [`Seal::token`] of `parts`, compared in constant time.
-    pub fn check_token(&self, purpose: Purpose, parts: &[&str], token: &str) -> bool {
+    pub(crate) fn check_token(&self, purpose: Purpose, parts: &[&str], token: &str) -> bool {
         let Ok(tag) = URL_SAFE_NO_PAD.decode(token) else { return false };
         let mut input = purpose.label().to_vec();
         input.extend_from_slice(&joined(parts));
@@ -102,7 +102,7 @@ fn joined(parts: &[&str]) -> Vec<u8> {
 }
 
 /// `N` bytes from the system's CSPRNG.
-pub fn random_bytes<const N: usize>() -> [u8; N] {
+pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
     let mut b = [0u8; N];
     // The system RNG failing leaves nothing safe to do: no link, cookie or key without it.
     #[allow(clippy::expect_used)]
@@ -111,7 +111,7 @@ pub fn random_bytes<const N: usize>() -> [u8; N] {
 }
 
 /// `N` random bytes, base64url (link codes, state, nonce, PKCE verifiers).
-pub fn random_text<const N: usize>() -> String {
+pub(crate) fn random_text<const N: usize>() -> String {
     URL_SAFE_NO_PAD.encode(random_bytes::<N>())
 }
 

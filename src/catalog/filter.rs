@@ -71,7 +71,7 @@ pub enum FilterError {
 /// it is not the one the pins checked); returns how many were hidden. `cacheScope` (MCP
 /// 2026-07-28) is set to `"private"` whatever it was: the list now varies per caller, and a
 /// result without one must not be cached for everyone either.
-pub fn filter_result(result: &mut Map<String, Value>, visible: &HashMap<String, String>) -> usize {
+pub(crate) fn filter_result(result: &mut Map<String, Value>, visible: &HashMap<String, String>) -> usize {
     let Some(Value::Array(tools)) = result.get_mut("tools") else { return 0 };
     let before = tools.len();
     tools.retain(|t| {

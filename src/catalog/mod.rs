@@ -270,13 +270,8 @@ impl Catalog {
     }
 
     /// The catalog in use, if one was ever fetched.
-    pub fn snapshot(&self) -> Option<Arc<Snapshot>> {
+    pub(crate) fn snapshot(&self) -> Option<Arc<Snapshot>> {
         self.current.load().snapshot.clone()
-    }
-
-    /// Fetches the catalog once (the tool CLI).
-    pub async fn fetch_once(&self) -> Result<Fetched, FetchError> {
-        self.fetcher.fetch().await
     }
 
     /// Fetches the catalog and swaps it in; re-reads the pins file first (a pins file that
@@ -442,7 +437,7 @@ impl Catalog {
     /// The tools the pins let a caller call (pinned and unchanged; or unpinned, where allowed),
     /// with their digests and policy views: what a filtered `tools/list` may show. Empty
     /// without a catalog.
-    pub fn callable_tools(&self) -> Vec<(String, String, regorus::Value)> {
+    pub(crate) fn callable_tools(&self) -> Vec<(String, String, regorus::Value)> {
         let Some(snapshot) = self.snapshot() else { return Vec::new() };
         snapshot
             .tools()
@@ -479,7 +474,7 @@ impl Catalog {
     }
 
     /// Fetches now, then every `tools.refresh`, until the returned task is aborted.
-    pub fn spawn_refresher(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+    pub(crate) fn spawn_refresher(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let catalog = self.clone();
         tokio::spawn(async move {
             loop {

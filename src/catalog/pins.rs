@@ -106,7 +106,7 @@ impl Pins {
     }
 
     /// The pins of `tools` (name, definition, digest): what `portcullis tools pin` writes.
-    pub fn of_catalog<'a>(tools: impl IntoIterator<Item = (&'a str, &'a Map<String, Value>, &'a str)>) -> Pins {
+    pub(crate) fn of_catalog<'a>(tools: impl IntoIterator<Item = (&'a str, &'a Map<String, Value>, &'a str)>) -> Pins {
         let mut pins = Pins::default();
         for (name, def, d) in tools {
             pins.digests.insert(name.to_owned(), d.to_owned());
@@ -131,7 +131,7 @@ impl Pins {
     }
 
     /// The file's text: sorted, indented, ending with a newline.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         let doc = serde_json::json!({"tools": self.digests, "definitions": self.definitions});
         let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
         text.push('\n');

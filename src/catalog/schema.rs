@@ -56,7 +56,7 @@ impl ArgumentSchema {
     }
 
     /// Why the schema cannot be used, if it cannot.
-    pub fn unsupported(&self) -> Option<&str> {
+    pub(crate) fn unsupported(&self) -> Option<&str> {
         self.0.as_ref().err().map(String::as_str)
     }
 
@@ -121,7 +121,7 @@ pub struct HeaderParam {
 }
 
 /// Every usable `x-mcp-header` declaration of a tool's `inputSchema`.
-pub fn header_params(tool: &Map<String, Value>) -> Vec<HeaderParam> {
+pub(crate) fn header_params(tool: &Map<String, Value>) -> Vec<HeaderParam> {
     let mut found = Vec::new();
     if let Some(schema) = tool.get("inputSchema") {
         walk(schema, &mut Vec::new(), &mut found);
@@ -163,7 +163,7 @@ fn is_token(s: &str) -> bool {
 
 /// Checks each parameter header against the arguments. The reason names the header, never a
 /// value.
-pub fn check_headers(params: &[HeaderParam], headers: &http::HeaderMap, arguments: Option<&Map<String, Value>>) -> Result<(), String> {
+pub(crate) fn check_headers(params: &[HeaderParam], headers: &http::HeaderMap, arguments: Option<&Map<String, Value>>) -> Result<(), String> {
     for p in params {
         let mut value = arguments.map(|a| a as &Map<String, Value>);
         let mut found: Option<&Value> = None;

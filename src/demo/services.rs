@@ -21,7 +21,7 @@ pub fn mint(issuer: &Issuer, audience: &str, sub: &str, lifetime_secs: u64) -> R
 
 /// [`mint`], bound to the key whose RFC 7638 thumbprint is `jkt` (`cnf.jkt`, RFC 9449 §6.1):
 /// the gateway accepts it only with a DPoP proof made by that key.
-pub fn mint_bound(issuer: &Issuer, audience: &str, sub: &str, lifetime_secs: u64, jkt: &str) -> Result<String, ServiceError> {
+pub(crate) fn mint_bound(issuer: &Issuer, audience: &str, sub: &str, lifetime_secs: u64, jkt: &str) -> Result<String, ServiceError> {
     let mut claims = claims(issuer, audience, sub, lifetime_secs);
     claims["cnf"] = json!({"jkt": jkt});
     issuer.ed.try_sign(&claims)

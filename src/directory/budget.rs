@@ -32,13 +32,13 @@ struct Bucket {
 
 impl FetchBudget {
     /// A full budget of `per_minute` fetches (at least 1).
-    pub fn per_minute(per_minute: u32) -> FetchBudget {
+    pub(crate) fn per_minute(per_minute: u32) -> FetchBudget {
         let per_minute = per_minute.max(1);
         FetchBudget { per_minute, state: Mutex::new(Bucket { tokens: f64::from(per_minute), updated: None }) }
     }
 
     /// Takes one fetch from the budget at `now`; `false` when it is exhausted.
-    pub fn try_take(&self, now: UnixTime) -> bool {
+    pub(crate) fn try_take(&self, now: UnixTime) -> bool {
         let mut b = self.state.lock().unwrap_or_else(|p| p.into_inner());
         self.refill(&mut b, now);
         if b.tokens >= 1.0 {
@@ -50,7 +50,7 @@ impl FetchBudget {
     }
 
     /// Whether one fetch could be taken at `now` (takes nothing).
-    pub fn has_one(&self, now: UnixTime) -> bool {
+    pub(crate) fn has_one(&self, now: UnixTime) -> bool {
         let mut b = self.state.lock().unwrap_or_else(|p| p.into_inner());
         self.refill(&mut b, now);
         b.tokens >= 1.0
@@ -74,7 +74,7 @@ impl FetchBudget {
 
 /// Takes one fetch from both budgets, or from neither: `Err` names the one that is exhausted
 /// (`first`'s name or `second`'s).
-pub fn take_both(first: (&FetchBudget, &'static str), second: (&FetchBudget, &'static str), now: UnixTime) -> Result<(), &'static str> {
+pub(crate) fn take_both(first: (&FetchBudget, &'static str), second: (&FetchBudget, &'static str), now: UnixTime) -> Result<(), &'static str> {
     // Check the first, take the second, then take the first: an exhausted budget never spends
     // the other. If a racing caller emptied the first meanwhile, the second's fetch goes back.
     if !first.0.has_one(now) {

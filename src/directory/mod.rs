@@ -155,7 +155,7 @@ pub enum DirectoryError {
 
 impl DirectoryError {
     /// The `result` label of the fetch metric for a failed fetch.
-    pub fn fetch_result(&self) -> &'static str {
+    pub(crate) fn fetch_result(&self) -> &'static str {
         match self {
             DirectoryError::Unreachable { .. } => "unreachable",
             DirectoryError::BadStatus { .. } => "bad_status",

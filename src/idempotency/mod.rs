@@ -150,7 +150,7 @@ pub enum Claim {
 
 impl Claim {
     /// Whether the answer comes from the journal.
-    pub fn is_replay(&self) -> bool {
+    pub(crate) fn is_replay(&self) -> bool {
         matches!(self, Claim::Replay(_))
     }
 }
@@ -408,7 +408,7 @@ pub async fn release(claim: &mut Option<Claim>) {
 }
 
 /// The recorded answer, as this request's own, when `claim` is a replay.
-pub fn replay_response(claim: Option<&Claim>) -> Option<http::Response<ResponseBody>> {
+pub(crate) fn replay_response(claim: Option<&Claim>) -> Option<http::Response<ResponseBody>> {
     match claim {
         Some(Claim::Replay(r)) => Some(replay::response(&r.answer, r.id.as_ref(), r.progress_token.as_ref())),
         _ => None,
@@ -418,7 +418,7 @@ pub fn replay_response(claim: Option<&Claim>) -> Option<http::Response<ResponseB
 /// The decision log's `idempotency` for a call that was forwarded or answered with `claim`
 /// (`is_answered`: from the journal, in enforce mode), or refused (or, in monitor mode, let
 /// through) with `denial_code`: `first`, `replayed`, `would_replay`, `in_flight` or `reused`.
-pub fn log_value(claim: Option<&Claim>, is_answered: bool, denial_code: Option<&str>) -> Option<&'static str> {
+pub(crate) fn log_value(claim: Option<&Claim>, is_answered: bool, denial_code: Option<&str>) -> Option<&'static str> {
     match (claim, denial_code) {
         (Some(Claim::Replay(_)), _) if is_answered => Some("replayed"),
         (Some(Claim::Replay(_)), _) => Some("would_replay"),

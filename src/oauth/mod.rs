@@ -269,7 +269,7 @@ impl VerifiedToken {
     }
     /// [`Self::claims`] as a policy value (converted once per verified token). An error
     /// (claims nested too deep) must refuse the request, never leave the claims undefined.
-    pub fn policy_claims(&self) -> Result<&regorus::Value, crate::policy::ConvertError> {
+    pub(crate) fn policy_claims(&self) -> Result<&regorus::Value, crate::policy::ConvertError> {
         self.0.policy_claims.get_or_init(|| portcullis_wire::rego_value::json_object(&self.0.claims)).as_ref().map_err(Clone::clone)
     }
     /// The OAuth client the token was issued to (`client_id`, or `azp`).
@@ -383,11 +383,6 @@ impl TokenVerifier {
         self
     }
 
-    /// Whether `Authorization: DPoP` is accepted (`oauth.dpop`).
-    pub fn accepts_dpop(&self) -> bool {
-        self.dpop.is_some()
-    }
-
     /// The stage's counters (token cache, JWKS fetches), for the metrics registry.
     pub fn metrics(&self) -> &TokenMetrics {
         &self.metrics
@@ -395,7 +390,7 @@ impl TokenVerifier {
 
     /// Refuses a request that carries `access_token` in its query (MCP-AUTH §Token
     /// Requirements: tokens MUST NOT be in the URI; RFC 6750 §2.3 is not supported).
-    pub fn check_query(&self, uri: &Uri) -> Result<(), TokenError> {
+    pub(crate) fn check_query(&self, uri: &Uri) -> Result<(), TokenError> {
         let query = uri.query().unwrap_or("");
         if url::form_urlencoded::parse(query.as_bytes()).any(|(k, _)| k == "access_token") {
             return Err(TokenError::TokenInQuery);

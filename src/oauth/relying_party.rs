@@ -76,7 +76,7 @@ impl RelyingParty {
 
     /// The authorization and token endpoints from the issuer's metadata (fetched once; a
     /// failure is retried on the next login).
-    pub async fn endpoints(&self) -> Result<Endpoints, TokenError> {
+    pub(crate) async fn endpoints(&self) -> Result<Endpoints, TokenError> {
         self.endpoints.get_or_try_init(|| self.discover()).await.cloned()
     }
 
@@ -107,7 +107,7 @@ impl RelyingParty {
 
     /// Redeems an authorization code (RFC 6749 §4.1.3 with the PKCE verifier, RFC 7636 §4.5)
     /// and validates the ID token it returns against `nonce`.
-    pub async fn redeem(&self, code: &str, verifier: &str, redirect_uri: &str, nonce: &str, now: UnixTime) -> Result<Login, TokenError> {
+    pub(crate) async fn redeem(&self, code: &str, verifier: &str, redirect_uri: &str, nonce: &str, now: UnixTime) -> Result<Login, TokenError> {
         let endpoints = self.endpoints().await?;
         let mut form = vec![("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirect_uri), ("code_verifier", verifier)];
         let fetched = match &self.client_secret {

@@ -30,7 +30,7 @@ pub enum Source {
 
 impl Source {
     /// The source `[policy]` names (its paths already resolved); empty = bundled.
-    pub fn from_config(cfg: &crate::config::PolicySettings) -> Source {
+    pub(crate) fn from_config(cfg: &crate::config::PolicySettings) -> Source {
         if cfg.paths.is_empty() {
             Source::Bundled
         } else {
@@ -167,7 +167,7 @@ fn collect(path: &Path, with_tests: bool, set: &mut SourceSet) -> Result<(), Loa
 }
 
 /// `.rego` files (tests only when asked) and `data.json`.
-pub fn is_policy_file(p: &Path, with_tests: bool) -> bool {
+pub(crate) fn is_policy_file(p: &Path, with_tests: bool) -> bool {
     let Some(name) = p.file_name().and_then(|n| n.to_str()) else { return false };
     if name == "data.json" {
         return true;

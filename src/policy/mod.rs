@@ -130,7 +130,7 @@ pub struct PolicyHealth {
 
 impl PolicyHealth {
     /// The last reload's error, if the last reload failed.
-    pub fn last_error(&self) -> Option<String> {
+    pub(crate) fn last_error(&self) -> Option<String> {
         self.last_error.lock().ok().and_then(|e| e.clone())
     }
 
@@ -227,7 +227,7 @@ impl Policy {
 
     /// Bounds the time all of one request's evaluations may take together (`limits.policy_budget`;
     /// each evaluation is also bounded by 250 ms on its own).
-    pub fn with_budget(mut self, budget: Duration) -> Policy {
+    pub(crate) fn with_budget(mut self, budget: Duration) -> Policy {
         self.budget = budget;
         self
     }
@@ -249,7 +249,7 @@ impl Policy {
 
     /// Starts the reload task (file watching when `policy.watch` and the set is on disk, and
     /// SIGHUP). Must run inside a tokio runtime; the task ends when the handle is dropped.
-    pub fn spawn_reloader(&self) -> reload::ReloadTask {
+    pub(crate) fn spawn_reloader(&self) -> reload::ReloadTask {
         reload::spawn(self.slot.clone(), self.watch)
     }
 
@@ -273,7 +273,7 @@ impl Policy {
 
     /// Registers `portcullis_offloaded_total{work}` (work done off the async workers: `digest`,
     /// `mcp`, `policy`).
-    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+    pub(crate) fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         registry.register(
             "offloaded",
             "Work run off the async workers because its body was large or it was a batch (digest, mcp parse, policy)",

@@ -23,7 +23,7 @@ pub struct ReloadTask {
 
 impl ReloadTask {
     /// A handle that asks this task for a reload, as SIGHUP does.
-    pub fn trigger(&self) -> ReloadTrigger {
+    pub(crate) fn trigger(&self) -> ReloadTrigger {
         self.trigger.clone()
     }
 }

@@ -84,7 +84,7 @@ pub struct Identity {
 
 impl Identity {
     /// Signed requests that did not verify, all errors.
-    pub fn unverified_total(&self) -> u64 {
+    pub(crate) fn unverified_total(&self) -> u64 {
         self.unverified.values().map(Counts::total).sum()
     }
 }
@@ -183,7 +183,7 @@ impl Report {
     }
 
     /// Adds one line; non-records are counted in `skipped_lines`.
-    pub fn add_line(&mut self, line: &str) {
+    pub(crate) fn add_line(&mut self, line: &str) {
         let line = line.trim();
         if line.is_empty() {
             return;
@@ -333,7 +333,7 @@ impl Report {
     }
 
     /// Share of requests without any signature, 0.0–1.0.
-    pub fn unsigned_share(&self) -> f64 {
+    pub(crate) fn unsigned_share(&self) -> f64 {
         self.share(self.identity.unsigned.total())
     }
 
@@ -347,12 +347,12 @@ impl Report {
 
     /// The first group, in rollout order (identity, token, policy, default), that is not
     /// enforced yet: the next step of the rollout.
-    pub fn next_group(&self) -> Option<Group> {
+    pub(crate) fn next_group(&self) -> Option<Group> {
         Group::ALL.into_iter().find(|g| !self.enforcing.contains(g))
     }
 
     /// Refusal reasons, most frequent first: (error code, reason, counts).
-    pub fn top_reasons(&self, n: usize) -> Vec<(&str, &str, &Counts)> {
+    pub(crate) fn top_reasons(&self, n: usize) -> Vec<(&str, &str, &Counts)> {
         let mut v: Vec<_> = self.reasons.iter().map(|((c, r), n)| (c.as_str(), r.as_str(), n)).collect();
         v.sort_by(|a, b| b.2.total().cmp(&a.2.total()).then(a.0.cmp(b.0)).then(a.1.cmp(b.1)));
         v.truncate(n);
@@ -360,7 +360,7 @@ impl Report {
     }
 
     /// Rows of a per-key table, most requests first.
-    pub fn ranked(map: &BTreeMap<String, Counts>, n: usize) -> Vec<(&str, &Counts)> {
+    pub(crate) fn ranked(map: &BTreeMap<String, Counts>, n: usize) -> Vec<(&str, &Counts)> {
         let mut v: Vec<_> = map.iter().map(|(k, c)| (k.as_str(), c)).collect();
         v.sort_by(|a, b| b.1.total().cmp(&a.1.total()).then(a.0.cmp(b.0)));
         v.truncate(n);
@@ -368,7 +368,7 @@ impl Report {
     }
 
     /// Largest counts first.
-    pub fn ranked_counts(map: &BTreeMap<String, u64>, n: usize) -> Vec<(&str, u64)> {
+    pub(crate) fn ranked_counts(map: &BTreeMap<String, u64>, n: usize) -> Vec<(&str, u64)> {
         let mut v: Vec<_> = map.iter().map(|(k, c)| (k.as_str(), *c)).collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         v.truncate(n);
@@ -376,7 +376,7 @@ impl Report {
     }
 
     /// The sentence the report leads its rollout advice with.
-    pub fn next_step(&self) -> String {
+    pub(crate) fn next_step(&self) -> String {
         match self.next_group() {
             None => "Every stage group is enforced.".to_owned(),
             Some(g) => {

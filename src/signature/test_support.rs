@@ -31,7 +31,7 @@ pub fn inbound(text: &str, now: u64, is_tls: bool) -> Inbound {
 }
 
 /// `[signatures]` defaults for a gateway that is every host the vectors and tests address.
-pub fn raw_signatures() -> RawSignatures {
+pub(crate) fn raw_signatures() -> RawSignatures {
     RawSignatures { authority: ["example.com", "example.org", "mcp.example.com"].map(String::from).to_vec(), ..RawSignatures::default() }
 }
 
@@ -41,7 +41,7 @@ pub fn config(components: &[&str], max_age: u64) -> RawSignatures {
 }
 
 /// An `Inbound` from a built request (body included), at `now` seconds, over TLS.
-pub fn inbound_from(req: http::Request<Vec<u8>>, now: u64) -> Inbound {
+pub(crate) fn inbound_from(req: http::Request<Vec<u8>>, now: u64) -> Inbound {
     let (head, body) = req.into_parts();
     Inbound {
         authority: portcullis_wire::target::authority(&head, true).unwrap_or_default(),
@@ -55,7 +55,7 @@ pub fn inbound_from(req: http::Request<Vec<u8>>, now: u64) -> Inbound {
 }
 
 /// A typical MCP POST to `https://mcp.example.com/mcp` (Host header, origin-form URI).
-pub fn mcp_post(body: &str) -> http::Request<Vec<u8>> {
+pub(crate) fn mcp_post(body: &str) -> http::Request<Vec<u8>> {
     http::Request::builder()
         .method("POST")
         .uri("/mcp")
@@ -67,7 +67,7 @@ pub fn mcp_post(body: &str) -> http::Request<Vec<u8>> {
 }
 
 /// Replaces `from` with `to` in the single value of header `name`.
-pub fn edit_header(req: &mut Inbound, name: &str, from: &str, to: &str) {
+pub(crate) fn edit_header(req: &mut Inbound, name: &str, from: &str, to: &str) {
     let v = req.head.headers.get(name).unwrap().to_str().unwrap().replace(from, to);
     req.head.headers.insert(HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_str(&v).unwrap());
 }

@@ -76,13 +76,13 @@ impl SignatureVerifier {
     }
 
     /// The legacy `Signature-Agent` counter, to register with the metrics.
-    pub fn legacy_agent_counter(&self) -> prometheus_client::metrics::counter::Counter {
+    pub(crate) fn legacy_agent_counter(&self) -> prometheus_client::metrics::counter::Counter {
         self.legacy.uses.clone()
     }
 
     /// Value for the `Accept-Signature` header on refusals (RFC 9421 §5.1): the required
     /// components, `"signature-agent";key="sig1"`, and the tag, under label `sig1`.
-    pub fn accept_signature(&self) -> &str {
+    pub(crate) fn accept_signature(&self) -> &str {
         &self.accept_signature
     }
 
@@ -122,8 +122,9 @@ impl SignatureVerifier {
     }
 
     /// [`SignatureVerifier::prepare`] for when signatures are required: an unsigned request is
-    /// [`SignatureError::Missing`].
-    pub fn prepare_required(&self, req: &Inbound) -> Result<PendingSignature, SignatureError> {
+    /// [`SignatureError::Missing`] (the pipeline makes that refusal itself).
+    #[cfg(test)]
+    pub(crate) fn prepare_required(&self, req: &Inbound) -> Result<PendingSignature, SignatureError> {
         self.prepare(req)?.ok_or(SignatureError::Missing)
     }
 
@@ -365,7 +366,7 @@ impl VerifiedSignature {
 
     /// The RFC 7638 thumbprint of the key that verified, computed from the key itself (never
     /// the `keyid` the client sent): what a DPoP proof by the same key has as its `jkt`.
-    pub fn key_thumbprint(&self) -> String {
+    pub(crate) fn key_thumbprint(&self) -> String {
         portcullis_wire::signature::ed25519_thumbprint(&self.key)
     }
 
@@ -400,7 +401,7 @@ impl VerifiedSignature {
     }
 
     /// The signature bytes (for the replay fingerprint; never log them).
-    pub fn signature_bytes(&self) -> &[u8] {
+    pub(crate) fn signature_bytes(&self) -> &[u8] {
         &self.signature
     }
 }

@@ -160,7 +160,7 @@ pub enum BaseError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SignatureError {
     /// The request carries no `Signature`/`Signature-Input` while signatures are required.
-    /// Raised by [`super::SignatureVerifier::prepare_required`].
+    /// Raised by the gateway's pipeline when signatures are required.
     #[error("the request is not signed (no Signature / Signature-Input)")]
     Missing,
     /// `Signature-Input`, `Signature` or `Signature-Agent` is not valid for its structured type
