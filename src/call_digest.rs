@@ -25,7 +25,7 @@ const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 /// SHA-256 of the canonical call.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CallDigest([u8; 32]);
+pub(crate) struct CallDigest([u8; 32]);
 
 impl fmt::Debug for CallDigest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -49,7 +49,7 @@ pub enum CallDigestError {
 
 /// One JSON-RPC request as the digest and the idempotency journal read it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Call {
+pub(crate) struct Call {
     /// The digest of method, target and arguments.
     pub digest: CallDigest,
     /// The JSON-RPC id (`None` for a notification).

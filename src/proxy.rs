@@ -24,10 +24,10 @@ use crate::oauth::VerifiedToken;
 mod pool;
 
 /// Prefix of the headers the gateway itself sets upstream; inbound copies are always removed.
-pub const IDENTITY_PREFIX: &str = "x-portcullis-";
+pub(crate) const IDENTITY_PREFIX: &str = "x-portcullis-";
 
 /// The verified agent id (directory origin or static key agent) sent upstream.
-pub const AGENT_HEADER: &str = "x-portcullis-agent";
+pub(crate) const AGENT_HEADER: &str = "x-portcullis-agent";
 
 /// Hop-by-hop fields (RFC 9110 §7.6.1) plus the legacy `proxy-connection` and `keep-alive`.
 /// `trailer` is end-to-end (RFC 9110 §6.6.2) and stays. (A `match`, which the compiler

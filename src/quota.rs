@@ -19,7 +19,7 @@ pub use crate::state::quota::QuotaSpec;
 
 /// Why the quota stage refused a request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum QuotaError {
+pub(crate) enum QuotaError {
     /// The bucket `key` has no room for this request's cost now.
     #[error("quota {key:?} is exhausted, retry after {retry_after:?}")]
     Exhausted {
@@ -35,7 +35,7 @@ pub enum QuotaError {
 
 /// The quota stage, holding the shared store.
 #[derive(Clone)]
-pub struct Quotas {
+pub(crate) struct Quotas {
     store: Arc<dyn QuotaStore>,
 }
 

@@ -25,7 +25,7 @@ use portcullis_wire::UnixTime;
 
 /// Why the replay stage refused a signature.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReplayError {
+pub(crate) enum ReplayError {
     /// This signature (same keyid and signature bytes), or its nonce, was already accepted.
     #[error("signature was already used")]
     Replayed,
@@ -35,7 +35,7 @@ pub enum ReplayError {
 }
 
 /// The replay stage, built from `[signatures]` and the configured store.
-pub struct ReplayGuard {
+pub(crate) struct ReplayGuard {
     store: Arc<dyn ReplayStore>,
     skew: Duration,
     hits: Counter,

@@ -67,7 +67,7 @@ pub enum SessionError {
 }
 
 /// The session stage, holding the configured store and the idle lifetime of a binding.
-pub struct SessionGuard {
+pub(crate) struct SessionGuard {
     store: Arc<dyn SessionStore>,
     ttl: Duration,
     max_per_caller: usize,

@@ -47,7 +47,7 @@ pub fn init_test_tracing(filter: &str) {
 /// on, and for the message and error fields (whose escaping of control sequences stays the
 /// default's), the default formatter does the work.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct LogFields;
+pub(crate) struct LogFields;
 
 impl<'writer> tracing_subscriber::fmt::FormatFields<'writer> for LogFields {
     fn format_fields<R: tracing_subscriber::field::RecordFields>(
@@ -165,7 +165,7 @@ pub struct DirectoryMetrics {
 
 /// The gateway's Prometheus metrics.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     findings: Family<FindingLabels, Counter>,
@@ -412,7 +412,7 @@ impl Metrics {
 
 /// Decrements the in-flight gauge when dropped.
 #[derive(Debug)]
-pub struct InFlight(Gauge);
+pub(crate) struct InFlight(Gauge);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -436,7 +436,7 @@ pub struct FindingLine {
 /// One decision-log line. Every field is metadata; there is deliberately no field for a
 /// credential, a body or tool arguments.
 #[derive(Debug, Serialize)]
-pub struct DecisionRecord<'a> {
+pub(crate) struct DecisionRecord<'a> {
     /// RFC 3339 time of arrival.
     pub time: String,
     /// The request id (also in the refusal body and `x-request-id`).
@@ -597,7 +597,7 @@ pub(crate) fn rfc3339(t: SystemTime) -> String {
 /// Lines the decision-log queue holds before new ones are dropped (and counted). At a few
 /// hundred bytes a line this bounds the queue to a few MiB, and covers a sink that stalls for
 /// a second at ~16k requests per second.
-pub const DECISION_LOG_QUEUE: usize = 16_384;
+pub(crate) const DECISION_LOG_QUEUE: usize = 16_384;
 
 /// How long a graceful shutdown waits for the queued lines to be written.
 const FLUSH_LIMIT: Duration = Duration::from_secs(10);
@@ -610,7 +610,7 @@ const WRITE_BATCH: usize = 256 * 1024;
 /// and writes whatever is queued in one `write` (so lines never interleave). When the queue is
 /// full the line is dropped and counted in `portcullis_decision_log_dropped_total`.
 #[derive(Debug)]
-pub struct DecisionLog {
+pub(crate) struct DecisionLog {
     /// `None`: `log.decisions = "off"`.
     queue: Option<SyncSender<Message>>,
     dropped: Counter,

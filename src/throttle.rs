@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 /// At most one line per [`Throttle::INTERVAL`] at one call site (a `static`).
 #[derive(Debug)]
-pub struct Throttle {
+pub(crate) struct Throttle {
     /// Milliseconds since the process's first throttle use when the next line may go out.
     next_ms: AtomicU64,
     /// Lines held back since the last one written.
@@ -24,7 +24,7 @@ impl Default for Throttle {
 
 impl Throttle {
     /// The least time between two lines of one call site.
-    pub const INTERVAL: Duration = Duration::from_secs(10);
+    pub(crate) const INTERVAL: Duration = Duration::from_secs(10);
 
     /// A call site's throttle, for a `static`.
     pub const fn new() -> Throttle {

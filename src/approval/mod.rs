@@ -11,7 +11,7 @@
 
 pub mod mrtr;
 pub mod page;
-pub mod seal;
+pub(crate) mod seal;
 pub mod shown;
 
 use std::sync::Arc;
@@ -33,10 +33,10 @@ use portcullis_wire::UnixTime;
 use seal::Seal;
 
 /// The methods an approval can be asked on (MRTR's three; elsewhere the call is refused).
-pub const APPROVABLE: [&str; 3] = ["tools/call", "resources/read", "prompts/get"];
+pub(crate) const APPROVABLE: [&str; 3] = ["tools/call", "resources/read", "prompts/get"];
 
 /// JSON-RPC `-32042` URLElicitationRequiredError (MCP 2025-11-25).
-pub const URL_ELICITATION_REQUIRED: i64 = -32042;
+pub(crate) const URL_ELICITATION_REQUIRED: i64 = -32042;
 
 /// An approved call that this request consumed: the decision log's `approval_id` and
 /// `approved_by`.

@@ -13,17 +13,17 @@ use super::seal::{Purpose, Seal};
 
 /// The `inputRequests` key of the gateway's approval (the `portcullis_` prefix keeps it apart
 /// from an upstream's keys).
-pub const INPUT_KEY: &str = "portcullis_approval";
+pub(crate) const INPUT_KEY: &str = "portcullis_approval";
 
 /// Prefix of the gateway's `requestState`: a state with it must verify, others are not ours.
 const STATE_PREFIX: &str = "pcs1.";
 
 /// JSON-RPC `-32021` MissingRequiredClientCapabilityError.
-pub const MISSING_CAPABILITY: i64 = -32021;
+pub(crate) const MISSING_CAPABILITY: i64 = -32021;
 
 /// What the gateway's `requestState` binds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct State {
+pub(crate) struct State {
     /// The token's `sub`.
     pub sub: String,
     /// The agent id.
@@ -38,7 +38,7 @@ pub struct State {
 
 /// What a retry's `requestState` is.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Echoed {
+pub(crate) enum Echoed {
     /// None sent.
     None,
     /// Not the gateway's: left as it is.

@@ -35,10 +35,10 @@ const MAX_FORM: usize = 4 * 1024;
 /// Time allowed to send the form body.
 const FORM_TIMEOUT: Duration = Duration::from_secs(10);
 /// Every page's Content-Security-Policy: nothing loads, nothing frames the page.
-pub const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'";
+pub(crate) const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'";
 
 /// The response body type (the gateway's `ResponseBody`).
-pub type PageBody = BoxBody<Bytes, hyper::Error>;
+pub(crate) type PageBody = BoxBody<Bytes, hyper::Error>;
 
 /// Something the decision log must record about a page visit.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use secrecy::ExposeSecret;
 
 /// What a sealed value is for: part of the MAC input.
 #[derive(Debug, Clone, Copy)]
-pub enum Purpose {
+pub(crate) enum Purpose {
     /// The approver's session cookie.
     Session,
     /// The login in progress (state, nonce, PKCE verifier).
@@ -34,7 +34,7 @@ impl Purpose {
 }
 
 /// The key, from `approvals.state_key_file` or generated at start.
-pub struct Seal {
+pub(crate) struct Seal {
     key: hmac::Key,
 }
 

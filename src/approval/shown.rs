@@ -22,7 +22,7 @@ pub struct TooLarge {
 
 /// The part of a call the page shows, every character visible.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShownCall {
+pub(crate) struct ShownCall {
     /// The tool name, resource URI or prompt name as a JSON string (quoted, escaped).
     pub target: String,
     /// The arguments (or, without `arguments`, the params) as indented JSON.

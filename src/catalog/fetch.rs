@@ -28,7 +28,7 @@ use portcullis_wire::mcp::{METHOD_HEADER, PROTOCOL_VERSION, SESSION_ID, STATELES
 use portcullis_wire::tool_list::{self, AnswerError};
 
 /// The protocol version the catalog client offers to session-based servers.
-pub const SESSIONS_VERSION: &str = "2025-11-25";
+pub(crate) const SESSIONS_VERSION: &str = "2025-11-25";
 
 /// Why a fetch failed. The last good catalog stays in use.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -91,7 +91,7 @@ pub enum FetchError {
 
 /// One successful fetch: every tool, whole, in the server's order.
 #[derive(Debug, Clone)]
-pub struct Fetched {
+pub(crate) struct Fetched {
     /// The `Tool` objects.
     pub tools: Vec<Map<String, Value>>,
     /// The protocol version spoken.
@@ -100,7 +100,7 @@ pub struct Fetched {
 
 /// The catalog client, built once from `[upstream]` and `[tools]`.
 #[derive(Debug, Clone)]
-pub struct Fetcher {
+pub(crate) struct Fetcher {
     client: reqwest::Client,
     endpoint: Url,
     protocol: CatalogProtocol,

@@ -106,7 +106,7 @@ impl CatalogError {
 
 /// How a tool's current definition stands against the pins.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PinState {
+pub(crate) enum PinState {
     /// Pinned, and the definition is the pinned one.
     Pinned,
     /// Pinned, but the definition changed: the pinned digest.
@@ -117,7 +117,7 @@ pub enum PinState {
 
 /// One tool of the catalog, with everything a request needs precomputed.
 #[derive(Debug, Clone)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// The `Tool` object as the server sent it.
     pub definition: Arc<Map<String, Value>>,
     /// `sha256:` + hex of its JCS form.
@@ -134,7 +134,7 @@ pub struct Entry {
 
 /// One fetch's catalog.
 #[derive(Debug)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     tools: HashMap<String, Entry>,
     /// Tool names in the server's order.
     order: Vec<String>,
@@ -157,11 +157,6 @@ impl Snapshot {
     /// How many tools.
     pub fn len(&self) -> usize {
         self.order.len()
-    }
-
-    /// Whether the server lists no tool.
-    pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
     }
 }
 

@@ -19,7 +19,7 @@ use crate::call_digest;
 
 /// Why the pins file cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub enum PinsError {
+pub(crate) enum PinsError {
     /// The file does not exist yet: nothing has been pinned.
     #[error("pins file {path} does not exist: run `portcullis tools pin --config <this config>` first, which fetches the backend's tools and writes it")]
     Missing {
@@ -54,7 +54,7 @@ pub enum PinsError {
 
 /// The pins: tool name → digest, and the pinned definitions when the file has them.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Pins {
+pub(crate) struct Pins {
     digests: BTreeMap<String, String>,
     definitions: BTreeMap<String, Value>,
 }
@@ -125,11 +125,6 @@ impl Pins {
         self.digests.len()
     }
 
-    /// Whether no tool is pinned.
-    pub fn is_empty(&self) -> bool {
-        self.digests.is_empty()
-    }
-
     /// The file's text: sorted, indented, ending with a newline.
     pub(crate) fn to_text(&self) -> String {
         let doc = serde_json::json!({"tools": self.digests, "definitions": self.definitions});
@@ -149,7 +144,7 @@ impl Pins {
 
 /// One pinned tool whose definition is no longer the pinned one.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Changed {
+pub(crate) struct Changed {
     /// The tool.
     pub name: String,
     /// The pinned digest.
@@ -163,7 +158,7 @@ pub struct Changed {
 
 /// One member of a tool definition that differs from the pinned definition.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldChange {
+pub(crate) struct FieldChange {
     /// Its JSON pointer (RFC 6901) in the definition.
     pub pointer: String,
     /// The pinned value (`None`: the member was not there).
@@ -174,7 +169,7 @@ pub struct FieldChange {
 
 /// How the server's tools differ from the pins.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Drift {
+pub(crate) struct Drift {
     /// Pinned tools whose definition changed.
     pub changed: Vec<Changed>,
     /// Pinned tools the server no longer lists.
@@ -328,7 +323,7 @@ mod tests {
             Pins::parse(br#"{"tools": {"a": "sha256:0000000000000000000000000000000000000000000000000000000000000000", "a": "x"}}"#).is_err(),
             "duplicates"
         );
-        assert!(Pins::parse(br#"{"tools": {}}"#).expect("minimal").is_empty());
+        assert_eq!(Pins::parse(br#"{"tools": {}}"#).expect("minimal").len(), 0);
     }
 
     #[test]

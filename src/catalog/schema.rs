@@ -20,7 +20,7 @@ use portcullis_wire::mcp::decode_header_value;
 
 /// A tool's compiled `inputSchema`, or why it cannot be used.
 #[derive(Debug)]
-pub struct ArgumentSchema(Result<jsonschema::Validator, String>);
+pub(crate) struct ArgumentSchema(Result<jsonschema::Validator, String>);
 
 /// Why arguments do not validate: the failing JSON pointer and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,7 +110,7 @@ enum ParamType {
 
 /// One `x-mcp-header` parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeaderParam {
+pub(crate) struct HeaderParam {
     /// The header, lowercase: `mcp-param-` + the declared name.
     header: String,
     /// The declared name, for messages.

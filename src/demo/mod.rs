@@ -29,7 +29,7 @@ pub use tour::{render_table, TourRow};
 /// The audience of the demo's tokens, which every demo gateway accepts (`oauth.audience`).
 /// Each gateway's public URL is its own address on 127.0.0.1, so the links it gives (approval
 /// pages, resource metadata) open in a browser on this machine.
-pub const DEMO_RESOURCE: &str = "https://mcp.demo.example/mcp";
+pub(crate) const DEMO_RESOURCE: &str = "https://mcp.demo.example/mcp";
 
 /// How long the demo's user token is valid.
 const TOKEN_LIFETIME_SECS: u64 = 3600;
@@ -37,7 +37,7 @@ const TOKEN_LIFETIME_SECS: u64 = 3600;
 /// The four steps of docs/rollout.md, one demo gateway each: (its name in file names and the
 /// table, what the step does, its `mode` setting). The first is the monitor gateway, the last
 /// the enforce gateway the tour runs against.
-pub const ROLLOUT: [(&str, &str, &str); 4] = [
+pub(crate) const ROLLOUT: [(&str, &str, &str); 4] = [
     ("monitor", "1 monitor", "mode = \"monitor\""),
     ("identity", "2 +identity", "[mode]\ndefault = \"monitor\"\nidentity = \"enforce\""),
     ("identity-token", "3 +token", "[mode]\ndefault = \"monitor\"\nidentity = \"enforce\"\ntoken = \"enforce\""),

@@ -9,9 +9,9 @@ pub use portcullis_demo::{directory::KeyDirectory, issuer::Issuer, Error as Serv
 use serde_json::json;
 
 /// The user the demo's tokens speak for.
-pub const DEMO_USER: &str = "demo-user";
+pub(crate) const DEMO_USER: &str = "demo-user";
 /// Scopes the demo's tokens grant: every shipped policy's requirement.
-pub const DEMO_SCOPES: &str = "tools:read tools:write payments:write";
+pub(crate) const DEMO_SCOPES: &str = "tools:read tools:write payments:write";
 
 /// An access token (`typ` at+jwt, EdDSA, the issuer's Ed25519 key) for `sub` with
 /// [`DEMO_SCOPES`], valid for `lifetime_secs`, whose audience is `audience`.

@@ -18,7 +18,7 @@ const WINDOW: Duration = Duration::from_secs(60);
 
 /// A token bucket of fetches: `per_minute` at once, refilled at `per_minute` per minute.
 #[derive(Debug)]
-pub struct FetchBudget {
+pub(crate) struct FetchBudget {
     per_minute: u32,
     state: Mutex<Bucket>,
 }

@@ -18,13 +18,13 @@ pub(crate) use portcullis_wire::key_directory::parse_max_age;
 pub use portcullis_wire::key_directory::{parse_key_set, DirectoryKey, KeySet, ParseError, MAX_DIRECTORY_KEYS};
 
 /// Path of a directory under its origin (WBA "Key Distribution and Discovery").
-pub const WELL_KNOWN_PATH: &str = "/.well-known/http-message-signatures-directory";
+pub(crate) const WELL_KNOWN_PATH: &str = "/.well-known/http-message-signatures-directory";
 /// Media type a directory is served with at the well-known URI [MUST].
-pub const DIRECTORY_MEDIA_TYPE: &str = "application/http-message-signatures-directory+json";
+pub(crate) const DIRECTORY_MEDIA_TYPE: &str = "application/http-message-signatures-directory+json";
 /// Media types accepted for a `type=jwks_uri` agent (RFC 7517 §8.5.1, or plain JSON).
 const JWKS_MEDIA_TYPES: [&str; 3] = ["application/jwk-set+json", "application/json", DIRECTORY_MEDIA_TYPE];
 /// Largest directory document read (WBA "SSRF": size cap after decoding).
-pub const MAX_DIRECTORY_BYTES: usize = 64 << 10;
+pub(crate) const MAX_DIRECTORY_BYTES: usize = 64 << 10;
 
 /// A fetched document: its keys and its `Cache-Control: max-age`.
 pub(crate) struct Fetched {

@@ -44,10 +44,10 @@ use crate::signature::{shown_keyid, AgentKind, AgentRef};
 use crate::telemetry::{BudgetLabels, DirectoryMetrics, FetchLabels};
 use portcullis_wire::UnixTime;
 
-pub use budget::FetchBudget;
+pub(crate) use budget::FetchBudget;
 #[cfg(test)]
 pub(crate) use fetch::{parse_key_set, ParseError, MAX_DIRECTORY_KEYS};
-pub use fetch::{DirectoryKey, KeySet, WELL_KNOWN_PATH};
+pub(crate) use fetch::{DirectoryKey, KeySet, WELL_KNOWN_PATH};
 use fetch::{Fetch, HttpFetch};
 
 /// Why no key could be resolved for a signature. Every variant refuses the request (401).
@@ -176,7 +176,7 @@ impl DirectoryError {
 
 /// A key the signature may be verified with, and the agent identity it speaks for.
 #[derive(Debug, Clone)]
-pub struct ResolvedKey {
+pub(crate) struct ResolvedKey {
     key: VerifyingKey,
     agent: String,
 }
@@ -253,7 +253,7 @@ struct Settings {
 }
 
 /// Resolves keys for signatures: static keys first, then allow-listed directories.
-pub struct KeyResolver {
+pub(crate) struct KeyResolver {
     statics: HashMap<String, ResolvedKey>,
     trusted: HashMap<String, OriginState>,
     global_budget: FetchBudget,

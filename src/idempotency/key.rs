@@ -11,14 +11,14 @@
 use http::HeaderMap;
 
 /// The header name.
-pub const HEADER: &str = "idempotency-key";
+pub(crate) const HEADER: &str = "idempotency-key";
 
 /// The longest key Portcullis accepts, in characters.
-pub const MAX_LEN: usize = 255;
+pub(crate) const MAX_LEN: usize = 255;
 
 /// How the key was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyForm {
+pub(crate) enum KeyForm {
     /// An RFC 8941 sf-string, as the draft requires.
     Structured,
     /// A bare value (legacy clients).

@@ -43,11 +43,11 @@ use crate::policy::verdict::KeyUse;
 use crate::state::caller::{CallerBound, CallerKey};
 use crate::state::journal::{Entry, JournalStore, RecordedAnswer, Reserve, Ticket};
 use crate::state::{StoreError, Stores};
-pub use key::KeyForm;
+pub(crate) use key::KeyForm;
 
 /// The response body type (the same as `decision::ResponseBody`; named here so the journal
 /// sits below the decision and evidence modules that carry it).
-pub type ResponseBody = http_body_util::combinators::BoxBody<bytes::Bytes, hyper::Error>;
+pub(crate) type ResponseBody = http_body_util::combinators::BoxBody<bytes::Bytes, hyper::Error>;
 
 /// Who is calling, for scoping keys: the verified token's `sub` and the verified agent id;
 /// and whom its entries count against (`idempotency.max_entries_per_caller`).

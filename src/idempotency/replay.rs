@@ -17,7 +17,7 @@ use super::ResponseBody;
 use crate::state::journal::RecordedAnswer;
 
 /// The replay marker header.
-pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+pub(crate) const REPLAYED_HEADER: &str = "idempotent-replayed";
 
 /// The recorded `answer` as the answer to a request with `id` and `progress_token`.
 pub(super) fn response(answer: &RecordedAnswer, id: Option<&Value>, progress_token: Option<&Value>) -> Response<ResponseBody> {

@@ -23,7 +23,7 @@ mod dpop;
 mod introspection;
 mod issuer;
 mod jwks;
-pub mod relying_party;
+pub(crate) mod relying_party;
 mod token;
 
 pub use dpop::{Binding, Presented};

@@ -19,7 +19,7 @@ use portcullis_wire::UnixTime;
 
 /// The issuer's login endpoints, from its metadata.
 #[derive(Debug, Clone)]
-pub struct Endpoints {
+pub(crate) struct Endpoints {
     /// `authorization_endpoint` (https).
     pub authorization: Url,
     /// `token_endpoint` (https).
@@ -28,7 +28,7 @@ pub struct Endpoints {
 
 /// Who logged in, from a validated ID token.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Login {
+pub(crate) struct Login {
     /// `iss`.
     pub iss: String,
     /// `sub`.
@@ -38,7 +38,7 @@ pub struct Login {
 }
 
 /// The relying party for one issuer and client.
-pub struct RelyingParty {
+pub(crate) struct RelyingParty {
     client: IssuerClient,
     jwks: Jwks,
     client_id: String,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use regorus::Engine;
 
 /// The bundled example policies (policies/ in the repository), without their tests.
-pub const BUNDLED: &[(&str, &str)] = &[
+pub(crate) const BUNDLED: &[(&str, &str)] = &[
     ("policies/portcullis.rego", include_str!("../../policies/portcullis.rego")),
     ("policies/tiers.rego", include_str!("../../policies/tiers.rego")),
     ("policies/scopes.rego", include_str!("../../policies/scopes.rego")),
@@ -17,7 +17,7 @@ pub const BUNDLED: &[(&str, &str)] = &[
 ];
 
 /// The bundled `data.json`.
-pub const BUNDLED_DATA: (&str, &str) = ("policies/data.json", include_str!("../../policies/data.json"));
+pub(crate) const BUNDLED_DATA: (&str, &str) = ("policies/data.json", include_str!("../../policies/data.json"));
 
 /// Where policy comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]

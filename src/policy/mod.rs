@@ -36,7 +36,7 @@ use regorus::{Engine, Value};
 pub use input::{AgentView, CatalogView, PolicyInput, RequestView, TokenView};
 pub use load::{LoadError, Source};
 pub use portcullis_wire::rego_value::ConvertError;
-pub use reload::ReloadTrigger;
+pub(crate) use reload::ReloadTrigger;
 pub use verdict::PolicyVerdict;
 
 use portcullis_wire::mcp::McpRequest;

@@ -16,7 +16,7 @@ const SETTLE: Duration = Duration::from_millis(100);
 
 /// The running reload task; dropping it stops watching.
 #[derive(Debug)]
-pub struct ReloadTask {
+pub(crate) struct ReloadTask {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     trigger: ReloadTrigger,
 }
@@ -31,7 +31,7 @@ impl ReloadTask {
 /// Asks one reload task for a reload (the same path as a file change or SIGHUP: settle,
 /// recompile off the request threads, keep the old set on error).
 #[derive(Debug, Clone)]
-pub struct ReloadTrigger(mpsc::UnboundedSender<()>);
+pub(crate) struct ReloadTrigger(mpsc::UnboundedSender<()>);
 
 impl ReloadTrigger {
     /// Requests a reload; `false` once the reload task has stopped.

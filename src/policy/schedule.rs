@@ -50,7 +50,7 @@ pub(crate) struct WorkLabels {
 
 /// A heavy request's turn to be evaluated; the next one queued goes when it is dropped.
 #[derive(Debug)]
-pub struct Turn {
+pub(crate) struct Turn {
     _permit: OwnedSemaphorePermit,
 }
 

@@ -21,18 +21,18 @@ use crate::config::Group;
 use crate::stage::Stage;
 
 /// Most distinct values kept per dimension (agents, tools, reasons); the rest count as "(other)".
-pub const MAX_KEYS: usize = 10_000;
+pub(crate) const MAX_KEYS: usize = 10_000;
 
 /// Agent label for requests that carried no signature at all.
-pub const UNSIGNED: &str = "(unsigned)";
+pub(crate) const UNSIGNED: &str = "(unsigned)";
 /// Agent label prefix for signed requests whose signature did not verify (followed by the
 /// agent they claimed, when they named one).
-pub const UNVERIFIED: &str = "(unverified)";
+pub(crate) const UNVERIFIED: &str = "(unverified)";
 /// A signed request whose identity no stage judged (the request was refused before, e.g. a
 /// body over `limits.max_body`, or its signature has no tag the gateway checks).
-pub const NOT_CHECKED: &str = "identity not checked";
+pub(crate) const NOT_CHECKED: &str = "identity not checked";
 /// Label for requests without a tool (not a `tools/call`, or a body that did not parse).
-pub const NO_TOOL: &str = "(no tool)";
+pub(crate) const NO_TOOL: &str = "(no tool)";
 const OTHER: &str = "(other)";
 
 /// Counts per outcome for one agent, tool, rule or reason.
