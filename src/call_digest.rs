@@ -65,7 +65,7 @@ impl CallDigest {
     }
 
     /// The 32 digest bytes.
-    pub fn as_bytes(&self) -> &[u8; 32] {
+    pub(crate) fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }
 
@@ -126,7 +126,7 @@ fn call_form(method: &str, mut params: Map<String, Value>) -> Value {
 }
 
 /// RFC 8785 canonical UTF-8 bytes of `value` (numbers as the doubles they are).
-pub fn canonical(value: &Value) -> Result<Vec<u8>, CallDigestError> {
+pub(crate) fn canonical(value: &Value) -> Result<Vec<u8>, CallDigestError> {
     serde_json_canonicalizer::to_vec(value).map_err(|e| CallDigestError::NotIJson(e.to_string()))
 }
 

@@ -38,7 +38,7 @@ impl Evidence {
     /// Whom per-caller bounds count this request against (decision 13), from what was verified
     /// only: the user (the token's issuer and `sub`), else the agent, else the client address
     /// `peer` (one bucket per address for callers with no verified identity).
-    pub fn caller(&self, peer: std::net::IpAddr) -> CallerKey {
+    pub(crate) fn caller(&self, peer: std::net::IpAddr) -> CallerKey {
         if let Some((iss, sub)) = self.token.as_ref().and_then(|t| Some((t.iss(), t.sub()?))) {
             return CallerKey::user(iss, sub);
         }

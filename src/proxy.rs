@@ -59,7 +59,7 @@ pub struct Upstream {
 
 impl Upstream {
     /// A pooled HTTP client for `cfg.url`. `forward_token` is `oauth.forward_token`.
-    pub fn new(cfg: &config::Upstream, forward_token: bool) -> Upstream {
+    pub(crate) fn new(cfg: &config::Upstream, forward_token: bool) -> Upstream {
         let host = cfg.url.host_str().unwrap_or_default();
         let connect_to = format!("{host}:{}", cfg.url.port_or_known_default().unwrap_or(80));
         let pool = pool::Pool::new(connect_to, cfg.connect_timeout, cfg.pool_max_idle, cfg.pool_idle_timeout);
@@ -77,7 +77,7 @@ impl Upstream {
     /// Connects to the backend once, at start, and keeps the connection for the first request:
     /// `Err` says why the backend cannot be reached (it is not running, or `upstream.url` is
     /// wrong), so the gateway can say so before any request is answered 502.
-    pub async fn warm(&self) -> Result<(), String> {
+    pub(crate) async fn warm(&self) -> Result<(), String> {
         self.pool.warm().await
     }
 

@@ -47,12 +47,12 @@ impl std::fmt::Debug for Quotas {
 
 impl Quotas {
     /// The stage over `store`.
-    pub fn new(store: Arc<dyn QuotaStore>) -> Quotas {
+    pub(crate) fn new(store: Arc<dyn QuotaStore>) -> Quotas {
         Quotas { store }
     }
 
     /// Spends every quota in `specs` at `now`, or none of them.
-    pub async fn spend(&self, specs: &[QuotaSpec], now: UnixTime) -> Result<(), QuotaError> {
+    pub(crate) async fn spend(&self, specs: &[QuotaSpec], now: UnixTime) -> Result<(), QuotaError> {
         for (i, q) in specs.iter().enumerate() {
             let outcome = match self.store.spend(&q.key, q.cost, q.limit, q.per, now).await {
                 Ok(o) => o,

@@ -52,7 +52,7 @@ const MIN_TTL: Duration = Duration::from_secs(1);
 
 impl ReplayGuard {
     /// A guard over `store`, keeping records until `expires + signatures.clock_skew`.
-    pub fn new(clock_skew: Duration, store: Arc<dyn ReplayStore>) -> Self {
+    pub(crate) fn new(clock_skew: Duration, store: Arc<dyn ReplayStore>) -> Self {
         ReplayGuard { store, skew: clock_skew, hits: Counter::default() }
     }
 
@@ -69,7 +69,7 @@ impl ReplayGuard {
 
     /// The records `sig` needs (for the pipeline's one-round-trip admission, which writes them
     /// together with the quotas: `state::admit`).
-    pub fn keys(&self, sig: &VerifiedSignature, now: UnixTime) -> ReplayKeys {
+    pub(crate) fn keys(&self, sig: &VerifiedSignature, now: UnixTime) -> ReplayKeys {
         self.keys_of(sig.keyid(), sig.signature_bytes(), sig.nonce(), sig.expires(), now)
     }
 
@@ -83,7 +83,7 @@ impl ReplayGuard {
     }
 
     /// A replay found elsewhere (the admission script): counted like one found here.
-    pub fn replayed(&self) -> ReplayError {
+    pub(crate) fn replayed(&self) -> ReplayError {
         self.hits.inc();
         ReplayError::Replayed
     }

@@ -91,7 +91,7 @@ pub struct Exchange {
 
 impl Exchange {
     /// The request's method and session id, and the client's address `peer`.
-    pub fn of(head: &http::request::Parts, peer: std::net::IpAddr) -> Exchange {
+    pub(crate) fn of(head: &http::request::Parts, peer: std::net::IpAddr) -> Exchange {
         Exchange { is_delete: head.method == Method::DELETE, presented: presented(&head.headers).ok().flatten(), peer }
     }
 
@@ -109,7 +109,7 @@ impl Exchange {
 }
 
 /// The identity a session is bound to: what the stages verified, nothing the client claimed.
-pub fn owner(seen: &Evidence) -> OwnerKey {
+pub(crate) fn owner(seen: &Evidence) -> OwnerKey {
     let token = seen.token.as_ref();
     OwnerKey::of(seen.agent.as_ref().map(|a| a.agent()), token.map(|t| t.iss()), token.and_then(|t| t.sub()))
 }
@@ -132,13 +132,13 @@ fn session_key(id: &[u8]) -> Option<SessionKey> {
 impl SessionGuard {
     /// The stage over `store`; a binding unused for `ttl` (`state.session_ttl`) is forgotten;
     /// a caller holds at most `max_per_caller` sessions (`limits.max_sessions_per_caller`).
-    pub fn new(store: Arc<dyn SessionStore>, ttl: Duration, max_per_caller: usize) -> SessionGuard {
+    pub(crate) fn new(store: Arc<dyn SessionStore>, ttl: Duration, max_per_caller: usize) -> SessionGuard {
         SessionGuard { store, ttl, max_per_caller }
     }
 
     /// Runs for a request that carries `Mcp-Session-Id`, after the identity and token stages:
     /// `Ok` only when the session is bound to `owner` (whose use restarts its lifetime).
-    pub async fn check(&self, headers: &HeaderMap, owner: &OwnerKey) -> Result<(), SessionError> {
+    pub(crate) async fn check(&self, headers: &HeaderMap, owner: &OwnerKey) -> Result<(), SessionError> {
         let Some(session) = presented(headers)? else { return Ok(()) };
         match self.store.verify(&session, owner, self.ttl).await? {
             Binding::Owner => Ok(()),

@@ -23,15 +23,7 @@ use tokio::sync::oneshot;
 use crate::config::DecisionSink;
 use crate::stage::{Stage, StageTimings};
 
-/// Sets up diagnostic logging (to stderr, so stdout stays the decision log). `RUST_LOG`
-/// overrides `filter`. Safe to call twice (tests): the second call does nothing.
-pub fn init_tracing(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
-    let ansi = io::IsTerminal::is_terminal(&io::stderr());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).with_ansi(ansi).with_target(false).fmt_fields(LogFields).try_init();
-}
-
-/// Like [`init_tracing`], but through the test harness's capture, so a failing test prints the
+/// Like the diagnostic log of [`crate::otel::init_tracing`], but through the test harness's capture, so a failing test prints the
 /// gateway's logs and a passing one stays quiet.
 pub fn init_test_tracing(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
@@ -195,7 +187,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Registers every metric.
-    pub fn new() -> Metrics {
+    pub(crate) fn new() -> Metrics {
         let mut registry = Registry::with_prefix("portcullis");
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register("requests", "Requests by outcome (allow, deny, would_deny), status and error code", requests.clone());
@@ -317,19 +309,19 @@ impl Metrics {
     }
 
     /// Tracks requests in flight; the guard decrements on drop.
-    pub fn in_flight(&self) -> InFlight {
+    pub(crate) fn in_flight(&self) -> InFlight {
         self.in_flight.inc();
         InFlight(self.in_flight.clone())
     }
 
     /// Tracks requests holding an admission slot; the guard decrements on drop.
-    pub fn admitted(&self) -> InFlight {
+    pub(crate) fn admitted(&self) -> InFlight {
         self.admitted.inc();
         InFlight(self.admitted.clone())
     }
 
     /// The Prometheus text exposition.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -385,7 +377,7 @@ impl TokenMetrics {
     }
 
     /// Counts one accepted token by how it is bound to its request (`none`, `dpop`, `agent_key`).
-    pub fn binding(&self, binding: &'static str) {
+    pub(crate) fn binding(&self, binding: &'static str) {
         self.bindings.get_or_create(&BindingLabels { binding }).inc();
     }
 
@@ -508,7 +500,7 @@ impl<'a> DecisionRecord<'a> {
     /// it how (`mode`, `outcome`, `status`), every other field empty for the caller to fill
     /// (`time` too: only a decision log needs it formatted). The one place every field is
     /// named, so a new field is one edit here.
-    pub fn new(modes: &crate::config::Modes, request_id: &'a str, method: &'a str, path: &'a str, outcome: &'static str, status: u16) -> Self {
+    pub(crate) fn new(modes: &crate::config::Modes, request_id: &'a str, method: &'a str, path: &'a str, outcome: &'static str, status: u16) -> Self {
         DecisionRecord {
             time: String::new(),
             request_id,
@@ -555,7 +547,7 @@ impl<'a> DecisionRecord<'a> {
 /// The agent a request's `Signature-Agent` header claims, before (or without) verification:
 /// the first usable member's directory origin or URL. `None` when the header is absent or does
 /// not parse; the pipeline, not this, decides what that means.
-pub fn claimed_agent(headers: &http::HeaderMap) -> Option<String> {
+pub(crate) fn claimed_agent(headers: &http::HeaderMap) -> Option<String> {
     use crate::signature::AgentKind;
     use portcullis_wire::signature::parse::{combined_field, parse_signature_agent};
     let field = combined_field(headers, portcullis_wire::signature::parse::SIGNATURE_AGENT).ok()??;
@@ -625,7 +617,7 @@ enum Message {
 impl DecisionLog {
     /// Opens the sink (a file is created if missing and appended to) and starts its writer
     /// thread, with a queue of [`DECISION_LOG_QUEUE`] lines.
-    pub fn open(sink: &DecisionSink) -> io::Result<DecisionLog> {
+    pub(crate) fn open(sink: &DecisionSink) -> io::Result<DecisionLog> {
         let out: Box<dyn Write + Send> = match sink {
             DecisionSink::Off => return Ok(DecisionLog { queue: None, dropped: Counter::default() }),
             DecisionSink::Stdout => Box::new(io::stdout()),
@@ -648,14 +640,14 @@ impl DecisionLog {
     }
 
     /// `portcullis_decision_log_dropped_total`, for the metrics registry.
-    pub fn dropped(&self) -> Counter {
+    pub(crate) fn dropped(&self) -> Counter {
         self.dropped.clone()
     }
 
     /// Queues one record as a JSON line. Never blocks and never fails the request: a line that
     /// does not fit in the queue is dropped, counted, and reported on the diagnostic log (the
     /// first time, then every 10,000th).
-    pub fn write(&self, record: &DecisionRecord<'_>) {
+    pub(crate) fn write(&self, record: &DecisionRecord<'_>) {
         let Some(queue) = &self.queue else { return };
         let mut line = match serde_json::to_vec(record) {
             Ok(l) => l,
@@ -676,7 +668,7 @@ impl DecisionLog {
 
     /// Waits until every line queued so far is written (at most 10 s: a sink that is stuck
     /// must not hold up a shutdown forever). Never blocks a runtime thread.
-    pub async fn flush(&self) {
+    pub(crate) async fn flush(&self) {
         let Some(queue) = &self.queue else { return };
         let (ack, written) = oneshot::channel();
         let deadline = tokio::time::Instant::now() + FLUSH_LIMIT;

@@ -27,13 +27,13 @@ impl Throttle {
     pub(crate) const INTERVAL: Duration = Duration::from_secs(10);
 
     /// A call site's throttle, for a `static`.
-    pub const fn new() -> Throttle {
+    pub(crate) const fn new() -> Throttle {
         Throttle { next_ms: AtomicU64::new(0), held: AtomicU64::new(0) }
     }
 
     /// `Some(held)` when a line may be written now, with the number held back since the last
     /// one; `None` (and one more held back) otherwise.
-    pub fn admit(&self) -> Option<u64> {
+    pub(crate) fn admit(&self) -> Option<u64> {
         self.admit_at(elapsed_ms())
     }
 

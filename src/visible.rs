@@ -8,7 +8,7 @@ use icu_properties::{CodePointMapData, CodePointSetData};
 
 /// `text` with each character [`is_invisible`] says a person would not see as itself written
 /// as `\u{HEX}`; everything else unchanged.
-pub fn escaped(text: &str) -> String {
+pub(crate) fn escaped(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         if is_invisible(c) {

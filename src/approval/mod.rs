@@ -79,7 +79,7 @@ pub enum Shape {
 
 impl Link {
     /// HTTP 200 for the protocol answers (real MCP clients read them), 400 for `-32021`.
-    pub fn status(&self) -> http::StatusCode {
+    pub(crate) fn status(&self) -> http::StatusCode {
         match self.shape {
             Shape::MissingCapability => http::StatusCode::BAD_REQUEST,
             Shape::Elicitation | Shape::InputRequired(_) => http::StatusCode::OK,
@@ -87,7 +87,7 @@ impl Link {
     }
 
     /// The JSON-RPC answer in the client's shape.
-    pub fn answer(&self, request_id: &str) -> Value {
+    pub(crate) fn answer(&self, request_id: &str) -> Value {
         match &self.shape {
             Shape::Elicitation => self.elicitation(request_id),
             Shape::InputRequired(state) => mrtr::input_required(&self.jsonrpc_id, &self.url, &self.message, state),
@@ -205,14 +205,14 @@ impl std::fmt::Debug for Approvals {
 
 impl Approvals {
     /// Builds the stage; the login is only built when approvals are enabled.
-    pub fn new(settings: &config::Approvals, oauth: &config::OAuth, store: Arc<dyn ApprovalStore>) -> Result<Approvals, FieldError> {
+    pub(crate) fn new(settings: &config::Approvals, oauth: &config::OAuth, store: Arc<dyn ApprovalStore>) -> Result<Approvals, FieldError> {
         let login = if settings.enabled { Some(RelyingParty::new(oauth, &settings.client_id, settings.client_secret.clone())?) } else { None };
         let redacted = format!("{}/…", settings.path);
         Ok(Approvals { seal: Seal::new(settings.state_key.as_ref()), settings: settings.clone(), store, login, metrics: ApprovalMetrics::default(), redacted })
     }
 
     /// The counters, to register with the metrics.
-    pub fn metrics(&self) -> &ApprovalMetrics {
+    pub(crate) fn metrics(&self) -> &ApprovalMetrics {
         &self.metrics
     }
 
@@ -222,14 +222,14 @@ impl Approvals {
     }
 
     /// Whether `path` is one of the approval pages'.
-    pub fn serves(&self, path: &str) -> bool {
+    pub(crate) fn serves(&self, path: &str) -> bool {
         self.settings.enabled && path.strip_prefix(self.settings.path.as_str()).is_some_and(|rest| rest.starts_with('/'))
     }
 
     /// For a call the policy allowed with `ask`: `Ok(Some)` when this request consumed an
     /// approval (forward it), otherwise why not. `issue_links` is false in monitor mode: no
     /// link, the call is forwarded with a `human_approval_required` finding.
-    pub async fn check(&self, call: CallView<'_>, ask: &ApprovalAsk, issue_links: bool, now: UnixTime) -> Result<ApprovalUse, ApprovalError> {
+    pub(crate) async fn check(&self, call: CallView<'_>, ask: &ApprovalAsk, issue_links: bool, now: UnixTime) -> Result<ApprovalUse, ApprovalError> {
         if !self.settings.enabled {
             return Err(ApprovalError::NotPossible("the policy requires a person's approval, and approvals are off ([approvals] enabled = false)".to_owned()));
         }

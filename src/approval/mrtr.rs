@@ -66,7 +66,7 @@ pub(crate) fn seal_state(seal: &Seal, state: &State) -> String {
 }
 
 /// Reads the retry's `params.requestState`.
-pub fn echoed(seal: &Seal, params: &Value) -> Echoed {
+pub(crate) fn echoed(seal: &Seal, params: &Value) -> Echoed {
     let Some(sent) = params.get("requestState") else { return Echoed::None };
     let Some(sealed) = sent.as_str().and_then(|s| s.strip_prefix(STATE_PREFIX)) else { return Echoed::Foreign };
     match seal.open(Purpose::RequestState, sealed).and_then(|b| serde_json::from_slice::<State>(&b).ok()) {
@@ -77,7 +77,7 @@ pub fn echoed(seal: &Seal, params: &Value) -> Echoed {
 
 /// The body to forward: `params.requestState` and `params.inputResponses.portcullis_approval`
 /// removed (and `inputResponses` itself when nothing else is left in it).
-pub fn stripped(mut msg: Value) -> Option<Bytes> {
+pub(crate) fn stripped(mut msg: Value) -> Option<Bytes> {
     let params = msg.get_mut("params")?.as_object_mut()?;
     params.remove("requestState");
     if let Some(Value::Object(responses)) = params.get_mut("inputResponses") {
@@ -90,7 +90,7 @@ pub fn stripped(mut msg: Value) -> Option<Bytes> {
 }
 
 /// The `input_required` result.
-pub fn input_required(id: &Value, url: &str, message: &str, state: &str) -> Value {
+pub(crate) fn input_required(id: &Value, url: &str, message: &str, state: &str) -> Value {
     let mut requests = Map::new();
     requests.insert(INPUT_KEY.to_owned(), serde_json::json!({"method": "elicitation/create", "params": {"mode": "url", "message": message, "url": url}}));
     serde_json::json!({

@@ -81,7 +81,7 @@ struct LoginState {
 
 impl Approvals {
     /// Answers one request for an approval page. `now` is the request's clock reading.
-    pub async fn page<B>(&self, req: Request<B>, now: UnixTime) -> (Response<PageBody>, Option<PageEvent>)
+    pub(crate) async fn page<B>(&self, req: Request<B>, now: UnixTime) -> (Response<PageBody>, Option<PageEvent>)
     where
         B: http_body::Body<Data = Bytes> + Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,

@@ -46,7 +46,7 @@ impl std::fmt::Debug for Seal {
 
 impl Seal {
     /// A seal with `key`, or with 32 fresh random bytes.
-    pub fn new(key: Option<&secrecy::SecretSlice<u8>>) -> Seal {
+    pub(crate) fn new(key: Option<&secrecy::SecretSlice<u8>>) -> Seal {
         let key = match key {
             Some(k) => hmac::Key::new(hmac::HMAC_SHA256, k.expose_secret()),
             None => hmac::Key::new(hmac::HMAC_SHA256, &random_bytes::<32>()),
@@ -67,7 +67,7 @@ impl Seal {
     }
 
     /// The payload of a value [`Seal::seal`] made for `purpose`, or `None`.
-    pub fn open(&self, purpose: Purpose, sealed: &str) -> Option<Vec<u8>> {
+    pub(crate) fn open(&self, purpose: Purpose, sealed: &str) -> Option<Vec<u8>> {
         let (payload, tag) = sealed.split_once('.')?;
         let payload = URL_SAFE_NO_PAD.decode(payload).ok()?;
         let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
@@ -78,7 +78,7 @@ impl Seal {
     }
 
     /// A tag over `parts` for `purpose` (CSRF tokens), base64url.
-    pub fn token(&self, purpose: Purpose, parts: &[&str]) -> String {
+    pub(crate) fn token(&self, purpose: Purpose, parts: &[&str]) -> String {
         URL_SAFE_NO_PAD.encode(self.tag(purpose, &joined(parts)))
     }
 

@@ -31,7 +31,7 @@ pub(crate) struct ShownCall {
 
 /// The call `target` with `params` as the page shows it, or [`TooLarge`] when its compact JSON
 /// (the target and the shown arguments) is larger than `limit` bytes.
-pub fn call(target: &str, params: &Value, limit: usize) -> Result<ShownCall, TooLarge> {
+pub(crate) fn call(target: &str, params: &Value, limit: usize) -> Result<ShownCall, TooLarge> {
     let shown = if params.get("arguments").is_some() { &params["arguments"] } else { params };
     let target_json = serde_json::to_string(target).unwrap_or_default();
     // Serializing a `Value` cannot fail; its compact form is what the limit counts.

@@ -125,7 +125,7 @@ struct Session {
 impl Fetcher {
     /// The client for `upstream`'s MCP endpoint: `upstream.url` with the public endpoint's path
     /// appended, as the proxy forwards requests.
-    pub fn new(upstream: &Upstream, public_url: &Url, tools: &Tools) -> Result<Fetcher, String> {
+    pub(crate) fn new(upstream: &Upstream, public_url: &Url, tools: &Tools) -> Result<Fetcher, String> {
         let endpoint = format!("{}{}", upstream.url.as_str().trim_end_matches('/'), public_url.path());
         let endpoint = Url::parse(&endpoint).map_err(|e| format!("cannot build the catalog endpoint: {e}"))?;
         let client = reqwest::Client::builder()
@@ -148,12 +148,12 @@ impl Fetcher {
     }
 
     /// Where the catalog is fetched from.
-    pub fn endpoint(&self) -> &Url {
+    pub(crate) fn endpoint(&self) -> &Url {
         &self.endpoint
     }
 
     /// Fetches the whole tool list once, within `tools.timeout`.
-    pub async fn fetch(&self) -> Result<Fetched, FetchError> {
+    pub(crate) async fn fetch(&self) -> Result<Fetched, FetchError> {
         let mut budget = Budget { left: self.max_bytes, limit: self.max_bytes };
         match tokio::time::timeout(self.timeout, self.fetch_within(&mut budget)).await {
             Ok(result) => result,

@@ -118,7 +118,7 @@ const STALE_AFTER_REWRITE: [&str; 6] = ["content-length", "etag", "content-diges
 /// Filters an answer (see the module docs). Answers that are not a success pass unchanged, as
 /// does a JSON answer to a request holding no `tools/list`; a success the gateway must read and
 /// cannot is an error (withheld).
-pub async fn rewrite(resp: Response<Body>, filter: ListFilter) -> Result<Response<Body>, FilterError> {
+pub(crate) async fn rewrite(resp: Response<Body>, filter: ListFilter) -> Result<Response<Body>, FilterError> {
     let content_type = resp.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
     let is_stream = tool_list::is_event_stream(content_type);
     if !resp.status().is_success() || !(is_stream || filter.is_listing) {

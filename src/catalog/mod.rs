@@ -81,7 +81,7 @@ pub enum CatalogError {
 
 impl CatalogError {
     /// The `error` code clients, logs and metrics see.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             CatalogError::Unavailable => "catalog_unavailable",
             CatalogError::DefinitionChanged => "tool_definition_changed",
@@ -93,7 +93,7 @@ impl CatalogError {
     }
 
     /// The HTTP status of the refusal.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             CatalogError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             CatalogError::DefinitionChanged | CatalogError::NotPinned | CatalogError::NotListed | CatalogError::SchemaUnsupported(_) => StatusCode::FORBIDDEN,
@@ -145,17 +145,17 @@ pub(crate) struct Snapshot {
 
 impl Snapshot {
     /// The tool called `name`.
-    pub fn get(&self, name: &str) -> Option<&Entry> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Entry> {
         self.tools.get(name)
     }
 
     /// Every tool, in the server's order: name, definition, digest.
-    pub fn tools(&self) -> impl Iterator<Item = (&str, &Map<String, Value>, &str)> {
+    pub(crate) fn tools(&self) -> impl Iterator<Item = (&str, &Map<String, Value>, &str)> {
         self.order.iter().filter_map(|n| self.tools.get(n).map(|e| (n.as_str(), e.definition.as_ref(), e.digest.as_str())))
     }
 
     /// How many tools.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.order.len()
     }
 }
@@ -171,7 +171,7 @@ pub struct Looked {
 
 impl Looked {
     /// The refusal as a stage result.
-    pub fn verdict(&self) -> Result<(), CatalogError> {
+    pub(crate) fn verdict(&self) -> Result<(), CatalogError> {
         self.refusal.clone().map_or(Ok(()), Err)
     }
 }
@@ -260,7 +260,7 @@ impl Catalog {
     }
 
     /// The catalog's metrics, to register.
-    pub fn metrics(&self) -> &CatalogMetrics {
+    pub(crate) fn metrics(&self) -> &CatalogMetrics {
         &self.metrics
     }
 
@@ -449,7 +449,7 @@ impl Catalog {
     /// `/readyz`: `ok`, `stale` (the last fetch failed; the last good catalog is in use) or
     /// `unavailable` (never fetched). Not ready only while calls are refused for want of any
     /// catalog (`fails_closed`: `tools.unpinned = "deny"` and the policy group enforcing).
-    pub fn readiness(&self, fails_closed: bool) -> Readiness {
+    pub(crate) fn readiness(&self, fails_closed: bool) -> Readiness {
         let current = self.current.load();
         let status = match (&current.snapshot, &current.last_error) {
             (None, _) => "unavailable",

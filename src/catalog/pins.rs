@@ -60,7 +60,7 @@ pub(crate) struct Pins {
 }
 
 /// The digest of a tool definition: `sha256:` + hex of SHA-256 over its JCS form.
-pub fn digest(tool: &Map<String, Value>) -> Result<String, String> {
+pub(crate) fn digest(tool: &Map<String, Value>) -> Result<String, String> {
     let canonical = call_digest::canonical(&Value::Object(tool.clone())).map_err(|e| e.to_string())?;
     let hash = Sha256::digest(&canonical);
     Ok(format!("sha256:{}", hash.iter().map(|b| format!("{b:02x}")).collect::<String>()))
@@ -72,7 +72,7 @@ fn is_digest(s: &str) -> bool {
 
 impl Pins {
     /// Reads and checks the pins file.
-    pub fn load(path: &Path) -> Result<Pins, PinsError> {
+    pub(crate) fn load(path: &Path) -> Result<Pins, PinsError> {
         let text = std::fs::read(path).map_err(|source| match source.kind() {
             std::io::ErrorKind::NotFound => PinsError::Missing { path: path.to_owned() },
             _ => PinsError::Read { path: path.to_owned(), source },
@@ -81,7 +81,7 @@ impl Pins {
     }
 
     /// Parses pins text (I-JSON: a duplicate tool name is an error, not a silent choice).
-    pub fn parse(text: &[u8]) -> Result<Pins, String> {
+    pub(crate) fn parse(text: &[u8]) -> Result<Pins, String> {
         let doc = call_digest::parse_i_json(text).map_err(|e| e.to_string())?;
         let Value::Object(mut doc) = doc else { return Err("must be a JSON object {\"tools\": {NAME: \"sha256:HEX\"}}".to_owned()) };
         if let Some(other) = doc.keys().find(|k| *k != "tools" && *k != "definitions") {
@@ -116,12 +116,12 @@ impl Pins {
     }
 
     /// The pinned digest of `tool`.
-    pub fn get(&self, tool: &str) -> Option<&str> {
+    pub(crate) fn get(&self, tool: &str) -> Option<&str> {
         self.digests.get(tool).map(String::as_str)
     }
 
     /// How many tools are pinned.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.digests.len()
     }
 
@@ -134,7 +134,7 @@ impl Pins {
     }
 
     /// Writes the file (through a temporary file beside it, so a reader never sees half of it).
-    pub fn write(&self, path: &Path) -> Result<(), PinsError> {
+    pub(crate) fn write(&self, path: &Path) -> Result<(), PinsError> {
         let tmp = path.with_extension("tmp");
         let err = |source| PinsError::Write { path: path.to_owned(), source };
         std::fs::write(&tmp, self.to_text()).map_err(err)?;
@@ -180,7 +180,7 @@ pub(crate) struct Drift {
 
 impl Drift {
     /// Compares the server's tools (name, definition, digest) with the pins.
-    pub fn between<'a>(pins: &Pins, tools: impl IntoIterator<Item = (&'a str, &'a Map<String, Value>, &'a str)>) -> Drift {
+    pub(crate) fn between<'a>(pins: &Pins, tools: impl IntoIterator<Item = (&'a str, &'a Map<String, Value>, &'a str)>) -> Drift {
         let mut drift = Drift::default();
         let mut listed = std::collections::BTreeSet::new();
         for (name, def, d) in tools {
@@ -202,12 +202,12 @@ impl Drift {
     }
 
     /// Whether the server's tools are exactly the pinned ones.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.changed.is_empty() && self.missing.is_empty() && self.unpinned.is_empty()
     }
 
     /// What `portcullis tools diff` prints.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         for c in &self.changed {
             out.push_str(&format!("changed: {}\n  pinned:  {}\n  current: {}\n", c.name, c.pinned, c.current));

@@ -47,7 +47,7 @@ fn draft(schema: &Value) -> Result<jsonschema::Draft, String> {
 
 impl ArgumentSchema {
     /// Compiles the tool's `inputSchema`.
-    pub fn compile(tool: &Map<String, Value>) -> ArgumentSchema {
+    pub(crate) fn compile(tool: &Map<String, Value>) -> ArgumentSchema {
         let Some(schema) = tool.get("inputSchema") else { return ArgumentSchema(Err("the tool has no inputSchema".to_owned())) };
         let compiled = draft(schema).and_then(|d| {
             jsonschema::options().with_draft(d).build(schema).map_err(|e| format!("its inputSchema cannot be compiled ({})", e.kind().keyword()))
@@ -62,7 +62,7 @@ impl ArgumentSchema {
 
     /// Validates `arguments` (absent: an empty object). `Ok` also when the schema is
     /// unsupported: ask [`ArgumentSchema::unsupported`] first.
-    pub fn check(&self, arguments: Option<&Map<String, Value>>) -> Result<(), Invalid> {
+    pub(crate) fn check(&self, arguments: Option<&Map<String, Value>>) -> Result<(), Invalid> {
         let Ok(validator) = &self.0 else { return Ok(()) };
         let instance = Value::Object(arguments.cloned().unwrap_or_default());
         match validator.validate(&instance) {

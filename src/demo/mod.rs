@@ -295,7 +295,7 @@ impl Demo {
     }
 
     /// The gateways of [`ROLLOUT`], in its order.
-    pub fn rollout(&self) -> [&DemoGateway; 4] {
+    pub(crate) fn rollout(&self) -> [&DemoGateway; 4] {
         [&self.monitor, &self.steps[0], &self.steps[1], &self.enforce]
     }
 

@@ -15,7 +15,7 @@ pub(crate) const DEMO_SCOPES: &str = "tools:read tools:write payments:write";
 
 /// An access token (`typ` at+jwt, EdDSA, the issuer's Ed25519 key) for `sub` with
 /// [`DEMO_SCOPES`], valid for `lifetime_secs`, whose audience is `audience`.
-pub fn mint(issuer: &Issuer, audience: &str, sub: &str, lifetime_secs: u64) -> Result<String, ServiceError> {
+pub(crate) fn mint(issuer: &Issuer, audience: &str, sub: &str, lifetime_secs: u64) -> Result<String, ServiceError> {
     issuer.ed.try_sign(&claims(issuer, audience, sub, lifetime_secs))
 }
 

@@ -183,13 +183,13 @@ pub(crate) struct ResolvedKey {
 
 impl ResolvedKey {
     /// The Ed25519 public key.
-    pub fn key(&self) -> &VerifyingKey {
+    pub(crate) fn key(&self) -> &VerifyingKey {
         &self.key
     }
 
     /// The agent id: the directory's normalized origin, a `jwks_uri` key set's full URL, or a
     /// static key's `agent`.
-    pub fn agent(&self) -> &str {
+    pub(crate) fn agent(&self) -> &str {
         &self.agent
     }
 }
@@ -273,7 +273,7 @@ impl std::fmt::Debug for KeyResolver {
 impl KeyResolver {
     /// Builds the resolver from the validated `[signatures]` key settings. Fails only when
     /// the HTTPS client cannot be built (`signatures.directory_ca` unreadable or not PEM).
-    pub fn new(cfg: &Directory) -> Result<Self, FieldError> {
+    pub(crate) fn new(cfg: &Directory) -> Result<Self, FieldError> {
         let fetcher = HttpFetch::new(cfg.ca.as_deref(), cfg.timeout).map_err(|e| FieldError::new("signatures.directory_ca", e.to_string()))?;
         Ok(Self::with_fetcher(static_keys(cfg), cfg.trusted_agents.iter().cloned().collect(), Arc::new(fetcher), Settings::from(cfg)))
     }
@@ -296,13 +296,13 @@ impl KeyResolver {
 
     /// The resolver's counters (fetches by result, refusals by exhausted budget), for the
     /// metrics registry.
-    pub fn metrics(&self) -> DirectoryMetrics {
+    pub(crate) fn metrics(&self) -> DirectoryMetrics {
         self.metrics.clone()
     }
 
     /// The key for `keyid`, named by `agent` (the `Signature-Agent` member the signature
     /// covers), at time `now`.
-    pub async fn resolve(&self, agent: Option<&AgentRef>, keyid: &str, now: UnixTime) -> Result<ResolvedKey, DirectoryError> {
+    pub(crate) async fn resolve(&self, agent: Option<&AgentRef>, keyid: &str, now: UnixTime) -> Result<ResolvedKey, DirectoryError> {
         let Some(agent) = agent else {
             return self.statics.get(keyid).cloned().ok_or_else(|| DirectoryError::NoAgent { keyid: keyid.to_owned() });
         };

@@ -37,7 +37,7 @@ pub enum KeyError {
 }
 
 /// The request's key, if it sent one.
-pub fn parse(headers: &HeaderMap) -> Result<Option<(String, KeyForm)>, KeyError> {
+pub(crate) fn parse(headers: &HeaderMap) -> Result<Option<(String, KeyForm)>, KeyError> {
     let mut values = headers.get_all(HEADER).iter();
     let Some(value) = values.next() else { return Ok(None) };
     if values.next().is_some() {

@@ -107,7 +107,7 @@ pub enum IdempotencyError {
 
 impl IdempotencyError {
     /// The `error` code clients, logs and metrics see.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             IdempotencyError::KeyRequired | IdempotencyError::MalformedKey(_) | IdempotencyError::NoIdentity | IdempotencyError::Batch => {
                 "idempotency_key_required"
@@ -122,7 +122,7 @@ impl IdempotencyError {
     }
 
     /// The HTTP status of the refusal.
-    pub fn status(&self) -> http::StatusCode {
+    pub(crate) fn status(&self) -> http::StatusCode {
         use http::StatusCode;
         match self {
             IdempotencyError::KeyRequired
@@ -282,7 +282,7 @@ impl std::fmt::Debug for Idempotency {
 
 impl Idempotency {
     /// The stage over the journal `state.store` chose ([`Stores::journal`]).
-    pub fn new(cfg: &config::Idempotency, stores: &Stores) -> Idempotency {
+    pub(crate) fn new(cfg: &config::Idempotency, stores: &Stores) -> Idempotency {
         let metrics = IdempotencyMetrics::default();
         let journal = cfg.enabled.then(|| {
             Arc::new(Journal {
@@ -298,7 +298,7 @@ impl Idempotency {
     }
 
     /// The counters, to register with the metrics.
-    pub fn metrics(&self) -> &IdempotencyMetrics {
+    pub(crate) fn metrics(&self) -> &IdempotencyMetrics {
         &self.metrics
     }
 
@@ -306,7 +306,7 @@ impl Idempotency {
     /// `Ok(None)`: the key is optional and none was sent (or the journal is off), so the call
     /// goes on without the journal.
     /// `mcp` is the parsed request (stage 8).
-    pub async fn claim(&self, req: &Inbound, caller: Caller<'_>, mcp: Option<&McpRequest>, key_use: KeyUse) -> Result<Option<Claim>, IdempotencyError> {
+    pub(crate) async fn claim(&self, req: &Inbound, caller: Caller<'_>, mcp: Option<&McpRequest>, key_use: KeyUse) -> Result<Option<Claim>, IdempotencyError> {
         let result = self.claim_inner(req, caller, mcp, key_use).await;
         match &result {
             Ok(Some(Claim::First(_))) => self.metrics.count("first"),
@@ -389,7 +389,7 @@ fn journal_key(scope: &str, key: &str) -> String {
 
 /// Wraps a forwarded call's response so its answer is recorded as it streams past, when
 /// `claim` is this call's reservation (taken from it). Any other response is returned unchanged.
-pub async fn record(claim: &mut Option<Claim>, resp: http::Response<ResponseBody>) -> http::Response<ResponseBody> {
+pub(crate) async fn record(claim: &mut Option<Claim>, resp: http::Response<ResponseBody>) -> http::Response<ResponseBody> {
     match claim.take() {
         Some(Claim::First(reservation)) => record::tee(reservation, resp).await,
         other => {
@@ -401,7 +401,7 @@ pub async fn record(claim: &mut Option<Claim>, resp: http::Response<ResponseBody
 
 /// The forward failed (backend unreachable, timeout): gives the key back before the client
 /// hears of it, so its retry is forwarded.
-pub async fn release(claim: &mut Option<Claim>) {
+pub(crate) async fn release(claim: &mut Option<Claim>) {
     if let Some(Claim::First(reservation)) = claim.take() {
         reservation.release("released").await;
     }

@@ -38,7 +38,7 @@ pub enum Binding {
 
 impl Binding {
     /// The name in policy input, logs and metrics.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Binding::None => "none",
             Binding::Dpop => "dpop",

@@ -248,19 +248,19 @@ impl VerifiedToken {
     }
 
     /// The issuer (always the configured one).
-    pub fn iss(&self) -> &str {
+    pub(crate) fn iss(&self) -> &str {
         &self.0.iss
     }
     /// The subject (the user), when the issuer named one (always for JWTs).
-    pub fn sub(&self) -> Option<&str> {
+    pub(crate) fn sub(&self) -> Option<&str> {
         self.0.sub.as_deref()
     }
     /// The audiences; one of them is this resource.
-    pub fn aud(&self) -> &[String] {
+    pub(crate) fn aud(&self) -> &[String] {
         &self.0.aud
     }
     /// The granted scopes, from `scope` and/or `scp`.
-    pub fn scopes(&self) -> &[String] {
+    pub(crate) fn scopes(&self) -> &[String] {
         &self.0.scopes
     }
     /// Every claim (JWT) or introspection member, for the policy input.
@@ -277,11 +277,11 @@ impl VerifiedToken {
         self.0.client_id.as_deref()
     }
     /// Expiry, seconds since the epoch.
-    pub fn exp(&self) -> u64 {
+    pub(crate) fn exp(&self) -> u64 {
         self.0.exp
     }
     /// `cnf.jkt`: the RFC 7638 thumbprint of the key the token is bound to, if it is bound.
-    pub fn jkt(&self) -> Option<&str> {
+    pub(crate) fn jkt(&self) -> Option<&str> {
         self.0.jkt.as_deref()
     }
 
@@ -384,7 +384,7 @@ impl TokenVerifier {
     }
 
     /// The stage's counters (token cache, JWKS fetches), for the metrics registry.
-    pub fn metrics(&self) -> &TokenMetrics {
+    pub(crate) fn metrics(&self) -> &TokenMetrics {
         &self.metrics
     }
 

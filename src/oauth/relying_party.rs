@@ -55,7 +55,7 @@ impl std::fmt::Debug for RelyingParty {
 
 impl RelyingParty {
     /// Built from `[oauth]` (issuer, trust root, timeouts) and the client registration.
-    pub fn new(cfg: &config::OAuth, client_id: &str, client_secret: Option<SecretString>) -> Result<RelyingParty, FieldError> {
+    pub(crate) fn new(cfg: &config::OAuth, client_id: &str, client_secret: Option<SecretString>) -> Result<RelyingParty, FieldError> {
         let issuer = cfg.issuer.clone().ok_or_else(|| FieldError::new("oauth.issuer", "required for approval logins"))?;
         let http = tls::outbound_client("oauth.issuer_ca", cfg.issuer_ca.as_deref(), cfg.fetch_timeout)
             .map_err(|e| FieldError::new("oauth.issuer_ca", e.to_string()))?;
@@ -65,12 +65,12 @@ impl RelyingParty {
     }
 
     /// The issuer identifier (`oauth.issuer`).
-    pub fn issuer(&self) -> &str {
+    pub(crate) fn issuer(&self) -> &str {
         &self.client.issuer
     }
 
     /// The client id.
-    pub fn client_id(&self) -> &str {
+    pub(crate) fn client_id(&self) -> &str {
         &self.client_id
     }
 
@@ -125,7 +125,7 @@ impl RelyingParty {
 
     /// OIDC Core §3.1.3.7 steps 2–11 and 13's input: signature with the issuer's keys (never
     /// `none` or a MAC), `iss`, `aud`, `azp`, `exp`, `nonce`; `auth_time` is returned.
-    pub async fn validate(&self, id_token: &str, nonce: &str, now: UnixTime) -> Result<Login, TokenError> {
+    pub(crate) async fn validate(&self, id_token: &str, nonce: &str, now: UnixTime) -> Result<Login, TokenError> {
         let jwt = token::decode_id_token(id_token)?;
         let keys = self.jwks.keys_for(jwt.kid.as_deref(), jwt.alg, now).await?;
         if !keys.iter().any(|k| token::verify_signature(&jwt, k).is_ok()) {

@@ -108,7 +108,7 @@ impl SourceSet {
     }
 
     /// A short fingerprint of the texts, naming the policy version in the decision log.
-    pub fn version(&self) -> String {
+    pub(crate) fn version(&self) -> String {
         use sha2::{Digest, Sha256};
         let mut h = Sha256::new();
         for f in self.modules.iter().chain(&self.data) {

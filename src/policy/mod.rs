@@ -91,7 +91,7 @@ pub enum PolicyError {
 
 impl PolicyError {
     /// The policy set that failed.
-    pub fn version(&self) -> &str {
+    pub(crate) fn version(&self) -> &str {
         match self {
             PolicyError::Evaluation { version, .. }
             | PolicyError::Input { version, .. }
@@ -233,17 +233,18 @@ impl Policy {
     }
 
     /// Reload health, for metrics and readiness.
-    pub fn health(&self) -> &PolicyHealth {
+    pub(crate) fn health(&self) -> &PolicyHealth {
         &self.slot.health
     }
 
     /// The version of the set now in use.
-    pub fn version(&self) -> String {
+    pub(crate) fn version(&self) -> String {
         self.slot.current.load().version.clone()
     }
 
     /// Recompiles now (what SIGHUP does). On error the old set stays in use.
-    pub fn reload(&self) -> Result<String, LoadError> {
+    #[cfg(test)]
+    pub(crate) fn reload(&self) -> Result<String, LoadError> {
         self.slot.reload()
     }
 

@@ -35,7 +35,7 @@ pub(crate) struct ReloadTrigger(mpsc::UnboundedSender<()>);
 
 impl ReloadTrigger {
     /// Requests a reload; `false` once the reload task has stopped.
-    pub fn reload(&self) -> bool {
+    pub(crate) fn reload(&self) -> bool {
         self.0.send(()).is_ok()
     }
 }

@@ -71,7 +71,7 @@ pub fn eval_file(config: &crate::config::Config, input: &Path) -> Result<EvalRep
 }
 
 /// Evaluates `query` over `source` with `input` (a JSON input document).
-pub fn eval(source: &Source, query: &str, input: serde_json::Value) -> Result<EvalReport, ToolingError> {
+pub(crate) fn eval(source: &Source, query: &str, input: serde_json::Value) -> Result<EvalReport, ToolingError> {
     let set = SourceSet::read(source, false)?;
     let mut engine = set.compile()?;
     engine.set_input(Value::from(input));

@@ -91,7 +91,7 @@ fn one() -> u64 {
 }
 
 /// Parses the value of `policy.query`. `Err` says what is malformed (for the operator's log).
-pub fn parse(value: &regorus::Value) -> Result<PolicyVerdict, String> {
+pub(crate) fn parse(value: &regorus::Value) -> Result<PolicyVerdict, String> {
     if *value == regorus::Value::Undefined {
         return Err("the decision is undefined for this input (no rule and no default produced it)".to_owned());
     }

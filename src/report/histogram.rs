@@ -58,12 +58,13 @@ impl Histogram {
     }
 
     /// Values recorded.
-    pub fn count(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn count(&self) -> u64 {
         self.total
     }
 
     /// The largest value recorded (exact).
-    pub fn max(&self) -> u64 {
+    pub(crate) fn max(&self) -> u64 {
         self.max
     }
 

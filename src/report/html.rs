@@ -16,7 +16,7 @@ const BAR: &str = "#3f51b5";
 const P99: &str = "#9fa8da";
 
 /// Escapes text for HTML element content and attribute values.
-pub fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

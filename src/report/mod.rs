@@ -60,12 +60,12 @@ impl Counts {
     }
 
     /// All requests counted.
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.allow + self.deny + self.would_deny + self.held
     }
 
     /// Requests enforcement refuses (denied now, or would be).
-    pub fn refused(&self) -> u64 {
+    pub(crate) fn refused(&self) -> u64 {
         self.deny + self.would_deny
     }
 }
@@ -120,7 +120,7 @@ pub struct ApprovalCounts {
 
 impl ApprovalCounts {
     /// Whether the log shows any approval at all.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         *self == ApprovalCounts::default()
     }
 }
@@ -387,7 +387,7 @@ impl Report {
     }
 
     /// What the report read: requests, approval-page events, and the lines it skipped.
-    pub fn counted(&self) -> String {
+    pub(crate) fn counted(&self) -> String {
         let a = &self.approvals;
         let page_events = a.approved + a.denied + a.wrong_user;
         let mut out = counted(self.requests, "request", "requests");

@@ -13,7 +13,7 @@ pub use portcullis_wire::test_vectors::{case, ed25519_signing_key, parse_message
 use portcullis_wire::UnixTime;
 
 /// An `Inbound` for a request message, at `now` seconds.
-pub fn inbound(text: &str, now: u64, is_tls: bool) -> Inbound {
+pub(crate) fn inbound(text: &str, now: u64, is_tls: bool) -> Inbound {
     let m = parse_message(text);
     let mut req = http::Request::builder().method(m.method.unwrap()).uri(m.uri.unwrap()).body(()).unwrap();
     *req.headers_mut() = m.headers;
@@ -36,7 +36,7 @@ pub(crate) fn raw_signatures() -> RawSignatures {
 }
 
 /// [`raw_signatures`] with the given components and a max age (seconds).
-pub fn config(components: &[&str], max_age: u64) -> RawSignatures {
+pub(crate) fn config(components: &[&str], max_age: u64) -> RawSignatures {
     RawSignatures { components: components.iter().map(|c| (*c).to_owned()).collect(), max_age: HumanDuration(Duration::from_secs(max_age)), ..raw_signatures() }
 }
 

@@ -290,7 +290,7 @@ pub struct PendingSignature {
 
 impl PendingSignature {
     /// The `keyid` parameter (an RFC 7638 thumbprint under Web Bot Auth).
-    pub fn keyid(&self) -> &str {
+    pub(crate) fn keyid(&self) -> &str {
         &self.params.keyid
     }
 
@@ -300,17 +300,20 @@ impl PendingSignature {
     }
 
     /// The `alg` parameter, when sent (always `ed25519` after `prepare`).
-    pub fn alg(&self) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn alg(&self) -> Option<&str> {
         self.params.alg.as_deref()
     }
 
     /// `created`, Unix seconds.
-    pub fn created(&self) -> i64 {
+    #[cfg(test)]
+    pub(crate) fn created(&self) -> i64 {
         self.params.created
     }
 
     /// `expires`, Unix seconds.
-    pub fn expires(&self) -> i64 {
+    #[cfg(test)]
+    pub(crate) fn expires(&self) -> i64 {
         self.params.expires
     }
 
@@ -320,12 +323,14 @@ impl PendingSignature {
     }
 
     /// The signature's label (not signed; an intermediary may change it).
-    pub fn label(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn label(&self) -> &str {
         &self.label
     }
 
     /// The signature base the bytes must verify over (RFC 9421 §2.5).
-    pub fn signature_base(&self) -> &[u8] {
+    #[cfg(test)]
+    pub(crate) fn signature_base(&self) -> &[u8] {
         &self.base
     }
 
@@ -371,27 +376,28 @@ impl VerifiedSignature {
     }
 
     /// The agent identity the caller resolved the key for.
-    pub fn agent(&self) -> &str {
+    pub(crate) fn agent(&self) -> &str {
         &self.agent
     }
 
     /// The signature's `tag`.
-    pub fn tag(&self) -> &str {
+    pub(crate) fn tag(&self) -> &str {
         &self.params.tag
     }
 
     /// `created`, Unix seconds.
-    pub fn created(&self) -> i64 {
+    #[cfg(test)]
+    pub(crate) fn created(&self) -> i64 {
         self.params.created
     }
 
     /// `expires`, Unix seconds.
-    pub fn expires(&self) -> i64 {
+    pub(crate) fn expires(&self) -> i64 {
         self.params.expires
     }
 
     /// The `nonce`, when sent.
-    pub fn nonce(&self) -> Option<&str> {
+    pub(crate) fn nonce(&self) -> Option<&str> {
         self.params.nonce.as_deref()
     }
 
