@@ -170,7 +170,7 @@ impl Floor {
         };
         let (created, expires) = (integer("created")?, integer("expires")?);
         let now = i64::try_from(now).unwrap_or(i64::MAX);
-        if expires <= created || expires.saturating_add(SKEW) <= now || created > now.saturating_add(SKEW) || expires - created > MAX_AGE {
+        if expires <= created || expires.saturating_add(SKEW) <= now || created > now.saturating_add(SKEW) || expires.saturating_sub(created) > MAX_AGE {
             return Err(Refusal::Stale);
         }
         match p.get("nonce") {

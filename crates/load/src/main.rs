@@ -27,18 +27,19 @@
 //! this noisy machine), (b)/(f) against the floor (the headline) and (b)/(a), (c)/(a), with
 //! min/median/max over the rounds, and what the full chain costs above the floor, (b) − (f) in
 //! CPU µs per request. `--no-references` leaves nginx and the minimal proxy out, `--no-floor`
-//! the floor. `--catalog` adds (d), the
-//! full chain with the tool catalog on (`tools.catalog = "fetch"`, `validate_arguments`), and
-//! prints what the catalog stage adds per request, (d) − (b) in CPU µs, per round.
+//! the floor. `--catalog` adds (d), the full chain with the tool catalog on (`tools.catalog =
+//! "fetch"`, `validate_arguments`), and prints what the catalog stage adds per request,
+//! (d) − (b) in CPU µs, per round, and (d)/(f).
 //!
 //! Then, once per round, open loop at half and a quarter of the measured peak of (b) (or
 //! `--rate R` req/s), with min/median/max of the p99 added over the rounds:
-//! p50/p99 of the backend alone, nginx, the floor and (a), (b), (c), the p99 each adds over the backend, the
-//! gateway's CPU per request at that rate, and how long the gateway's threads waited for a CPU
-//! per request (this machine's contention). `--rounds 0 --rate R` runs only that. `--soak S` then
-//! runs the full chain at peak for S seconds (signing each request as it goes) and reports the
-//! gateway's RSS over time. `--perf DIR` records each measured gateway with `perf record`. `--pin` gives the gateway CPU 1 to
-//! itself and puts the driver, wrk and the backend on CPU 0. `BENCH_GATEWAY_WORKERS=N` gives the
+//! p50/p99 of the backend alone, nginx, the floor and (a), (b), (c), the p99 each adds over the
+//! backend, the proxy's CPU per request at that rate, and how long the proxy's threads waited for
+//! a CPU per request (this machine's contention). `--rounds 0 --rate R` runs only that. `--soak S`
+//! then runs the full chain at peak for S seconds (signing each request as it goes) and reports
+//! the gateway's RSS over time. `--perf DIR` records each measured gateway with `perf record`.
+//! `--pin` gives the gateway (and each reference proxy, in its turn) CPU 1 to itself and puts the
+//! driver, wrk and the backend on CPU 0. `BENCH_GATEWAY_WORKERS=N` gives the
 //! gateway (only) N tokio workers.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver: a panic is a failed run
 
