@@ -4,7 +4,7 @@
 //! ```text
 //! benches/load.sh [--seconds 8] [--rounds 3] [--connections 32,128] [--sizes 1024,65536]
 //!                 [--driver wrk|builtin] [--rate R] [--no-latency] [--soak SECONDS] [--perf DIR]
-//!                 [--pin] [--no-references] [--catalog] [--gateway PATH]
+//!                 [--pin] [--no-references] [--no-floor] [--catalog] [--gateway PATH]
 //! ```
 //! (`benches/load.sh` installs wrk when it is missing, builds the gateway with
 //! `cargo build --release -p portcullis` and runs this driver, `cargo run --release -p
@@ -12,28 +12,34 @@
 //! it.)
 //!
 //! One run measures, interleaved round by round so machine noise hits every scenario alike,
-//! two references — nginx as a reverse proxy (one worker, keep-alive upstream, no access log)
-//! and the smallest hyper reverse proxy (this binary run with `--minimal-proxy`) — and
+//! three references — nginx as a reverse proxy (one worker, keep-alive upstream, no access log),
+//! the smallest hyper reverse proxy (this binary run with `--minimal-proxy`) and (f) the
+//! verification floor, that proxy proving who sent each request and nothing else (this binary
+//! run with `--floor-proxy`, `src/floor.rs`: Content-Digest, the signature's fields and
+//! parameters, the base, `verify_strict` with one static key, the nonce remembered) — and
 //! (a) bare pass-through, (b) the full chain (digest + signature + replay + JWT + Rego +
-//! quota), (c) JWT + Rego only. Every request in (b) carries its own signature: a pool of
-//! signed requests is generated before each measurement (the replay cache refuses reuse) and
+//! quota), (c) JWT + Rego only. Every request in (b) and (f) carries its own signature: a pool
+//! of signed requests is generated before each measurement (the replay cache refuses reuse) and
 //! wrk replays it through `crates/load/load.lua`, each request once. The gateway and the example
 //! MCP backend run as separate processes, so the gateway's CPU time per request is read from
 //! /proc alone. Prints req/s, p50/p99 latency, gateway CPU µs per request, and the ratios
-//! against nginx (the headline: each round's scenarios run back to back, so a ratio compares
-//! like with like on this noisy machine) and (b)/(a), (c)/(a), with min/median/max over the
-//! rounds. `--no-references` leaves nginx and the minimal proxy out. `--catalog` adds (d), the
-//! full chain with the tool catalog on (`tools.catalog = "fetch"`, `validate_arguments`), and
-//! prints what the catalog stage adds per request, (d) − (b) in CPU µs, per round.
+//! against nginx (each round's scenarios run back to back, so a ratio compares like with like on
+//! this noisy machine), (b)/(f) against the floor (the headline) and (b)/(a), (c)/(a), with
+//! min/median/max over the rounds, and what the full chain costs above the floor, (b) − (f) in
+//! CPU µs per request. `--no-references` leaves nginx and the minimal proxy out, `--no-floor`
+//! the floor. `--catalog` adds (d), the full chain with the tool catalog on (`tools.catalog =
+//! "fetch"`, `validate_arguments`), and prints what the catalog stage adds per request,
+//! (d) − (b) in CPU µs, per round, and (d)/(f).
 //!
 //! Then, once per round, open loop at half and a quarter of the measured peak of (b) (or
 //! `--rate R` req/s), with min/median/max of the p99 added over the rounds:
-//! p50/p99 of the backend alone and of (a), (b), (c), the p99 each adds over the backend, the
-//! gateway's CPU per request at that rate, and how long the gateway's threads waited for a CPU
-//! per request (this machine's contention). `--rounds 0 --rate R` runs only that. `--soak S` then
-//! runs the full chain at peak for S seconds (signing each request as it goes) and reports the
-//! gateway's RSS over time. `--perf DIR` records each measured gateway with `perf record`. `--pin` gives the gateway CPU 1 to
-//! itself and puts the driver, wrk and the backend on CPU 0. `BENCH_GATEWAY_WORKERS=N` gives the
+//! p50/p99 of the backend alone, nginx, the floor and (a), (b), (c), the p99 each adds over the
+//! backend, the proxy's CPU per request at that rate, and how long the proxy's threads waited for
+//! a CPU per request (this machine's contention). `--rounds 0 --rate R` runs only that. `--soak S`
+//! then runs the full chain at peak for S seconds (signing each request as it goes) and reports
+//! the gateway's RSS over time. `--perf DIR` records each measured gateway with `perf record`.
+//! `--pin` gives the gateway (and each reference proxy, in its turn) CPU 1 to itself and puts the
+//! driver, wrk and the backend on CPU 0. `BENCH_GATEWAY_WORKERS=N` gives the
 //! gateway (only) N tokio workers.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver: a panic is a failed run
 
@@ -55,6 +61,8 @@ use portcullis_test_support::issuer::{unix_now, Issuer};
 use portcullis_test_support::keys::SigningKey as JwtKey;
 use portcullis_test_support::pki::TestCa;
 use portcullis_wire::UnixTime;
+
+mod floor;
 
 /// The gateway binary under test (`--gateway PATH` or `PORTCULLIS_BIN`), set once by [`options`].
 static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
@@ -90,6 +98,8 @@ struct Options {
     perf: Option<std::path::PathBuf>,
     /// Measure nginx and the minimal hyper proxy in the same rounds (`--no-references` skips).
     references: bool,
+    /// Measure (f), the verification floor, in the same rounds (`--no-floor` skips).
+    floor: bool,
     /// `--catalog`: also (d), the full chain with the tool catalog (pins off, arguments checked).
     catalog: bool,
 }
@@ -107,6 +117,7 @@ fn options() -> Options {
         soak: None,
         perf: None,
         references: true,
+        floor: true,
         catalog: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -137,6 +148,10 @@ fn options() -> Options {
             }
             "--no-references" => {
                 o.references = false;
+                step = 1;
+            }
+            "--no-floor" => {
+                o.floor = false;
                 step = 1;
             }
             "--catalog" => {
@@ -173,6 +188,8 @@ enum Scenario {
     Nginx,
     /// Reference: the smallest hyper reverse proxy (this binary, `--minimal-proxy`).
     Minimal,
+    /// Reference (f): the verification floor (this binary, `--floor-proxy`, `src/floor.rs`).
+    Floor,
     Bare,
     Full,
     TokenPolicy,
@@ -186,6 +203,7 @@ impl Scenario {
             Scenario::Direct => "backend alone",
             Scenario::Nginx => "nginx",
             Scenario::Minimal => "minimal hyper",
+            Scenario::Floor => "(f) floor",
             Scenario::Bare => "(a) pass-through",
             Scenario::Full => "(b) full chain",
             Scenario::TokenPolicy => "(c) JWT + Rego",
@@ -301,11 +319,11 @@ fn config_for(env: &Env, scenario: Scenario, port: u16) -> String {
         _ => "[signatures]\nrequired = false\n".to_owned(),
     };
     let oauth = match scenario {
-        Scenario::Bare | Scenario::Direct | Scenario::Nginx | Scenario::Minimal => "[oauth]\nrequired = false\n".to_owned(),
+        Scenario::Bare | Scenario::Direct | Scenario::Nginx | Scenario::Minimal | Scenario::Floor => "[oauth]\nrequired = false\n".to_owned(),
         _ => format!("[oauth]\nrequired = true\nissuer = {:?}\nissuer_ca = {:?}\n", env.issuer.url(), env._ca.ca_path()),
     };
     let policy = match scenario {
-        Scenario::Bare | Scenario::Direct | Scenario::Nginx | Scenario::Minimal => "[policy]\nenabled = false\n".to_owned(),
+        Scenario::Bare | Scenario::Direct | Scenario::Nginx | Scenario::Minimal | Scenario::Floor => "[policy]\nenabled = false\n".to_owned(),
         _ => format!("[policy]\npaths = [{:?}]\nwatch = false\n", env.policies.path()),
     };
     let tools = if scenario == Scenario::FullCatalog { "[tools]\ncatalog = \"fetch\"\nvalidate_arguments = true\n" } else { "" };
@@ -321,6 +339,7 @@ fn start(env: &Env, scenario: Scenario) -> (Option<Proc>, String) {
         Scenario::Direct => return (None, env.backend.clone()),
         Scenario::Nginx => return start_nginx(env),
         Scenario::Minimal => return start_minimal(env),
+        Scenario::Floor => return start_floor(env),
         _ => {}
     }
     let path = env.dir.path().join(format!("{scenario:?}.toml"));
@@ -410,6 +429,19 @@ fn start_minimal(env: &Env) -> (Option<Proc>, String) {
     (Some(Proc(child)), addr)
 }
 
+/// (f) the verification floor, run as its own process (this binary with `--floor-proxy`), trusting
+/// the bench agent's key (`src/floor.rs`).
+fn start_floor(env: &Env) -> (Option<Proc>, String) {
+    use base64::Engine as _;
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let key = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(env.agent_key.verifying_key().as_bytes());
+    let exe = std::env::current_exe().unwrap();
+    let child = pinned(&exe).args(["--floor-proxy", &addr, &env.backend, &key]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("floor proxy");
+    wait_listening(&addr, "the floor proxy");
+    (Some(Proc(child)), addr)
+}
+
 /// `--minimal-proxy LISTEN UPSTREAM`: accepts HTTP/1.1 on LISTEN and forwards every request to
 /// UPSTREAM over pooled keep-alive connections, streaming both bodies. No checks, no logging.
 fn minimal_proxy(listen: &str, upstream: &str) {
@@ -492,12 +524,12 @@ fn signer(env: &Env) -> Signer {
     Signer::new(env.agent_key.clone(), AGENT).unwrap().with_nonce(Nonce::Random)
 }
 
-/// Builds `n` requests; for the full chain each gets its own signature (and nonce).
+/// Builds `n` requests; for the full chain and the floor each gets its own signature (and nonce).
 fn pool(env: &Env, scenario: Scenario, authority: &str, body: &Bytes, token: &str, n: usize) -> Vec<HeaderMap> {
     let signer = signer(env);
     let now = UnixTime::now();
     let token = matches!(scenario, Scenario::Full | Scenario::TokenPolicy | Scenario::FullCatalog).then_some(token);
-    let signer = matches!(scenario, Scenario::Full | Scenario::FullCatalog).then_some(&signer);
+    let signer = matches!(scenario, Scenario::Full | Scenario::FullCatalog | Scenario::Floor).then_some(&signer);
     (0..n).map(|_| head(signer, authority, body, token, now)).collect()
 }
 
@@ -824,12 +856,15 @@ fn stop_perf(perf: Option<Proc>) {
     }
 }
 
-/// The scenarios of one closed-loop round, in order: the references first (unless
-/// `--no-references`), then the gateway's three.
+/// The scenarios of one closed-loop round, in order: the references first (nginx and the
+/// minimal proxy unless `--no-references`, the floor unless `--no-floor`), then the gateway's.
 fn scenarios(opts: &Options) -> Vec<Scenario> {
     let mut v = Vec::new();
     if opts.references {
         v.extend([Scenario::Nginx, Scenario::Minimal]);
+    }
+    if opts.floor {
+        v.push(Scenario::Floor);
     }
     v.extend([Scenario::Bare, Scenario::Full, Scenario::TokenPolicy]);
     if opts.catalog {
@@ -844,6 +879,7 @@ fn tag(scenario: Scenario) -> &'static str {
         Scenario::Direct => "direct",
         Scenario::Nginx => "nginx",
         Scenario::Minimal => "minimal",
+        Scenario::Floor => "f",
         Scenario::Bare => "a",
         Scenario::Full => "b",
         Scenario::TokenPolicy => "c",
@@ -863,8 +899,9 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
             // Warm-up: connections, JWKS fetch, token cache, policy VMs.
             let warm = pool(env, scenario, &addr, &body, token, conns * 20);
             let _ = measure_builtin(&addr, Some(pid), Requests::Pool { heads: Arc::new(warm), cycle: false }, body.clone(), conns, 1.0).await;
-            // Signed pool: more than the full chain can take in the run on this machine.
-            let cycle = !matches!(scenario, Scenario::Full | Scenario::FullCatalog);
+            // Signed pool: more than the full chain (or the floor) can take in the run on this
+            // machine.
+            let cycle = !matches!(scenario, Scenario::Full | Scenario::FullCatalog | Scenario::Floor);
             let n = if cycle { 10_000 } else { (opts.seconds.ceil() * 25_000.0) as usize };
             let requests = Requests::Pool { heads: Arc::new(pool(env, scenario, &addr, &body, token, n)), cycle };
             let perf = start_perf(opts, pid, format!("{}-{size}-{conns}-{round}.data", tag(scenario)));
@@ -923,9 +960,22 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
         println!("  throughput {label}: min {lo:.2} median {mid:.2} max {hi:.2}; CPU/req {label}: min {clo:.2} median {cmid:.2} max {chi:.2}");
     };
     if let Some(nginx) = index(Scenario::Nginx) {
-        for s in [Scenario::Minimal, Scenario::Bare, Scenario::Full, Scenario::TokenPolicy] {
-            ratio(index(s).unwrap(), nginx, format!("{}/nginx", &s.name()[..s.name().find(' ').unwrap_or(s.name().len())]));
+        for s in [Scenario::Minimal, Scenario::Floor, Scenario::Bare, Scenario::Full, Scenario::TokenPolicy] {
+            if let Some(x) = index(s) {
+                ratio(x, nginx, format!("{}/nginx", &s.name()[..s.name().find(' ').unwrap_or(s.name().len())]));
+            }
         }
+    }
+    if let Some(f) = index(Scenario::Floor) {
+        // The headline: the full chain against the cheapest proxy that proves the sender.
+        let full = index(Scenario::Full).unwrap();
+        ratio(full, f, "(b)/(f)".into());
+        if let Some(d) = index(Scenario::FullCatalog) {
+            ratio(d, f, "(d)/(f)".into());
+        }
+        let above: Vec<f64> = results[full].iter().zip(&results[f]).map(|(b, f)| b.cpu_us_per_req - f.cpu_us_per_req).collect();
+        let (lo, mid, hi) = min_median_max(&mut above.clone());
+        println!("  the full chain's CPU per request above the floor's, (b) - (f): min {lo:.1} median {mid:.1} max {hi:.1} µs");
     }
     let bare = index(Scenario::Bare).unwrap();
     ratio(index(Scenario::Full).unwrap(), bare, "(b)/(a)".into());
@@ -956,7 +1006,8 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
     let mut cpu = Vec::new();
     let mut added = Vec::new();
     let references: &[Scenario] = if opts.references { &[Scenario::Nginx] } else { &[] };
-    let order = [Scenario::Direct].iter().chain(references).chain(&[Scenario::Bare, Scenario::Full, Scenario::TokenPolicy]);
+    let floor: &[Scenario] = if opts.floor { &[Scenario::Floor] } else { &[] };
+    let order = [Scenario::Direct].iter().chain(references).chain(floor).chain(&[Scenario::Bare, Scenario::Full, Scenario::TokenPolicy]);
     for &scenario in order {
         let (gw, addr) = start(env, scenario);
         let warm = pool(env, scenario, &addr, &body, token, 200);
@@ -971,7 +1022,7 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
         }
         // The proxy's own columns; the backend alone has none, nginx has no stage metrics.
         let (cpu_col, wait, inside) = if pid.is_some() {
-            let is_gateway = !matches!(scenario, Scenario::Nginx | Scenario::Minimal);
+            let is_gateway = !matches!(scenario, Scenario::Nginx | Scenario::Minimal | Scenario::Floor);
             if is_gateway {
                 cpu.push(s.cpu_us_per_req);
                 added.push(s.p99_us as f64 - direct_p99 as f64);
@@ -1035,6 +1086,12 @@ fn main() {
     if let [_, flag, listen, upstream] = &args[..] {
         if flag == "--minimal-proxy" {
             minimal_proxy(listen, upstream);
+            return;
+        }
+    }
+    if let [_, flag, listen, upstream, key] = &args[..] {
+        if flag == "--floor-proxy" {
+            floor::run(listen, upstream, key);
             return;
         }
     }
