@@ -40,4 +40,5 @@ pub mod state;
 pub mod telemetry;
 pub mod throttle;
 pub mod tls;
+pub mod upstream_auth;
 pub mod visible;

@@ -136,6 +136,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
 /// port before the config is final, e.g. to list `127.0.0.1:<port>` in `signatures.authority`.
 pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, StartError> {
     let stages = Stages::build(&config)?;
+    let credentials = upstream_credentials(&config)?;
     let mut metrics = Metrics::new();
     metrics.register_policy_health(stages.policy.health().reload_errors.clone(), stages.policy.health().last_reload_ok.clone());
     let policy_reloader = stages.policy.spawn_reloader();
@@ -175,7 +176,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
             accept_signature: stages.accept_signature().to_owned(),
             dpop_algs: if config.oauth.dpop.is_some() { portcullis_wire::dpop::ACCEPTED_ALGS.to_owned() } else { String::new() },
         },
-        upstream: Upstream::new(&config.upstream, config.oauth.forward_token),
+        upstream: Upstream::new(&config.upstream, credentials),
         stages,
         metrics,
         log,
@@ -399,10 +400,17 @@ fn protected_resource_metadata(config: &Config) -> (Bytes, Vec<String>) {
 /// Validates everything `start` would build, without binding: `portcullis check`.
 pub fn check(config: &Config) -> Result<(), StartError> {
     Stages::build(config)?;
+    upstream_credentials(config)?;
     if let Some(files) = &config.listen.tls {
         tls::acceptor(files)?;
     }
     Ok(())
+}
+
+/// The backend's credential source (`upstream.auth`), or the config error naming its key.
+fn upstream_credentials(config: &Config) -> Result<crate::upstream_auth::UpstreamCredentials, StartError> {
+    crate::upstream_auth::UpstreamCredentials::new(&config.upstream.auth)
+        .map_err(|e| StartError::Config(ConfigError::Invalid { origin: config.origin.clone(), errors: vec![e] }))
 }
 
 /// A background task that ends when its owner is dropped.
