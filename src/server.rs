@@ -159,6 +159,16 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         metrics.register_token(m);
     }
     metrics.register_idempotency(stages.idempotency_metrics());
+    if let Some(m) = credentials.exchange_metrics() {
+        let exchanges = m.exchanges.clone();
+        metrics.register_with(|r| {
+            r.register(
+                "upstream_token_exchanges",
+                "Token exchanges for the backend's credential (upstream.auth), by result: issued, cached, refused, unavailable",
+                exchanges,
+            )
+        });
+    }
     if let Some(catalog) = &stages.catalog {
         metrics.register_catalog(catalog.metrics());
     }
@@ -409,7 +419,7 @@ pub fn check(config: &Config) -> Result<(), StartError> {
 
 /// The backend's credential source (`upstream.auth`), or the config error naming its key.
 fn upstream_credentials(config: &Config) -> Result<crate::upstream_auth::UpstreamCredentials, StartError> {
-    crate::upstream_auth::UpstreamCredentials::new(&config.upstream.auth)
+    crate::upstream_auth::UpstreamCredentials::new(&config.upstream.auth, &config.oauth)
         .map_err(|e| StartError::Config(ConfigError::Invalid { origin: config.origin.clone(), errors: vec![e] }))
 }
 

@@ -237,7 +237,7 @@ impl Shared {
     async fn forward(&self, mut inbound: Inbound, fwd: Forward, trail: &mut Trail) -> Answered {
         trail.findings = fwd.findings().to_vec();
         let (mut outcome, mut summary) = forward_summary(&fwd);
-        let attach = match self.credential(&inbound.head.headers, &fwd, trail).await {
+        let attach = match self.credential(&inbound.head.headers, &fwd, inbound.now, trail).await {
             Ok(attach) => attach,
             Err(denial) => {
                 trail.seen = fwd.into_evidence();
@@ -292,10 +292,10 @@ impl Shared {
     /// The backend's credential for a request the mode let through (`upstream.auth`). One that
     /// cannot be had is a refusal of the `upstream_auth` stage: returned when the default group
     /// enforces, else a finding, and the request goes on without a credential.
-    async fn credential(&self, headers: &http::HeaderMap, fwd: &Forward, trail: &mut Trail) -> Result<crate::upstream_auth::Attach, Denial> {
+    async fn credential(&self, headers: &http::HeaderMap, fwd: &Forward, now: UnixTime, trail: &mut Trail) -> Result<crate::upstream_auth::Attach, Denial> {
         let credentials = self.upstream.credentials();
         let started = Instant::now();
-        let got = credentials.credential(headers, fwd.evidence(), fwd.findings()).instrument(stage_span(Stage::UpstreamAuth)).await;
+        let got = credentials.credential(headers, fwd.evidence(), fwd.findings(), now).instrument(stage_span(Stage::UpstreamAuth)).await;
         // Only a source that does something is timed: `none` adds nothing to the log.
         if credentials.kind() != "none" {
             trail.timings.record(Stage::UpstreamAuth, started.elapsed());

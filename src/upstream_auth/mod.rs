@@ -22,6 +22,11 @@ use crate::config::{self, FieldError, Group, SecretSource};
 use crate::denial::Denial;
 use crate::evidence::Evidence;
 use crate::finding::Finding;
+use portcullis_wire::UnixTime;
+
+mod exchange;
+
+pub use exchange::ExchangeMetrics;
 
 /// What the forwarder does with the request's credentials.
 #[derive(Debug, Clone, Default)]
@@ -82,6 +87,7 @@ enum Source {
     None,
     Forward,
     Static(StaticHeader),
+    Exchange(Box<exchange::Exchanger>),
 }
 
 impl std::fmt::Debug for UpstreamCredentials {
@@ -91,15 +97,14 @@ impl std::fmt::Debug for UpstreamCredentials {
 }
 
 impl UpstreamCredentials {
-    /// The source `cfg` describes. Fails naming the key when a secret or key cannot be used.
-    pub fn new(cfg: &config::UpstreamAuth) -> Result<UpstreamCredentials, FieldError> {
+    /// The source `cfg` describes; a token exchange happens at `oauth`'s issuer. Fails naming
+    /// the key when a secret or key cannot be used.
+    pub fn new(cfg: &config::UpstreamAuth, oauth: &config::OAuth) -> Result<UpstreamCredentials, FieldError> {
         let source = match cfg {
             config::UpstreamAuth::None => Source::None,
             config::UpstreamAuth::Forward => Source::Forward,
             config::UpstreamAuth::Static(s) => Source::Static(StaticHeader::new(s)?),
-            config::UpstreamAuth::TokenExchange(_) => {
-                return Err(FieldError::new("upstream.auth.kind", "\"token_exchange\" is not available in this build"));
-            }
+            config::UpstreamAuth::TokenExchange(x) => Source::Exchange(Box::new(exchange::Exchanger::new(x, oauth)?)),
         };
         Ok(UpstreamCredentials { source })
     }
@@ -115,14 +120,23 @@ impl UpstreamCredentials {
             Source::None => "none",
             Source::Forward => "forward",
             Source::Static(_) => "static",
+            Source::Exchange(_) => "token_exchange",
+        }
+    }
+
+    /// The token exchange counters, when this source exchanges tokens.
+    pub fn exchange_metrics(&self) -> Option<&ExchangeMetrics> {
+        match &self.source {
+            Source::Exchange(x) => Some(&x.metrics),
+            Source::None | Source::Forward | Source::Static(_) => None,
         }
     }
 
     /// The credential for a request the mode let through with `seen` and `findings`: none
     /// unless the identity and token stages found nothing.
-    /// `headers` are the inbound request's (the subject token of an exchange).
-    pub async fn credential(&self, headers: &HeaderMap, seen: &Evidence, findings: &[Finding]) -> Result<Credential, CredentialError> {
-        let _ = headers;
+    /// `headers` are the inbound request's (the subject token of an exchange); `now` is the
+    /// request's arrival.
+    pub async fn credential(&self, headers: &HeaderMap, seen: &Evidence, findings: &[Finding], now: UnixTime) -> Result<Credential, CredentialError> {
         if matches!(self.source, Source::None) || !is_vouched_for(seen, findings) {
             return Ok(Credential::none());
         }
@@ -132,6 +146,16 @@ impl UpstreamCredentials {
             Source::Forward if seen.token.is_some() => Ok(Credential { attach: Attach::Forward, kind: "forward", cached: None }),
             Source::Forward => Ok(Credential::none()),
             Source::Static(s) => Ok(Credential { attach: s.attach()?, kind: "static", cached: None }),
+            Source::Exchange(x) => {
+                let Some(token) = &seen.token else { return Ok(Credential::none()) };
+                // The token stage verified exactly this header's token.
+                let subject = match portcullis_wire::jose::credentials(headers, true) {
+                    Ok(Some((_, subject))) => subject,
+                    _ => return Err(CredentialError::Unavailable("the verified token is no longer in the request".to_owned())),
+                };
+                let (value, cached) = x.credential(token, subject, seen.agent.as_ref().map(|a| a.agent()), now).await?;
+                Ok(Credential { attach: Attach::Header(http::header::AUTHORIZATION, value), kind: "token_exchange", cached: Some(cached) })
+            }
         }
     }
 }

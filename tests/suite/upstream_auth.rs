@@ -114,3 +114,237 @@ async fn none_removes_the_token_and_says_so_without_timing_a_stage() {
     assert!(lines[0]["latency_us"].get("upstream_auth").is_none(), "{}", lines[0]);
     gw.shutdown().await;
 }
+
+mod token_exchange {
+    //! `kind = "token_exchange"` against the test issuer's RFC 8693 grant.
+    use super::*;
+    use common::issuer::{self, Issuer};
+    use common::pki::TestCa;
+    use serde_json::{json, Value};
+
+    const AUD: &str = "https://mcp.example.com/mcp";
+    const BACKEND: &str = "https://weather.internal";
+
+    struct Setup {
+        _ca: TestCa,
+        issuer: Issuer,
+        upstream: Upstream,
+        gw: Gateway,
+        _dir: tempfile::TempDir,
+        log: std::path::PathBuf,
+    }
+
+    impl Setup {
+        /// A gateway whose `[upstream.auth]` exchanges at a fresh issuer; `auth_extra` is added to
+        /// `[upstream.auth]`, `mode` is the whole `mode` line.
+        async fn start(mode: &str, auth_extra: &str) -> Setup {
+            Setup::start_with(mode, "", auth_extra).await
+        }
+
+        /// [`Setup::start`] with `oauth_extra` added to `[oauth]`.
+        async fn start_with(mode: &str, oauth_extra: &str, auth_extra: &str) -> Setup {
+            let ca = TestCa::new();
+            let issuer = Issuer::start(&ca).await;
+            let upstream = Upstream::start().await;
+            let (dir, log) = temp_path("decisions.log");
+            let secret = dir.path().join("client-secret");
+            std::fs::write(&secret, format!("{}\n", issuer::CLIENT_SECRET)).unwrap();
+            let extra = format!(
+                "[signatures]\nrequired = false\n[oauth]\nrequired = true\nissuer = \"{}\"\nissuer_ca = {:?}\n{oauth_extra}\n\
+                 [upstream.auth]\nkind = \"token_exchange\"\nclient_id = \"{}\"\nclient_secret_file = {secret:?}\naudience = \"{BACKEND}\"\nscope = \"weather:read\"\n{auth_extra}\n",
+                issuer.url(),
+                ca.ca_path(),
+                issuer::CLIENT_ID,
+            );
+            let text = common::config_toml(&upstream.url(), &extra)
+                .replace("mode = \"enforce\"", mode)
+                .replace("decisions = \"off\"", &format!("decisions = {log:?}"));
+            let gw = Gateway::start(portcullis::config::Config::parse(&text, "token exchange test", std::path::Path::new(".")).unwrap()).await;
+            Setup { _ca: ca, issuer, upstream, gw, _dir: dir, log }
+        }
+
+        fn user_token(&self) -> String {
+            self.issuer.rsa.sign(&self.issuer.claims(AUD))
+        }
+
+        async fn call(&self, token: &str) -> reqwest::Response {
+            client()
+                .post(self.gw.url("/mcp"))
+                .header("content-type", "application/json")
+                .bearer_auth(token)
+                .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+                .send()
+                .await
+                .unwrap()
+        }
+    }
+
+    /// The claims of a JWT (no verification: the test issuer signed it).
+    fn claims_of(jwt: &str) -> Value {
+        let payload = jwt.split('.').nth(1).unwrap();
+        serde_json::from_slice(&base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, payload).unwrap()).unwrap()
+    }
+
+    fn bearer(seen: &portcullis_test_support::upstream::Seen) -> String {
+        seen.headers["authorization"].to_str().unwrap().strip_prefix("Bearer ").unwrap().to_owned()
+    }
+
+    #[tokio::test]
+    async fn the_backend_gets_the_exchanged_token_never_the_users_and_the_second_call_is_cached() {
+        let s = Setup::start("mode = \"enforce\"", "").await;
+        let user = s.user_token();
+        assert_eq!(s.call(&user).await.status(), 200);
+        assert_eq!(s.call(&user).await.status(), 200);
+        let seen = s.upstream.seen();
+        assert_eq!(seen.len(), 2);
+        let issued = bearer(&seen[0]);
+        assert_ne!(issued, user, "never the user's token");
+        assert_eq!(bearer(&seen[1]), issued, "the second call reuses the exchanged token");
+        let claims = claims_of(&issued);
+        assert_eq!((claims["aud"].as_str(), claims["sub"].as_str(), claims["scope"].as_str()), (Some(BACKEND), Some("user-1842"), Some("weather:read")));
+        assert!(claims.get("act").is_none(), "no actor token without actor = true");
+
+        let exchanges = s.issuer.exchanges();
+        assert_eq!(exchanges.len(), 1, "one exchange for two calls");
+        let form = &exchanges[0];
+        assert_eq!(form["grant_type"], issuer::TOKEN_EXCHANGE);
+        assert_eq!(form["subject_token"], user);
+        assert_eq!(form["subject_token_type"], issuer::ACCESS_TOKEN_TYPE);
+        assert_eq!(form["requested_token_type"], issuer::ACCESS_TOKEN_TYPE);
+        assert_eq!((form["audience"].as_str(), form["scope"].as_str()), (BACKEND, "weather:read"));
+        assert!(!form.contains_key("resource") && !form.contains_key("client_secret"), "{form:?}");
+
+        let lines = wait_for_decision_lines(&s.log, 2).await;
+        assert_eq!((lines[0]["upstream_auth"].as_str(), lines[0]["upstream_auth_cached"].as_bool()), (Some("token_exchange"), Some(false)));
+        assert_eq!((lines[1]["upstream_auth"].as_str(), lines[1]["upstream_auth_cached"].as_bool()), (Some("token_exchange"), Some(true)));
+        let text = std::fs::read_to_string(&s.log).unwrap();
+        assert!(!text.contains(&issued) && !text.contains(&user), "no token in the decision log");
+        let metrics = common::metrics(&s.gw).await;
+        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{result=\"issued\"} 1"), "{metrics}");
+        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{result=\"cached\"} 1"), "{metrics}");
+    }
+
+    #[tokio::test]
+    async fn concurrent_first_calls_share_one_exchange() {
+        let s = Setup::start("mode = \"enforce\"", "").await;
+        s.issuer.delay_exchanges(Duration::from_millis(300));
+        let user = s.user_token();
+        let calls = (0..8).map(|_| s.call(&user));
+        for resp in futures_util::future::join_all(calls).await {
+            assert_eq!(resp.status(), 200);
+        }
+        assert_eq!(s.issuer.exchanges().len(), 1, "one exchange in flight per key");
+        let seen = s.upstream.seen();
+        assert_eq!(seen.len(), 8);
+        assert!(seen.iter().all(|r| bearer(r) == bearer(&seen[0])));
+    }
+
+    #[tokio::test]
+    async fn a_refused_exchange_is_403_with_the_code_alone_and_nothing_is_forwarded() {
+        let s = Setup::start("mode = \"enforce\"", "").await;
+        for code in ["access_denied", "invalid_grant", "invalid_target", "invalid_scope", "invalid_request"] {
+            s.issuer.answer_exchanges_with(Some((400, json!({"error": code, "error_description": "the user's secret detail"}))));
+            let resp = s.call(&s.user_token()).await;
+            assert_eq!(resp.status(), 403, "{code}");
+            let text = resp.text().await.unwrap();
+            assert!(!text.contains("secret detail"), "never the description: {text}");
+            let body: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!((body["error"].as_str(), body["reason"].as_str()), (Some("delegation_refused"), Some(code)));
+        }
+        assert!(s.upstream.seen().is_empty(), "the backend got nothing");
+        let lines = wait_for_decision_lines(&s.log, 5).await;
+        assert_eq!(
+            (lines[0]["outcome"].as_str(), lines[0]["error"].as_str(), lines[0]["reason"].as_str()),
+            (Some("deny"), Some("delegation_refused"), Some("access_denied"))
+        );
+        assert_eq!(lines[0]["findings"][0]["stage"], "upstream_auth");
+        assert_eq!(lines[0]["upstream_auth"], "token_exchange");
+        let metrics = common::metrics(&s.gw).await;
+        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{result=\"refused\"} 5"), "{metrics}");
+    }
+
+    #[tokio::test]
+    async fn the_gateways_own_client_refused_or_an_unusable_answer_is_503_and_nothing_is_forwarded() {
+        let s = Setup::start("mode = \"enforce\"", "").await;
+        for answer in [
+            (401, json!({"error": "invalid_client"})),
+            (400, json!({"error": "unauthorized_client"})),
+            (400, json!({"error": "unsupported_grant_type"})),
+            (503, json!({"error": "temporarily_unavailable"})),
+            (500, json!({})),
+            (200, json!({"access_token": "t", "issued_token_type": issuer::ACCESS_TOKEN_TYPE, "token_type": "N_A"})),
+            (200, json!({"access_token": "t", "token_type": "Bearer"})),
+            (200, json!({"issued_token_type": issuer::ACCESS_TOKEN_TYPE, "token_type": "Bearer"})),
+        ] {
+            s.issuer.answer_exchanges_with(Some(answer.clone()));
+            let resp = s.call(&s.user_token()).await;
+            assert_eq!(resp.status(), 503, "{answer:?}");
+            assert_eq!(resp.headers()["retry-after"], "5");
+            let body: Value = resp.json().await.unwrap();
+            assert_eq!(body["error"], "upstream_credentials_unavailable", "{answer:?}");
+        }
+        assert!(s.upstream.seen().is_empty(), "the backend got nothing");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_token_endpoint_is_503_with_retry_after_and_nothing_is_forwarded() {
+        let closed = common::closed_port().await;
+        let s = Setup::start("mode = \"enforce\"", &format!("token_endpoint = \"https://{closed}/token\"\ntimeout = \"1s\"")).await;
+        let resp = s.call(&s.user_token()).await;
+        assert_eq!(resp.status(), 503);
+        assert_eq!(resp.headers()["retry-after"], "5");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["error"], "upstream_credentials_unavailable");
+        assert!(s.upstream.seen().is_empty(), "the backend got nothing");
+        assert!(s.issuer.exchanges().is_empty());
+        let metrics = common::metrics(&s.gw).await;
+        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{result=\"unavailable\"} 1"), "{metrics}");
+    }
+
+    #[tokio::test]
+    async fn monitor_mode_forwards_a_refused_exchange_without_a_credential_and_logs_would_deny() {
+        let s = Setup::start("mode = \"monitor\"", "").await;
+        s.issuer.answer_exchanges_with(Some((400, json!({"error": "access_denied"}))));
+        let resp = s.call(&s.user_token()).await;
+        assert_eq!(resp.status(), 200, "monitor mode forwards");
+        let seen = s.upstream.seen();
+        assert_eq!(seen.len(), 1);
+        assert!(seen[0].headers.get("authorization").is_none(), "without a credential, never the user's token");
+        let lines = wait_for_decision_lines(&s.log, 1).await;
+        assert_eq!((lines[0]["outcome"].as_str(), lines[0]["error"].as_str()), (Some("would_deny"), Some("delegation_refused")));
+        assert_eq!(lines[0]["findings"][0]["stage"], "upstream_auth");
+        assert_eq!(lines[0]["upstream_auth"], "none");
+    }
+
+    /// `Authorization: DPoP` with a bound token and a fresh proof by `key`.
+    async fn call_dpop(s: &Setup, key: &common::keys::SigningKey) -> reqwest::Response {
+        let token = s.issuer.rsa.sign(&s.issuer.bound_claims(AUD, &key.thumbprint()));
+        let proof = key.dpop_proof("POST", AUD, &token, issuer::unix_now());
+        client()
+            .post(s.gw.url("/mcp"))
+            .header("authorization", format!("DPoP {token}"))
+            .header("dpop", proof)
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_dpop_bound_subject_token_is_exchanged_only_with_exchange_bound_tokens() {
+        let key = common::keys::SigningKey::ec("proof-key");
+        let s = Setup::start_with("mode = \"enforce\"", "dpop = true", "").await;
+        let resp = call_dpop(&s, &key).await;
+        assert_eq!(resp.status(), 403);
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!((body["error"].as_str(), body["reason"].as_str()), (Some("delegation_refused"), Some("dpop_bound_subject_token")));
+        assert!(s.issuer.exchanges().is_empty() && s.upstream.seen().is_empty(), "nothing exchanged, nothing forwarded");
+
+        let s = Setup::start_with("mode = \"enforce\"", "dpop = true", "exchange_bound_tokens = true").await;
+        assert_eq!(call_dpop(&s, &key).await.status(), 200);
+        assert_eq!(s.issuer.exchanges().len(), 1);
+        let seen = s.upstream.seen();
+        assert!(seen[0].headers.get("dpop").is_none(), "the proof is for the gateway, not the backend");
+        assert_eq!(claims_of(&bearer(&seen[0]))["aud"], BACKEND);
+    }
+}
