@@ -322,11 +322,14 @@ impl Shared {
     /// path-suffixed form for `listen.public_url`'s path (MCP Authorization and RFC 9728 §3).
     fn well_known(&self, req: &Request<Incoming>) -> Option<Response<ResponseBody>> {
         let path = req.uri().path();
-        if !self.prm_paths.iter().any(|p| p == path) {
+        // The actor keys (`upstream.auth.actor`), for the issuer to trust the actor tokens.
+        let jwks = if path == crate::upstream_auth::JWKS_PATH { self.upstream.credentials().actor_jwks() } else { None };
+        if jwks.is_none() && !self.prm_paths.iter().any(|p| p == path) {
             return None;
         }
         let mut resp = if req.method() == Method::GET || req.method() == Method::HEAD {
-            let mut r = Response::new(decision::full(self.prm.clone()));
+            let doc = jwks.map_or_else(|| self.prm.clone(), |j| bytes::Bytes::copy_from_slice(j.as_bytes()));
+            let mut r = Response::new(decision::full(doc));
             r.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
             r.headers_mut().insert(http::header::CACHE_CONTROL, HeaderValue::from_static("max-age=300"));
             r
@@ -419,7 +422,8 @@ pub fn check(config: &Config) -> Result<(), StartError> {
 
 /// The backend's credential source (`upstream.auth`), or the config error naming its key.
 fn upstream_credentials(config: &Config) -> Result<crate::upstream_auth::UpstreamCredentials, StartError> {
-    crate::upstream_auth::UpstreamCredentials::new(&config.upstream.auth, &config.oauth)
+    let origin = config.listen.public_url.origin().ascii_serialization();
+    crate::upstream_auth::UpstreamCredentials::new(&config.upstream.auth, &config.oauth, &origin)
         .map_err(|e| StartError::Config(ConfigError::Invalid { origin: config.origin.clone(), errors: vec![e] }))
 }
 

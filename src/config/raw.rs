@@ -147,6 +147,12 @@ pub struct RawUpstreamAuth {
     pub exchange_bound_tokens: bool,
     /// `token_exchange`: time allowed for one exchange (default 5s).
     pub timeout: Option<HumanDuration>,
+    /// `token_exchange`: send the verified agent as an `actor_token` the gateway signs.
+    pub actor: bool,
+    /// `token_exchange`: the Ed25519 private JWK that signs actor tokens.
+    pub actor_key_file: Option<PathBuf>,
+    /// `token_exchange`: the previous actor key, published beside it during a rotation.
+    pub actor_key_previous_file: Option<PathBuf>,
 }
 
 impl Default for RawUpstream {

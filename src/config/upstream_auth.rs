@@ -28,7 +28,7 @@ pub enum UpstreamAuth {
     /// One header from a secret.
     Static(StaticAuth),
     /// RFC 8693 token exchange at the user's issuer.
-    TokenExchange(TokenExchange),
+    TokenExchange(Box<TokenExchange>),
 }
 
 impl UpstreamAuth {
@@ -89,6 +89,18 @@ pub struct TokenExchange {
     pub exchange_bound_tokens: bool,
     /// Time allowed for one exchange.
     pub timeout: Duration,
+    /// `actor = true`: the keys that sign actor tokens.
+    pub actor: Option<ActorKeys>,
+}
+
+/// `actor = true`: the actor key files (private Ed25519 JWKs), resolved against the config's
+/// folder; read by the credential source.
+#[derive(Debug, Clone)]
+pub struct ActorKeys {
+    /// `actor_key_file`: signs actor tokens.
+    pub current: PathBuf,
+    /// `actor_key_previous_file`: only published, during a rotation.
+    pub previous: Option<PathBuf>,
 }
 
 /// Drops one trailing LF or CRLF (a file written by `echo` or an editor).
@@ -164,6 +176,9 @@ pub fn from_raw(raw: Option<RawUpstreamAuth>, forward_token: bool, oauth_require
         ("scope", raw.scope.is_some()),
         ("exchange_bound_tokens", raw.exchange_bound_tokens),
         ("timeout", raw.timeout.is_some()),
+        ("actor", raw.actor),
+        ("actor_key_file", raw.actor_key_file.is_some()),
+        ("actor_key_previous_file", raw.actor_key_previous_file.is_some()),
     ];
     if matches!(kind, "forward" | "token_exchange") && !oauth_required {
         errs.push(FieldError::new(
@@ -198,7 +213,7 @@ pub fn from_raw(raw: Option<RawUpstreamAuth>, forward_token: bool, oauth_require
         }
         _ => {
             misplaced(&mut errs, &static_keys);
-            token_exchange(&raw, base_dir, &mut errs).map_or(UpstreamAuth::None, UpstreamAuth::TokenExchange)
+            token_exchange(&raw, base_dir, &mut errs).map_or(UpstreamAuth::None, |x| UpstreamAuth::TokenExchange(Box::new(x)))
         }
     };
     if errs.is_empty() {
@@ -251,6 +266,21 @@ fn token_exchange(raw: &RawUpstreamAuth, base_dir: &Path, errs: &mut Vec<FieldEr
     if timeout.is_zero() || timeout > Duration::from_secs(60) {
         errs.push(FieldError::new("upstream.auth.timeout", "must be more than 0s and at most 60s"));
     }
+    let actor = match (raw.actor, &raw.actor_key_file) {
+        (true, Some(current)) => Some(ActorKeys { current: base_dir.join(current), previous: raw.actor_key_previous_file.as_ref().map(|p| base_dir.join(p)) }),
+        (true, None) => {
+            errs.push(FieldError::new("upstream.auth.actor_key_file", "is required with actor = true (the key that signs actor tokens)"));
+            None
+        }
+        (false, _) => {
+            for (key, set) in [("actor_key_file", raw.actor_key_file.is_some()), ("actor_key_previous_file", raw.actor_key_previous_file.is_some())] {
+                if set {
+                    errs.push(FieldError::new(format!("upstream.auth.{key}"), "has no meaning without actor = true"));
+                }
+            }
+            None
+        }
+    };
     Some(TokenExchange {
         token_endpoint,
         client_id: client_id?,
@@ -260,6 +290,7 @@ fn token_exchange(raw: &RawUpstreamAuth, base_dir: &Path, errs: &mut Vec<FieldEr
         scope: raw.scope.clone(),
         exchange_bound_tokens: raw.exchange_bound_tokens,
         timeout,
+        actor,
     })
 }
 

@@ -118,3 +118,23 @@ fn keys_of_another_kind_and_unknown_kinds_are_refused() {
     assert_eq!(errs[0].0, "upstream.auth.kind");
     assert!(matches!(parse("", "kidn = \"none\"", dir.path()), Err(ConfigError::Syntax { .. })), "unknown keys are refused");
 }
+
+#[test]
+fn token_exchange_needs_a_client_a_target_and_an_actor_key_with_actor() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secret"), "s").unwrap();
+    let errs = errors(parse("", "kind = \"token_exchange\"\nactor = true", dir.path()));
+    let fields: Vec<&str> = errs.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(fields, ["upstream.auth.client_id", "upstream.auth.client_secret_env", "upstream.auth.audience", "upstream.auth.actor_key_file"]);
+    let errs = errors(parse(
+        "",
+        "kind = \"token_exchange\"\nclient_id = \"gw\"\nclient_secret_file = \"secret\"\nresource = \"https://b.example/mcp\"\nactor_key_file = \"a.jwk\"",
+        dir.path(),
+    ));
+    assert_eq!(errs[0].0, "upstream.auth.actor_key_file");
+    assert!(errs[0].1.contains("without actor = true"), "{errs:?}");
+    let c = parse("", "kind = \"token_exchange\"\nclient_id = \"gw\"\nclient_secret_file = \"secret\"\nresource = \"https://b.example/mcp\"\nactor = true\nactor_key_file = \"a.jwk\"", dir.path()).unwrap();
+    let UpstreamAuth::TokenExchange(x) = &c.upstream.auth else { panic!("token_exchange") };
+    assert_eq!(x.actor.as_ref().map(|a| a.current.clone()), Some(dir.path().join("a.jwk")));
+    assert_eq!(x.timeout, std::time::Duration::from_secs(5));
+}

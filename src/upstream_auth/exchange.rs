@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use url::Url;
 
+use super::actor::{ActorSigner, JWT_TOKEN_TYPE};
 use super::CredentialError;
 use crate::config::{self, FieldError, SecretSource};
 use crate::oauth::VerifiedToken;
@@ -85,11 +86,14 @@ pub(super) struct Exchanger {
     exchange_bound_tokens: bool,
     cache: moka::future::Cache<Key, Issued>,
     pub(super) metrics: ExchangeMetrics,
+    /// `actor = true`: signs the actor token of each exchange.
+    pub(super) actor: Option<ActorSigner>,
 }
 
 impl Exchanger {
-    /// The client `cfg` describes, at `oauth`'s issuer.
-    pub(super) fn new(cfg: &config::TokenExchange, oauth: &config::OAuth) -> Result<Exchanger, FieldError> {
+    /// The client `cfg` describes, at `oauth`'s issuer; `origin` is the gateway's public origin
+    /// (the `iss` of its actor tokens).
+    pub(super) fn new(cfg: &config::TokenExchange, oauth: &config::OAuth, origin: &str) -> Result<Exchanger, FieldError> {
         let issuer = oauth.issuer.clone().ok_or_else(|| FieldError::new("oauth.issuer", "required with upstream.auth.kind = \"token_exchange\""))?;
         let http = crate::tls::outbound_client("oauth.issuer_ca", oauth.issuer_ca.as_deref(), cfg.timeout)
             .map_err(|e| FieldError::new("oauth.issuer_ca", e.to_string()))?;
@@ -98,7 +102,9 @@ impl Exchanger {
             SecretSource::File { first, .. } => first.expose_secret().to_owned(),
         };
         let form = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+        let actor = cfg.actor.as_ref().map(|keys| ActorSigner::new(keys, origin.to_owned(), issuer.clone(), cfg.client_id.clone())).transpose()?;
         Ok(Exchanger {
+            actor,
             http,
             issuer,
             configured: cfg.token_endpoint.clone(),
@@ -129,10 +135,16 @@ impl Exchanger {
             self.metrics.count("refused");
             return Err(CredentialError::Refused("dpop_bound_subject_token".to_owned()));
         }
+        // With `actor`, the issued token says which agent acted: without a verified one there is
+        // nobody to name, and a token without `act` is not what the backend was promised.
+        if self.actor.is_some() && agent.is_none() {
+            self.metrics.count("refused");
+            return Err(CredentialError::Refused("no_verified_agent".to_owned()));
+        }
         let key: Key = (agent.map(str::to_owned), Sha256::digest(subject.as_bytes()).into(), self.scope.clone());
         // Never past the subject token's own expiry.
         let left = Duration::from_secs(token.exp().saturating_sub(now.secs()));
-        let entry = self.cache.entry(key).or_try_insert_with(self.exchange(subject, left)).await;
+        let entry = self.cache.entry(key).or_try_insert_with(self.exchange(subject, agent, now, left)).await;
         match entry {
             Ok(e) => {
                 let cached = !e.is_fresh();
@@ -149,9 +161,14 @@ impl Exchanger {
         }
     }
 
-    /// One exchange: the issued token and how long it may be kept (at most `left`).
-    async fn exchange(&self, subject: &str, left: Duration) -> Result<Issued, CredentialError> {
+    /// One exchange (for `agent`, at `now`): the issued token and how long it may be kept (at
+    /// most `left`).
+    async fn exchange(&self, subject: &str, agent: Option<&str>, now: UnixTime, left: Duration) -> Result<Issued, CredentialError> {
         let endpoint = self.endpoint().await?;
+        let actor_token = match (&self.actor, agent) {
+            (Some(signer), Some(agent)) => Some(signer.token(agent, now).map_err(CredentialError::Unavailable)?),
+            _ => None,
+        };
         let mut form: Vec<(&str, &str)> = vec![
             ("grant_type", GRANT_TYPE),
             ("subject_token", subject),
@@ -162,6 +179,10 @@ impl Exchanger {
             if let Some(v) = value {
                 form.push((name, v));
             }
+        }
+        if let Some(t) = &actor_token {
+            form.push(("actor_token", t));
+            form.push(("actor_token_type", JWT_TOKEN_TYPE));
         }
         let unavailable = |what: String| CredentialError::Unavailable(format!("token exchange at {endpoint}: {what}"));
         let req = self

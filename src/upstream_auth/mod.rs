@@ -24,8 +24,10 @@ use crate::evidence::Evidence;
 use crate::finding::Finding;
 use portcullis_wire::UnixTime;
 
+mod actor;
 mod exchange;
 
+pub use actor::JWKS_PATH;
 pub use exchange::ExchangeMetrics;
 
 /// What the forwarder does with the request's credentials.
@@ -97,14 +99,15 @@ impl std::fmt::Debug for UpstreamCredentials {
 }
 
 impl UpstreamCredentials {
-    /// The source `cfg` describes; a token exchange happens at `oauth`'s issuer. Fails naming
-    /// the key when a secret or key cannot be used.
-    pub fn new(cfg: &config::UpstreamAuth, oauth: &config::OAuth) -> Result<UpstreamCredentials, FieldError> {
+    /// The source `cfg` describes; a token exchange happens at `oauth`'s issuer, and actor
+    /// tokens name `origin` (the gateway's public origin) as their issuer. Fails naming the key
+    /// when a secret or key cannot be used.
+    pub fn new(cfg: &config::UpstreamAuth, oauth: &config::OAuth, origin: &str) -> Result<UpstreamCredentials, FieldError> {
         let source = match cfg {
             config::UpstreamAuth::None => Source::None,
             config::UpstreamAuth::Forward => Source::Forward,
             config::UpstreamAuth::Static(s) => Source::Static(StaticHeader::new(s)?),
-            config::UpstreamAuth::TokenExchange(x) => Source::Exchange(Box::new(exchange::Exchanger::new(x, oauth)?)),
+            config::UpstreamAuth::TokenExchange(x) => Source::Exchange(Box::new(exchange::Exchanger::new(x, oauth, origin)?)),
         };
         Ok(UpstreamCredentials { source })
     }
@@ -121,6 +124,14 @@ impl UpstreamCredentials {
             Source::Forward => "forward",
             Source::Static(_) => "static",
             Source::Exchange(_) => "token_exchange",
+        }
+    }
+
+    /// The JWK Set of the actor keys (`actor = true`), served at [`JWKS_PATH`].
+    pub fn actor_jwks(&self) -> Option<&str> {
+        match &self.source {
+            Source::Exchange(x) => x.actor.as_ref().map(|a| a.jwks()),
+            Source::None | Source::Forward | Source::Static(_) => None,
         }
     }
 

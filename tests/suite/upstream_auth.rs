@@ -143,6 +143,11 @@ mod token_exchange {
 
         /// [`Setup::start`] with `oauth_extra` added to `[oauth]`.
         async fn start_with(mode: &str, oauth_extra: &str, auth_extra: &str) -> Setup {
+            Setup::start_full(mode, "", oauth_extra, auth_extra).await
+        }
+
+        /// [`Setup::start_with`] with `sig_extra` added to `[signatures]` (`[[signatures.keys]]`).
+        async fn start_full(mode: &str, sig_extra: &str, oauth_extra: &str, auth_extra: &str) -> Setup {
             let ca = TestCa::new();
             let issuer = Issuer::start(&ca).await;
             let upstream = Upstream::start().await;
@@ -150,7 +155,7 @@ mod token_exchange {
             let secret = dir.path().join("client-secret");
             std::fs::write(&secret, format!("{}\n", issuer::CLIENT_SECRET)).unwrap();
             let extra = format!(
-                "[signatures]\nrequired = false\n[oauth]\nrequired = true\nissuer = \"{}\"\nissuer_ca = {:?}\n{oauth_extra}\n\
+                "[signatures]\nrequired = false\n{sig_extra}\n[oauth]\nrequired = true\nissuer = \"{}\"\nissuer_ca = {:?}\n{oauth_extra}\n\
                  [upstream.auth]\nkind = \"token_exchange\"\nclient_id = \"{}\"\nclient_secret_file = {secret:?}\naudience = \"{BACKEND}\"\nscope = \"weather:read\"\n{auth_extra}\n",
                 issuer.url(),
                 ca.ca_path(),
@@ -346,5 +351,84 @@ mod token_exchange {
         let seen = s.upstream.seen();
         assert!(seen[0].headers.get("dpop").is_none(), "the proof is for the gateway, not the backend");
         assert_eq!(claims_of(&bearer(&seen[0]))["aud"], BACKEND);
+    }
+
+    mod actor {
+        //! `actor = true`: the issued token names the verified agent in `act`.
+        use super::*;
+        use ed25519_dalek::SigningKey;
+        use portcullis::signature::{ed25519_public_jwk, Signer};
+
+        const AGENT: &str = "https://agent.example";
+
+        /// A token-exchange gateway with `actor = true`, a static agent key, and an issuer that
+        /// trusts the actor keys the gateway publishes.
+        async fn start(agent: &SigningKey) -> (Setup, tempfile::TempDir, Value) {
+            let keys = tempfile::tempdir().unwrap();
+            let actor_key = SigningKey::from_bytes(&rand::random());
+            let previous = SigningKey::from_bytes(&rand::random());
+            for (name, key) in [("actor.jwk", &actor_key), ("previous.jwk", &previous)] {
+                std::fs::write(keys.path().join(name), portcullis_client::keys::private_jwk(key).to_string()).unwrap();
+            }
+            let x = ed25519_public_jwk(&agent.verifying_key())["x"].as_str().unwrap().to_owned();
+            let sig = format!("[[signatures.keys]]\nagent = {AGENT:?}\njwk = {{ kty = \"OKP\", crv = \"Ed25519\", x = {x:?} }}");
+            let auth =
+                format!("actor = true\nactor_key_file = {:?}\nactor_key_previous_file = {:?}", keys.path().join("actor.jwk"), keys.path().join("previous.jwk"));
+            let s = Setup::start_full("mode = \"enforce\"", &sig, "", &auth).await;
+            let jwks: Value = client().get(s.gw.url(portcullis::upstream_auth::JWKS_PATH)).send().await.unwrap().json().await.unwrap();
+            s.issuer.trust_actor_keys(&jwks);
+            let thumbprints = [&actor_key, &previous].map(|k| portcullis_wire::signature::ed25519_thumbprint(&k.verifying_key()));
+            (s, keys, json!({"jwks": jwks, "kids": thumbprints}))
+        }
+
+        async fn signed_call(s: &Setup, agent: &SigningKey, token: &str) -> reqwest::Response {
+            let mut req = http::Request::builder()
+                .method("POST")
+                .uri(s.gw.url("/mcp"))
+                .header("content-type", "application/json")
+                .header("authorization", format!("Bearer {token}"))
+                .body(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_vec())
+                .unwrap();
+            Signer::new(agent.clone(), AGENT).unwrap().sign_request(&mut req, portcullis_wire::UnixTime::now()).unwrap();
+            let (parts, body) = req.into_parts();
+            client().post(s.gw.url("/mcp")).headers(parts.headers).body(body).send().await.unwrap()
+        }
+
+        #[tokio::test]
+        async fn the_backends_token_names_the_agent_as_actor_and_the_actor_keys_are_published() {
+            let agent = SigningKey::from_bytes(&rand::random());
+            let (s, _keys, published) = start(&agent).await;
+            let keys = published["jwks"]["keys"].as_array().unwrap();
+            assert_eq!(keys.len(), 2, "the current and the previous key: {published}");
+            assert!(keys.iter().all(|k| k.get("d").is_none()), "only public halves");
+            assert_eq!(keys[0]["kid"], published["kids"][0], "kid is the RFC 7638 thumbprint");
+            assert_eq!(keys[1]["kid"], published["kids"][1]);
+
+            let resp = signed_call(&s, &agent, &s.user_token()).await;
+            assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+            let seen = s.upstream.seen();
+            let claims = claims_of(&bearer(&seen[0]));
+            assert_eq!(claims["act"], json!({"sub": AGENT}), "who acted: the verified agent");
+            assert_eq!(claims["sub"], "user-1842", "for whom: the user");
+            let form = &s.issuer.exchanges()[0];
+            assert_eq!(form["actor_token_type"], issuer::JWT_TOKEN_TYPE);
+            let actor = claims_of(&form["actor_token"]);
+            assert_eq!(
+                (actor["iss"].as_str(), actor["aud"].as_str(), actor["client_id"].as_str()),
+                (Some("https://mcp.example.com"), Some(s.issuer.url().as_str()), Some(issuer::CLIENT_ID))
+            );
+            assert!(actor["exp"].as_u64().unwrap() - actor["iat"].as_u64().unwrap() <= 60);
+        }
+
+        #[tokio::test]
+        async fn without_a_verified_agent_nothing_is_exchanged_or_forwarded() {
+            let agent = SigningKey::from_bytes(&rand::random());
+            let (s, _keys, _) = start(&agent).await;
+            let resp = s.call(&s.user_token()).await;
+            assert_eq!(resp.status(), 403);
+            let body: Value = resp.json().await.unwrap();
+            assert_eq!((body["error"].as_str(), body["reason"].as_str()), (Some("delegation_refused"), Some("no_verified_agent")));
+            assert!(s.issuer.exchanges().is_empty() && s.upstream.seen().is_empty());
+        }
     }
 }
