@@ -164,7 +164,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         metrics.register_with(|r| {
             r.register(
                 "upstream_token_exchanges",
-                "Token exchanges for the backend's credential (upstream.auth), by result: issued, cached, refused, unavailable",
+                "Token exchanges for the backend's credential (upstream.auth), by result: issued, cached, refused, unavailable, over_budget",
                 exchanges,
             )
         });

@@ -147,6 +147,8 @@ pub struct RawUpstreamAuth {
     pub exchange_bound_tokens: bool,
     /// `token_exchange`: time allowed for one exchange (default 5s).
     pub timeout: Option<HumanDuration>,
+    /// `token_exchange`: most exchanges per second (default 50); past it 503.
+    pub max_per_second: Option<u32>,
     /// `token_exchange`: send the verified agent as an `actor_token` the gateway signs.
     pub actor: bool,
     /// `token_exchange`: the Ed25519 private JWK that signs actor tokens.

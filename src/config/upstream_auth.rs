@@ -91,6 +91,8 @@ pub struct TokenExchange {
     pub timeout: Duration,
     /// `actor = true`: the keys that sign actor tokens.
     pub actor: Option<ActorKeys>,
+    /// Most exchanges per second.
+    pub max_per_second: u32,
 }
 
 /// `actor = true`: the actor key files (private Ed25519 JWKs), resolved against the config's
@@ -176,6 +178,7 @@ pub fn from_raw(raw: Option<RawUpstreamAuth>, forward_token: bool, oauth_require
         ("scope", raw.scope.is_some()),
         ("exchange_bound_tokens", raw.exchange_bound_tokens),
         ("timeout", raw.timeout.is_some()),
+        ("max_per_second", raw.max_per_second.is_some()),
         ("actor", raw.actor),
         ("actor_key_file", raw.actor_key_file.is_some()),
         ("actor_key_previous_file", raw.actor_key_previous_file.is_some()),
@@ -281,6 +284,10 @@ fn token_exchange(raw: &RawUpstreamAuth, base_dir: &Path, errs: &mut Vec<FieldEr
             None
         }
     };
+    let max_per_second = raw.max_per_second.unwrap_or(50);
+    if !(1..=100_000).contains(&max_per_second) {
+        errs.push(FieldError::new("upstream.auth.max_per_second", "must be between 1 and 100000"));
+    }
     Some(TokenExchange {
         token_endpoint,
         client_id: client_id?,
@@ -291,6 +298,7 @@ fn token_exchange(raw: &RawUpstreamAuth, base_dir: &Path, errs: &mut Vec<FieldEr
         exchange_bound_tokens: raw.exchange_bound_tokens,
         timeout,
         actor,
+        max_per_second,
     })
 }
 

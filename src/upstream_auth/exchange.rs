@@ -36,6 +36,9 @@ const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 /// Longest an issued token without `expires_in` is kept.
 const DEFAULT_TTL: Duration = Duration::from_secs(60);
 
+/// Why an exchange was not asked for: `upstream.auth.max_per_second` is spent.
+const OVER_BUDGET: &str = "more token exchanges per second than upstream.auth.max_per_second";
+
 /// The issuer's error codes that refuse *this* delegation (RFC 6749 §5.2, RFC 8693 §2.2.2,
 /// RFC 8707 §2): 403 `delegation_refused`. Any other error is the gateway's problem (503).
 const REFUSALS: [&str; 5] = ["invalid_grant", "invalid_request", "access_denied", "invalid_target", "invalid_scope"];
@@ -61,7 +64,7 @@ impl moka::Expiry<Key, Issued> for IssuedExpiry {
 /// The exchanges' counters: `portcullis_upstream_token_exchanges_total{result}`.
 #[derive(Debug, Clone, Default)]
 pub struct ExchangeMetrics {
-    /// By `result`: `issued`, `cached`, `refused`, `unavailable`.
+    /// By `result`: `issued`, `cached`, `refused`, `unavailable`, `over_budget`.
     pub exchanges: Family<Vec<(String, String)>, Counter>,
 }
 
@@ -88,6 +91,8 @@ pub(super) struct Exchanger {
     pub(super) metrics: ExchangeMetrics,
     /// `actor = true`: signs the actor token of each exchange.
     pub(super) actor: Option<ActorSigner>,
+    /// `max_per_second`: exchanges (not cache hits) per second.
+    budget: crate::directory::FetchBudget,
 }
 
 impl Exchanger {
@@ -105,6 +110,7 @@ impl Exchanger {
         let actor = cfg.actor.as_ref().map(|keys| ActorSigner::new(keys, origin.to_owned(), issuer.clone(), cfg.client_id.clone())).transpose()?;
         Ok(Exchanger {
             actor,
+            budget: crate::directory::FetchBudget::per_second(cfg.max_per_second),
             http,
             issuer,
             configured: cfg.token_endpoint.clone(),
@@ -152,8 +158,9 @@ impl Exchanger {
                 Ok((e.into_value().header, cached))
             }
             Err(e) => {
-                self.metrics.count(match *e {
+                self.metrics.count(match &*e {
                     CredentialError::Refused(_) => "refused",
+                    CredentialError::Unavailable(r) if r == OVER_BUDGET => "over_budget",
                     CredentialError::Unavailable(_) => "unavailable",
                 });
                 Err((*e).clone())
@@ -164,6 +171,10 @@ impl Exchanger {
     /// One exchange (for `agent`, at `now`): the issued token and how long it may be kept (at
     /// most `left`).
     async fn exchange(&self, subject: &str, agent: Option<&str>, now: UnixTime, left: Duration) -> Result<Issued, CredentialError> {
+        // The issuer is shared by every user: a burst of new tokens must not flood it.
+        if !self.budget.try_take(now) {
+            return Err(CredentialError::Unavailable(OVER_BUDGET.to_owned()));
+        }
         let endpoint = self.endpoint().await?;
         let actor_token = match (&self.actor, agent) {
             (Some(signer), Some(agent)) => Some(signer.token(agent, now).map_err(CredentialError::Unavailable)?),

@@ -321,6 +321,24 @@ mod token_exchange {
         assert_eq!(lines[0]["upstream_auth"], "none");
     }
 
+    #[tokio::test]
+    async fn exchanges_past_max_per_second_are_503_and_counted() {
+        let s = Setup::start("mode = \"enforce\"", "max_per_second = 1").await;
+        let first = s.issuer.rsa.sign(&s.issuer.claims_with(AUD, json!({"jti": "first"})));
+        let second = s.issuer.rsa.sign(&s.issuer.claims_with(AUD, json!({"jti": "second"})));
+        assert_eq!(s.call(&first).await.status(), 200);
+        let resp = s.call(&second).await;
+        assert_eq!(resp.status(), 503, "a second new token within the second");
+        assert_eq!(resp.json::<Value>().await.unwrap()["error"], "upstream_credentials_unavailable");
+        assert_eq!(s.call(&first).await.status(), 200, "a cached token costs no budget");
+        assert_eq!(s.issuer.exchanges().len(), 1);
+        assert_eq!(s.upstream.seen().len(), 2);
+        let metrics = common::metrics(&s.gw).await;
+        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{result=\"over_budget\"} 1"), "{metrics}");
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(s.call(&second).await.status(), 200, "the budget refills");
+    }
+
     /// `Authorization: DPoP` with a bound token and a fresh proof by `key`.
     async fn call_dpop(s: &Setup, key: &common::keys::SigningKey) -> reqwest::Response {
         let token = s.issuer.rsa.sign(&s.issuer.bound_claims(AUD, &key.thumbprint()));
