@@ -137,6 +137,8 @@ pub struct RawUpstreamAuth {
     pub client_secret_env: Option<String>,
     /// `token_exchange`: the file holding the client secret.
     pub client_secret_file: Option<PathBuf>,
+    /// `token_exchange`: the Ed25519 private JWK of `private_key_jwt` client authentication.
+    pub client_key_file: Option<PathBuf>,
     /// `token_exchange`: the `audience` asked for.
     pub audience: Option<String>,
     /// `token_exchange`: the `resource` asked for (RFC 8707).

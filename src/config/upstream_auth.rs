@@ -77,8 +77,8 @@ pub struct TokenExchange {
     pub token_endpoint: Option<Url>,
     /// The gateway's client id.
     pub client_id: String,
-    /// The client secret (`client_secret_basic`).
-    pub client_secret: SecretSource,
+    /// How the gateway authenticates as that client.
+    pub client_auth: ClientAuth,
     /// `audience` asked for.
     pub audience: Option<String>,
     /// `resource` asked for.
@@ -93,6 +93,16 @@ pub struct TokenExchange {
     pub actor: Option<ActorKeys>,
     /// Most exchanges per second.
     pub max_per_second: u32,
+}
+
+/// How the gateway authenticates at the token endpoint.
+#[derive(Debug, Clone)]
+pub enum ClientAuth {
+    /// `client_secret_basic`: the secret from `client_secret_env` / `client_secret_file`.
+    Secret(SecretSource),
+    /// `private_key_jwt` (RFC 7523): assertions signed with this Ed25519 private JWK
+    /// (`client_key_file`, resolved against the config's folder).
+    KeyJwt(PathBuf),
 }
 
 /// `actor = true`: the actor key files (private Ed25519 JWKs), resolved against the config's
@@ -173,6 +183,7 @@ pub fn from_raw(raw: Option<RawUpstreamAuth>, forward_token: bool, oauth_require
         ("client_id", raw.client_id.is_some()),
         ("client_secret_env", raw.client_secret_env.is_some()),
         ("client_secret_file", raw.client_secret_file.is_some()),
+        ("client_key_file", raw.client_key_file.is_some()),
         ("audience", raw.audience.is_some()),
         ("resource", raw.resource.is_some()),
         ("scope", raw.scope.is_some()),
@@ -238,15 +249,23 @@ fn token_exchange(raw: &RawUpstreamAuth, base_dir: &Path, errs: &mut Vec<FieldEr
     if client_id.is_none() {
         errs.push(FieldError::new("upstream.auth.client_id", "is required with kind = \"token_exchange\" (the gateway's client at the issuer)"));
     }
-    let client_secret = secret(
-        "upstream.auth.client_secret_env",
-        "upstream.auth.client_secret_file",
-        raw.client_secret_env.as_deref(),
-        raw.client_secret_file.as_deref(),
-        base_dir,
-    )
-    .map_err(|e| errs.push(e))
-    .ok();
+    let client_auth = match &raw.client_key_file {
+        Some(key) if raw.client_secret_env.is_none() && raw.client_secret_file.is_none() => Some(ClientAuth::KeyJwt(base_dir.join(key))),
+        Some(_) => {
+            errs.push(FieldError::new("upstream.auth.client_key_file", "set client_key_file or client_secret_env / client_secret_file, not both"));
+            None
+        }
+        None => secret(
+            "upstream.auth.client_secret_env",
+            "upstream.auth.client_secret_file",
+            raw.client_secret_env.as_deref(),
+            raw.client_secret_file.as_deref(),
+            base_dir,
+        )
+        .map_err(|e| errs.push(e))
+        .ok()
+        .map(ClientAuth::Secret),
+    };
     if raw.audience.is_none() && raw.resource.is_none() {
         errs.push(FieldError::new(
             "upstream.auth.audience",
@@ -284,6 +303,16 @@ fn token_exchange(raw: &RawUpstreamAuth, base_dir: &Path, errs: &mut Vec<FieldEr
             None
         }
     };
+    // One key, one job: a leaked actor token key must not also authenticate the client.
+    if let (Some(ActorKeys { current, .. }), Some(ClientAuth::KeyJwt(client))) = (&actor, &client_auth) {
+        let same = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+        if same(current.as_path()) == same(client.as_path()) {
+            errs.push(FieldError::new(
+                "upstream.auth.actor_key_file",
+                "must not be the client key (upstream.auth.client_key_file): one key signs actor tokens, another authenticates the client",
+            ));
+        }
+    }
     let max_per_second = raw.max_per_second.unwrap_or(50);
     if !(1..=100_000).contains(&max_per_second) {
         errs.push(FieldError::new("upstream.auth.max_per_second", "must be between 1 and 100000"));
@@ -291,7 +320,7 @@ fn token_exchange(raw: &RawUpstreamAuth, base_dir: &Path, errs: &mut Vec<FieldEr
     Some(TokenExchange {
         token_endpoint,
         client_id: client_id?,
-        client_secret: client_secret?,
+        client_auth: client_auth?,
         audience: raw.audience.clone(),
         resource: raw.resource.clone(),
         scope: raw.scope.clone(),

@@ -138,3 +138,18 @@ fn token_exchange_needs_a_client_a_target_and_an_actor_key_with_actor() {
     assert_eq!(x.actor.as_ref().map(|a| a.current.clone()), Some(dir.path().join("a.jwk")));
     assert_eq!(x.timeout, std::time::Duration::from_secs(5));
 }
+
+#[test]
+fn private_key_jwt_excludes_a_secret_and_the_actor_key_is_never_the_client_key() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secret"), "s").unwrap();
+    let base = "kind = \"token_exchange\"\nclient_id = \"gw\"\nresource = \"https://b.example/mcp\"\n";
+    let errs = errors(parse("", &format!("{base}client_key_file = \"c.jwk\"\nclient_secret_file = \"secret\""), dir.path()));
+    assert_eq!(errs[0].0, "upstream.auth.client_key_file");
+    let errs = errors(parse("", &format!("{base}client_key_file = \"k.jwk\"\nactor = true\nactor_key_file = \"./k.jwk\""), dir.path()));
+    assert_eq!(errs[0].0, "upstream.auth.actor_key_file");
+    assert!(errs[0].1.contains("must not be the client key"), "{errs:?}");
+    let c = parse("", &format!("{base}client_key_file = \"c.jwk\"\nactor = true\nactor_key_file = \"a.jwk\""), dir.path()).unwrap();
+    let UpstreamAuth::TokenExchange(x) = &c.upstream.auth else { panic!("token_exchange") };
+    assert!(matches!(&x.client_auth, crate::config::ClientAuth::KeyJwt(p) if p == &dir.path().join("c.jwk")));
+}

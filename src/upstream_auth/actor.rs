@@ -5,7 +5,9 @@
 //! `client_id`, `iat`, `exp` 60 s later, a random `jti`; `kid` is the key's RFC 7638
 //! thumbprint. The public keys are published at [`JWKS_PATH`] for the issuer to trust.
 //!
-//! Signing is jsonwebtoken's (aws-lc); the key file is read with the agent library's loader.
+//! The same kind of key signs `private_key_jwt` client assertions ([`ClientAssertion`],
+//! RFC 7523). Signing is jsonwebtoken's (aws-lc); key files are read with the agent library's
+//! loader.
 
 use ed25519_dalek::pkcs8::EncodePrivateKey;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
@@ -23,10 +25,39 @@ const LIFETIME_SECS: u64 = 60;
 /// `urn:ietf:params:oauth:token-type:jwt` (RFC 8693 §3).
 pub(super) const JWT_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:jwt";
 
-/// The actor key and what it signs with.
-pub(super) struct ActorSigner {
+/// An Ed25519 private JWK the gateway signs its own JWTs with (actor tokens, client
+/// assertions): the key, its RFC 7638 thumbprint (`kid`) and its public JWK.
+pub(super) struct GatewayKey {
     key: EncodingKey,
     kid: String,
+    public: serde_json::Value,
+}
+
+impl GatewayKey {
+    /// Reads the private JWK at `path`; errors name `field`.
+    pub(super) fn load(field: &str, path: &std::path::Path) -> Result<GatewayKey, FieldError> {
+        let key = portcullis_client::keys::load_private_jwk(path)
+            .map_err(|e| FieldError::new(field, format!("{e} (an Ed25519 private JWK, as `portcullis keygen` writes)")))?;
+        let der = key.to_pkcs8_der().map_err(|e| FieldError::new(field, format!("cannot encode the key: {e}")))?;
+        Ok(GatewayKey {
+            key: EncodingKey::from_ed_der(der.as_bytes()),
+            kid: ed25519_thumbprint(&key.verifying_key()),
+            public: public_jwk(&key.verifying_key()),
+        })
+    }
+
+    /// A JWT (`typ` `JWT`, EdDSA, this key's `kid`) with `claims`.
+    pub(super) fn sign(&self, claims: &serde_json::Value) -> Result<String, String> {
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.typ = Some("JWT".to_owned());
+        header.kid = Some(self.kid.clone());
+        jsonwebtoken::encode(&header, claims, &self.key).map_err(|e| format!("cannot sign a JWT: {e}"))
+    }
+}
+
+/// The actor key and what it signs with.
+pub(super) struct ActorSigner {
+    key: GatewayKey,
     /// The gateway's public origin (`iss`).
     origin: String,
     /// The issuer identifier (`aud`).
@@ -39,43 +70,53 @@ pub(super) struct ActorSigner {
 impl ActorSigner {
     /// Loads `keys`; `origin`, `issuer` and `client_id` go into every token.
     pub(super) fn new(keys: &ActorKeys, origin: String, issuer: String, client_id: String) -> Result<ActorSigner, FieldError> {
-        let load = |field: &str, path: &std::path::Path| {
-            portcullis_client::keys::load_private_jwk(path)
-                .map_err(|e| FieldError::new(field, format!("{e} (an Ed25519 private JWK, as `portcullis keygen` writes)")))
-        };
-        let current = load("upstream.auth.actor_key_file", &keys.current)?;
-        let der = current.to_pkcs8_der().map_err(|e| FieldError::new("upstream.auth.actor_key_file", format!("cannot encode the key: {e}")))?;
-        let mut published = vec![public_jwk(&current.verifying_key())];
+        let current = GatewayKey::load("upstream.auth.actor_key_file", &keys.current)?;
+        let mut published = vec![current.public.clone()];
         if let Some(p) = &keys.previous {
-            let previous = load("upstream.auth.actor_key_previous_file", p)?;
-            published.push(public_jwk(&previous.verifying_key()));
+            published.push(GatewayKey::load("upstream.auth.actor_key_previous_file", p)?.public);
         }
-        Ok(ActorSigner {
-            key: EncodingKey::from_ed_der(der.as_bytes()),
-            kid: ed25519_thumbprint(&current.verifying_key()),
-            origin,
-            issuer,
-            client_id,
-            jwks: serde_json::json!({ "keys": published }).to_string(),
-        })
+        Ok(ActorSigner { key: current, origin, issuer, client_id, jwks: serde_json::json!({ "keys": published }).to_string() })
     }
 
     /// An actor token for `agent`, issued at `now`.
     pub(super) fn token(&self, agent: &str, now: UnixTime) -> Result<String, String> {
-        let mut header = Header::new(Algorithm::EdDSA);
-        header.typ = Some("JWT".to_owned());
-        header.kid = Some(self.kid.clone());
         let iat = now.secs();
-        let claims = serde_json::json!({
+        self.key.sign(&serde_json::json!({
             "iss": self.origin, "sub": agent, "aud": self.issuer, "client_id": self.client_id,
             "iat": iat, "exp": iat + LIFETIME_SECS, "jti": uuid::Uuid::new_v4().to_string(),
-        });
-        jsonwebtoken::encode(&header, &claims, &self.key).map_err(|e| format!("cannot sign the actor token: {e}"))
+        }))
     }
 
     /// The JWK Set served at [`JWKS_PATH`].
     pub(super) fn jwks(&self) -> &str {
         &self.jwks
+    }
+}
+
+/// `private_key_jwt` (RFC 7523 §2.2, OpenID Connect Core §9): the client assertion of each
+/// exchange, `iss` = `sub` = the client id, `aud` = the issuer identifier, 60 s, a fresh `jti`.
+pub(super) struct ClientAssertion {
+    key: GatewayKey,
+    client_id: String,
+    issuer: String,
+}
+
+/// RFC 7523 §2.2 `client_assertion_type`.
+pub(super) const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+
+impl ClientAssertion {
+    /// Loads the client key at `path` (`upstream.auth.client_key_file`).
+    pub(super) fn new(path: &std::path::Path, client_id: String, issuer: String) -> Result<ClientAssertion, FieldError> {
+        Ok(ClientAssertion { key: GatewayKey::load("upstream.auth.client_key_file", path)?, client_id, issuer })
+    }
+
+    /// An assertion made at `now`.
+    pub(super) fn assertion(&self, now: UnixTime) -> Result<String, String> {
+        let iat = now.secs();
+        self.key.sign(&serde_json::json!({
+            "iss": self.client_id, "sub": self.client_id, "aud": self.issuer,
+            "iat": iat, "exp": iat + LIFETIME_SECS, "jti": uuid::Uuid::new_v4().to_string(),
+        }))
     }
 }
 

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use url::Url;
 
-use super::actor::{ActorSigner, JWT_TOKEN_TYPE};
+use super::actor::{ActorSigner, ClientAssertion, JWT_BEARER, JWT_TOKEN_TYPE};
 use super::CredentialError;
 use crate::config::{self, FieldError, SecretSource};
 use crate::oauth::VerifiedToken;
@@ -74,6 +74,14 @@ impl ExchangeMetrics {
     }
 }
 
+/// How the gateway authenticates as its client.
+enum Client {
+    /// `client_id` and secret, form-urlencoded for HTTP Basic (RFC 6749 §2.3.1).
+    Basic(String, SecretString),
+    /// `private_key_jwt`: `client_id` in the form, with a fresh assertion.
+    KeyJwt(String, ClientAssertion),
+}
+
 /// The token-exchange client of one backend.
 pub(super) struct Exchanger {
     http: reqwest::Client,
@@ -81,8 +89,7 @@ pub(super) struct Exchanger {
     issuer: String,
     configured: Option<Url>,
     discovered: tokio::sync::OnceCell<Url>,
-    /// `client_id` and secret, form-urlencoded for HTTP Basic (RFC 6749 §2.3.1).
-    basic: (String, SecretString),
+    client: Client,
     audience: Option<String>,
     resource: Option<String>,
     scope: Option<String>,
@@ -102,11 +109,17 @@ impl Exchanger {
         let issuer = oauth.issuer.clone().ok_or_else(|| FieldError::new("oauth.issuer", "required with upstream.auth.kind = \"token_exchange\""))?;
         let http = crate::tls::outbound_client("oauth.issuer_ca", oauth.issuer_ca.as_deref(), cfg.timeout)
             .map_err(|e| FieldError::new("oauth.issuer_ca", e.to_string()))?;
-        let secret = match &cfg.client_secret {
-            SecretSource::Value(v) => v.expose_secret().to_owned(),
-            SecretSource::File { first, .. } => first.expose_secret().to_owned(),
-        };
         let form = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+        let client = match &cfg.client_auth {
+            config::ClientAuth::Secret(source) => {
+                let secret = match source {
+                    SecretSource::Value(v) => v,
+                    SecretSource::File { first, .. } => first,
+                };
+                Client::Basic(form(&cfg.client_id), SecretString::from(form(secret.expose_secret())))
+            }
+            config::ClientAuth::KeyJwt(path) => Client::KeyJwt(cfg.client_id.clone(), ClientAssertion::new(path, cfg.client_id.clone(), issuer.clone())?),
+        };
         let actor = cfg.actor.as_ref().map(|keys| ActorSigner::new(keys, origin.to_owned(), issuer.clone(), cfg.client_id.clone())).transpose()?;
         Ok(Exchanger {
             actor,
@@ -115,7 +128,7 @@ impl Exchanger {
             issuer,
             configured: cfg.token_endpoint.clone(),
             discovered: tokio::sync::OnceCell::new(),
-            basic: (form(&cfg.client_id), SecretString::from(form(&secret))),
+            client,
             audience: cfg.audience.clone(),
             resource: cfg.resource.clone(),
             scope: cfg.scope.clone(),
@@ -195,13 +208,21 @@ impl Exchanger {
             form.push(("actor_token", t));
             form.push(("actor_token_type", JWT_TOKEN_TYPE));
         }
+        let assertion = match &self.client {
+            Client::KeyJwt(_, a) => Some(a.assertion(now).map_err(CredentialError::Unavailable)?),
+            Client::Basic(..) => None,
+        };
+        if let (Client::KeyJwt(client_id, _), Some(a)) = (&self.client, &assertion) {
+            form.push(("client_id", client_id));
+            form.push(("client_assertion_type", JWT_BEARER));
+            form.push(("client_assertion", a));
+        }
         let unavailable = |what: String| CredentialError::Unavailable(format!("token exchange at {endpoint}: {what}"));
-        let req = self
-            .http
-            .post(endpoint.clone())
-            .header(http::header::ACCEPT, "application/json")
-            .basic_auth(&self.basic.0, Some(self.basic.1.expose_secret()))
-            .form(&form);
+        let mut req = self.http.post(endpoint.clone()).header(http::header::ACCEPT, "application/json");
+        if let Client::Basic(id, secret) = &self.client {
+            req = req.basic_auth(id, Some(secret.expose_secret()));
+        }
+        let req = req.form(&form);
         let mut resp = req.send().await.map_err(|e| unavailable(crate::telemetry::error_chain(&e)))?;
         let status = resp.status();
         let mut body = BytesMut::new();

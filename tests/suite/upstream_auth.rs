@@ -146,17 +146,28 @@ mod token_exchange {
             Setup::start_full(mode, "", oauth_extra, auth_extra).await
         }
 
+        /// A gateway authenticating with `client` (instead of the client secret file).
+        async fn start_with_client(mode: &str, client: &str) -> Setup {
+            Setup::start_inner(mode, "", "", "", client).await
+        }
+
         /// [`Setup::start_with`] with `sig_extra` added to `[signatures]` (`[[signatures.keys]]`).
         async fn start_full(mode: &str, sig_extra: &str, oauth_extra: &str, auth_extra: &str) -> Setup {
+            Setup::start_inner(mode, sig_extra, oauth_extra, auth_extra, "").await
+        }
+
+        /// `client`: the client authentication keys; empty: `client_secret_file`.
+        async fn start_inner(mode: &str, sig_extra: &str, oauth_extra: &str, auth_extra: &str, client: &str) -> Setup {
             let ca = TestCa::new();
             let issuer = Issuer::start(&ca).await;
             let upstream = Upstream::start().await;
             let (dir, log) = temp_path("decisions.log");
             let secret = dir.path().join("client-secret");
             std::fs::write(&secret, format!("{}\n", issuer::CLIENT_SECRET)).unwrap();
+            let client = if client.is_empty() { format!("client_secret_file = {secret:?}") } else { client.to_owned() };
             let extra = format!(
                 "[signatures]\nrequired = false\n{sig_extra}\n[oauth]\nrequired = true\nissuer = \"{}\"\nissuer_ca = {:?}\n{oauth_extra}\n\
-                 [upstream.auth]\nkind = \"token_exchange\"\nclient_id = \"{}\"\nclient_secret_file = {secret:?}\naudience = \"{BACKEND}\"\nscope = \"weather:read\"\n{auth_extra}\n",
+                 [upstream.auth]\nkind = \"token_exchange\"\nclient_id = \"{}\"\n{client}\naudience = \"{BACKEND}\"\nscope = \"weather:read\"\n{auth_extra}\n",
                 issuer.url(),
                 ca.ca_path(),
                 issuer::CLIENT_ID,
@@ -337,6 +348,26 @@ mod token_exchange {
         assert!(metrics.contains("portcullis_upstream_token_exchanges_total{result=\"over_budget\"} 1"), "{metrics}");
         tokio::time::sleep(Duration::from_millis(1100)).await;
         assert_eq!(s.call(&second).await.status(), 200, "the budget refills");
+    }
+
+    #[tokio::test]
+    async fn private_key_jwt_authenticates_the_gateway_with_an_assertion_for_the_issuer() {
+        let keys = tempfile::tempdir().unwrap();
+        let client_key = ed25519_dalek::SigningKey::from_bytes(&rand::random());
+        let path = keys.path().join("client.jwk");
+        std::fs::write(&path, portcullis_client::keys::private_jwk(&client_key).to_string()).unwrap();
+        let s = Setup::start_with_client("mode = \"enforce\"", &format!("client_key_file = {path:?}")).await;
+        assert_eq!(s.call(&s.user_token()).await.status(), 503, "a key the issuer does not know: invalid_client, the gateway's problem");
+        s.issuer.trust_client_keys(&portcullis_client::keys::directory_document(&[&client_key]));
+        assert_eq!(s.call(&s.user_token()).await.status(), 200);
+        let forms = s.issuer.exchanges();
+        let form = forms.last().unwrap();
+        assert_eq!(form["client_assertion_type"], issuer::JWT_BEARER);
+        let assertion = claims_of(&form["client_assertion"]);
+        assert_eq!((assertion["iss"].as_str(), assertion["sub"].as_str()), (Some(issuer::CLIENT_ID), Some(issuer::CLIENT_ID)));
+        assert_eq!(assertion["aud"].as_str(), Some(s.issuer.url().as_str()), "the issuer identifier, not the token endpoint");
+        assert!(assertion["exp"].as_u64().unwrap() - assertion["iat"].as_u64().unwrap() <= 60);
+        assert!(assertion["jti"].is_string());
     }
 
     /// `Authorization: DPoP` with a bound token and a fresh proof by `key`.

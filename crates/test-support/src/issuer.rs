@@ -55,6 +55,8 @@ struct State {
     exchange_delay: std::time::Duration,
     /// Keys whose actor tokens (RFC 8693 `actor_token`) are trusted.
     actor_keys: Vec<Value>,
+    /// Keys [`CLIENT_ID`] may authenticate with (`private_key_jwt`, RFC 7523).
+    client_keys: Vec<Value>,
 }
 
 /// The running issuer. Its identifier is [`Issuer::url`] (`https://127.0.0.1:<port>`).
@@ -167,6 +169,12 @@ impl Issuer {
     /// `/.well-known/jwks.json`).
     pub fn trust_actor_keys(&self, jwks: &Value) {
         self.state.lock().unwrap().actor_keys = jwks["keys"].as_array().cloned().unwrap_or_default();
+    }
+
+    /// Lets [`CLIENT_ID`] authenticate with assertions signed by the public JWKs of `jwks`
+    /// (`private_key_jwt`, RFC 7523 §2.2) besides its secret.
+    pub fn trust_client_keys(&self, jwks: &Value) {
+        self.state.lock().unwrap().client_keys = jwks["keys"].as_array().cloned().unwrap_or_default();
     }
 
     /// Registers an opaque token and the introspection answer for it.
@@ -360,6 +368,8 @@ fn token(body: &[u8], auth: Option<&str>, state: &Arc<Mutex<State>>, origin: &st
 pub const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 /// RFC 8693 §3 access token type.
 pub const ACCESS_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
+/// RFC 7523 §2.2 `client_assertion_type`.
+pub const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
 /// RFC 8693 §3 JWT type (actor tokens).
 pub const JWT_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:jwt";
 
@@ -385,14 +395,21 @@ fn verified_claims(token: &str, keys: &[Value], check_aud: Option<&str>) -> Opti
 fn exchange(body: &[u8], auth: Option<&str>, state: &Arc<Mutex<State>>, origin: &str) -> Response<Body> {
     let form: HashMap<String, String> = url::form_urlencoded::parse(body).into_owned().collect();
     let get = |k: &str| form.get(k).cloned().unwrap_or_default();
-    let expected = format!(
-        "Basic {}",
-        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("{}:{}", form_encode(CLIENT_ID), form_encode(CLIENT_SECRET)))
-    );
-    if auth != Some(expected.as_str()) {
+    let mut s = state.lock().unwrap();
+    let authenticated = if form.get("client_assertion_type").is_some_and(|t| t == JWT_BEARER) {
+        // RFC 7523 §3: iss = sub = the client, aud = this issuer, a signature by a key of its.
+        verified_claims(&get("client_assertion"), &s.client_keys, Some(origin))
+            .is_some_and(|c| c["iss"] == CLIENT_ID && c["sub"] == CLIENT_ID && form.get("client_id").is_none_or(|id| id == CLIENT_ID) && auth.is_none())
+    } else {
+        let expected = format!(
+            "Basic {}",
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("{}:{}", form_encode(CLIENT_ID), form_encode(CLIENT_SECRET)))
+        );
+        auth == Some(expected.as_str())
+    };
+    if !authenticated {
         return json_response(StatusCode::UNAUTHORIZED, json!({"error": "invalid_client"}), None);
     }
-    let mut s = state.lock().unwrap();
     s.exchanges.push(form.clone());
     if let Some((status, answer)) = s.exchange_answer.clone() {
         return json_response(StatusCode::from_u16(status).unwrap(), answer, Some("no-store"));
