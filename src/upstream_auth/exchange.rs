@@ -140,12 +140,14 @@ impl Exchanger {
 
     /// The backend's `Authorization` for `token` (presented as `subject`) and the agent
     /// `agent`, and whether it came from the cache. One exchange per key at a time: concurrent
-    /// requests with the key wait for it.
+    /// requests with the key wait for it. `narrowed`: the decision's `upstream_scopes`, when it
+    /// named any.
     pub(super) async fn credential(
         &self,
         token: &VerifiedToken,
         subject: &str,
         agent: Option<&str>,
+        narrowed: Option<&[String]>,
         now: UnixTime,
     ) -> Result<(HeaderValue, bool), CredentialError> {
         // A bound token's holder proved its key to the gateway; the issued token would be a
@@ -160,10 +162,11 @@ impl Exchanger {
             self.metrics.count("refused");
             return Err(CredentialError::Refused("no_verified_agent".to_owned()));
         }
-        let key: Key = (agent.map(str::to_owned), Sha256::digest(subject.as_bytes()).into(), self.scope.clone());
+        let scope = self.scope_for(narrowed)?;
+        let key: Key = (agent.map(str::to_owned), Sha256::digest(subject.as_bytes()).into(), scope.clone());
         // Never past the subject token's own expiry.
         let left = Duration::from_secs(token.exp().saturating_sub(now.secs()));
-        let entry = self.cache.entry(key).or_try_insert_with(self.exchange(subject, agent, now, left)).await;
+        let entry = self.cache.entry(key).or_try_insert_with(self.exchange(subject, agent, scope.as_deref(), now, left)).await;
         match entry {
             Ok(e) => {
                 let cached = !e.is_fresh();
@@ -183,7 +186,7 @@ impl Exchanger {
 
     /// One exchange (for `agent`, at `now`): the issued token and how long it may be kept (at
     /// most `left`).
-    async fn exchange(&self, subject: &str, agent: Option<&str>, now: UnixTime, left: Duration) -> Result<Issued, CredentialError> {
+    async fn exchange(&self, subject: &str, agent: Option<&str>, scope: Option<&str>, now: UnixTime, left: Duration) -> Result<Issued, CredentialError> {
         // The issuer is shared by every user: a burst of new tokens must not flood it.
         if !self.budget.try_take(now) {
             return Err(CredentialError::Unavailable(OVER_BUDGET.to_owned()));
@@ -199,7 +202,7 @@ impl Exchanger {
             ("subject_token_type", ACCESS_TOKEN_TYPE),
             ("requested_token_type", ACCESS_TOKEN_TYPE),
         ];
-        for (name, value) in [("audience", &self.audience), ("resource", &self.resource), ("scope", &self.scope)] {
+        for (name, value) in [("audience", self.audience.as_deref()), ("resource", self.resource.as_deref()), ("scope", scope)] {
             if let Some(v) = value {
                 form.push((name, v));
             }
@@ -248,6 +251,22 @@ impl Exchanger {
         header.set_sensitive(true);
         let ttl = issued.1.map_or(DEFAULT_TTL, |s| Duration::from_secs(s).saturating_sub(EXPIRY_MARGIN)).min(left);
         Ok(Issued { header, ttl })
+    }
+
+    /// The scope to ask for: `upstream.auth.scope`, narrowed to the decision's `upstream_scopes`
+    /// (or those alone without a configured scope). Narrowed to nothing, there is nothing to ask
+    /// for: an empty `scope` would get the issuer's default, never less.
+    fn scope_for(&self, narrowed: Option<&[String]>) -> Result<Option<String>, CredentialError> {
+        let Some(narrowed) = narrowed else { return Ok(self.scope.clone()) };
+        let kept: Vec<&str> = match &self.scope {
+            Some(configured) => configured.split(' ').filter(|s| narrowed.iter().any(|n| n == s)).collect(),
+            None => narrowed.iter().map(String::as_str).collect(),
+        };
+        if kept.is_empty() {
+            self.metrics.count("refused");
+            return Err(CredentialError::Refused("no_upstream_scope".to_owned()));
+        }
+        Ok(Some(kept.join(" ")))
     }
 
     /// The token endpoint: configured, or discovered once from the issuer's metadata (a

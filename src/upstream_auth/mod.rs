@@ -164,7 +164,8 @@ impl UpstreamCredentials {
                     Ok(Some((_, subject))) => subject,
                     _ => return Err(CredentialError::Unavailable("the verified token is no longer in the request".to_owned())),
                 };
-                let (value, cached) = x.credential(token, subject, seen.agent.as_ref().map(|a| a.agent()), now).await?;
+                let narrowed = seen.policy.as_ref().and_then(|p| p.upstream_scopes.as_deref());
+                let (value, cached) = x.credential(token, subject, seen.agent.as_ref().map(|a| a.agent()), narrowed, now).await?;
                 Ok(Credential { attach: Attach::Header(http::header::AUTHORIZATION, value), kind: "token_exchange", cached: Some(cached) })
             }
         }

@@ -370,6 +370,35 @@ mod token_exchange {
         assert!(assertion["jti"].is_string());
     }
 
+    #[tokio::test]
+    async fn a_decisions_upstream_scopes_narrow_the_scope_asked_for_per_call() {
+        let policy = common::policy::PolicyDir::new(&common::policy::rego(
+            r#"decision := {"allow": true, "upstream_scopes": scopes}
+scopes := ["weather:read"] if input.mcp.tool == "forecast"
+scopes := ["weather:admin"] if input.mcp.tool == "reset""#,
+        ));
+        let s = Setup::start("mode = \"enforce\"", &format!("\n{}", policy.toml())).await;
+        let call = |tool: &str| {
+            client()
+                .post(s.gw.url("/mcp"))
+                .header("content-type", "application/json")
+                .bearer_auth(s.user_token())
+                .body(common::policy::tool_call(1, tool, json!({})))
+                .send()
+        };
+        assert_eq!(call("forecast").await.unwrap().status(), 200);
+        let forms = s.issuer.exchanges();
+        assert_eq!(forms[0]["scope"], "weather:read", "narrowed from the configured weather:read");
+        assert_eq!(claims_of(&bearer(&s.upstream.seen()[0]))["scope"], "weather:read");
+        // Narrowed to a scope the configuration does not ask for: nothing to ask.
+        let resp = call("reset").await.unwrap();
+        assert_eq!(resp.status(), 403);
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!((body["error"].as_str(), body["reason"].as_str()), (Some("delegation_refused"), Some("no_upstream_scope")));
+        assert_eq!(s.issuer.exchanges().len(), 1);
+        assert_eq!(s.upstream.seen().len(), 1, "the refused call was not forwarded");
+    }
+
     /// `Authorization: DPoP` with a bound token and a fresh proof by `key`.
     async fn call_dpop(s: &Setup, key: &common::keys::SigningKey) -> reqwest::Response {
         let token = s.issuer.rsa.sign(&s.issuer.bound_claims(AUD, &key.thumbprint()));
