@@ -294,12 +294,14 @@ impl Shared {
     /// enforces, else a finding, and the request goes on without a credential.
     async fn credential(&self, headers: &http::HeaderMap, fwd: &Forward, now: UnixTime, trail: &mut Trail) -> Result<crate::upstream_auth::Attach, Denial> {
         let credentials = self.upstream.credentials();
+        // `none` does nothing: no stage span, no time in the log.
+        if credentials.kind() == "none" {
+            trail.upstream_auth = (Some("none"), None);
+            return Ok(crate::upstream_auth::Attach::Nothing);
+        }
         let started = Instant::now();
         let got = credentials.credential(headers, fwd.evidence(), fwd.findings(), now).instrument(stage_span(Stage::UpstreamAuth)).await;
-        // Only a source that does something is timed: `none` adds nothing to the log.
-        if credentials.kind() != "none" {
-            trail.timings.record(Stage::UpstreamAuth, started.elapsed());
-        }
+        trail.timings.record(Stage::UpstreamAuth, started.elapsed());
         let error = match got {
             Ok(c) => {
                 trail.upstream_auth = (Some(c.kind), c.cached);
