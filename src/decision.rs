@@ -271,6 +271,8 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed | Denial::HeadsOverloaded => {
             headers.push((RETRY_AFTER, "1".to_owned()))
         }
+        // An issuer outage is rarely over in a second.
+        Denial::UpstreamCredentialsUnavailable => headers.push((RETRY_AFTER, "5".to_owned())),
         // draft-ietf-httpapi-idempotency-key-header §2.7: a 409 may be retried as it is.
         Denial::Idempotency(crate::idempotency::IdempotencyError::InFlight) => headers.push((RETRY_AFTER, "1".to_owned())),
         Denial::Idempotency(_) => {}
@@ -296,6 +298,7 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         | Denial::Mcp(_)
         | Denial::Policy(_)
         | Denial::AccessDenied { .. }
+        | Denial::DelegationRefused { .. }
         | Denial::NotFound
         | Denial::BadTarget(_) => {}
     }

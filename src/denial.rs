@@ -176,6 +176,20 @@ pub enum Denial {
         /// What failed, naming the store.
         reason: String,
     },
+    /// The issuer refused to exchange this request's token for the backend's
+    /// (`upstream.auth.kind = "token_exchange"`); `error` is its OAuth error code alone, never
+    /// its description.
+    #[error("{error}")]
+    DelegationRefused {
+        /// The OAuth `error` code (`invalid_grant`, `access_denied` …), or the gateway's own
+        /// reason for not asking.
+        error: String,
+    },
+    /// No credential for the backend could be had (`upstream.auth`): the issuer is unreachable,
+    /// slow, refuses the gateway's own client or answers something unusable. Never forwarded
+    /// without it.
+    #[error("no credential for the MCP server could be obtained; retry shortly")]
+    UpstreamCredentialsUnavailable,
     /// The path is neither the MCP endpoint nor one of `upstream.extra_paths` (before any stage).
     #[error("no MCP endpoint at this path")]
     NotFound,
@@ -216,6 +230,8 @@ impl Denial {
             Denial::Catalog(e) => e.code(),
             Denial::StateUnavailable { .. } => "state_unavailable",
             Denial::CallerLimitExceeded { .. } => "caller_limit_exceeded",
+            Denial::DelegationRefused { .. } => "delegation_refused",
+            Denial::UpstreamCredentialsUnavailable => "upstream_credentials_unavailable",
             Denial::NotFound => "not_found",
             Denial::BadTarget(_) => "bad_request",
         }
@@ -240,7 +256,8 @@ impl Denial {
             | Denial::HumanApprovalRequired(_)
             | Denial::ApprovalDenied
             | Denial::ApprovalUnavailable
-            | Denial::CallTooLargeToShow(_) => StatusCode::FORBIDDEN,
+            | Denial::CallTooLargeToShow(_)
+            | Denial::DelegationRefused { .. } => StatusCode::FORBIDDEN,
             // MCP URL elicitation: the answer is a JSON-RPC message real clients must read
             // (200; 400 for -32021, as MCP 2026-07-28 requires).
             Denial::ApprovalRequired(link) => link.status(),
@@ -250,9 +267,12 @@ impl Denial {
             Denial::SessionConflict(_) => StatusCode::BAD_GATEWAY,
             Denial::Idempotency(e) => e.status(),
             Denial::Catalog(e) => e.status(),
-            Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed | Denial::HeadsOverloaded => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Denial::StateUnavailable { .. }
+            | Denial::IssuerUnavailable(_)
+            | Denial::Overloaded
+            | Denial::Shed
+            | Denial::HeadsOverloaded
+            | Denial::UpstreamCredentialsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             // The gateway, acting as a gateway, gave up waiting (RFC 9110 §15.6.5); as with
             // `upstream_timeout`, the backend may have acted on the request.
             Denial::RequestTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,

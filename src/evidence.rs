@@ -56,4 +56,7 @@ pub struct PolicyTrace {
     pub rule: Option<String>,
     /// The policy set's version.
     pub version: String,
+    /// The decision's `upstream_scopes` (for a batch, the scopes every message's decision
+    /// allows): what the backend's exchanged token may have for this call.
+    pub upstream_scopes: Option<Vec<String>>,
 }

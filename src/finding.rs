@@ -22,7 +22,7 @@ use crate::telemetry::FindingLine;
 
 /// The stages a finding can name, in the order the report lists them: every [`Stage`] but
 /// [`Stage::Upstream`] (a failed forward is `upstream_error`, not a finding).
-pub const JUDGED: [Stage; 13] = [
+pub const JUDGED: [Stage; 14] = [
     Stage::Body,
     Stage::Digest,
     Stage::Signature,
@@ -36,6 +36,7 @@ pub const JUDGED: [Stage; 13] = [
     Stage::Catalog,
     Stage::Approval,
     Stage::Idempotency,
+    Stage::UpstreamAuth,
 ];
 
 /// What findings need of a [`Stage`] (the stage names are in `stage`, below everything): its
@@ -52,7 +53,7 @@ impl Stage {
             Stage::Digest | Stage::Signature | Stage::Key | Stage::Replay => Group::Identity,
             Stage::Token => Group::Token,
             Stage::Policy | Stage::Quota | Stage::Catalog | Stage::Approval | Stage::Idempotency => Group::Policy,
-            Stage::Body | Stage::Session | Stage::Mcp | Stage::Upstream => Group::Default,
+            Stage::Body | Stage::Session | Stage::Mcp | Stage::UpstreamAuth | Stage::Upstream => Group::Default,
         }
     }
 
@@ -92,6 +93,7 @@ impl Stage {
             // The stores behind the policy group (quotas, journal, approvals) are the ones a
             // stage would return with `?`; replay and sessions are judged by name.
             Denial::StateUnavailable { .. } | Denial::CallerLimitExceeded { .. } => Stage::Policy,
+            Denial::DelegationRefused { .. } | Denial::UpstreamCredentialsUnavailable => Stage::UpstreamAuth,
         }
     }
 }

@@ -40,4 +40,5 @@ pub mod state;
 pub mod telemetry;
 pub(crate) mod throttle;
 pub(crate) mod tls;
+pub(crate) mod upstream_auth;
 pub mod visible;

@@ -623,11 +623,17 @@ fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
             if let Some(held) = THROTTLE.admit() {
                 tracing::warn!(error = %e, similar_held_back = held, "Policy evaluation failed; refusing (each one is in the decision log as policy_error)");
             }
-            seen.policy = Some(PolicyTrace { rule: Some("policy_error".to_owned()), version: e.version().to_owned() });
+            seen.policy = Some(PolicyTrace { rule: Some("policy_error".to_owned()), version: e.version().to_owned(), upstream_scopes: None });
             return Err(e.into());
         }
     };
-    seen.policy = Some(PolicyTrace { rule: decided.verdict.rule.clone(), version: decided.version });
+    // A batch is decided message by message: its exchanged token may have only what every
+    // message's decision allows.
+    let upstream_scopes = match (seen.policy.take().and_then(|p| p.upstream_scopes), decided.verdict.upstream_scopes.clone()) {
+        (Some(before), Some(now)) => Some(before.into_iter().filter(|s| now.contains(s)).collect()),
+        (before, now) => before.or(now),
+    };
+    seen.policy = Some(PolicyTrace { rule: decided.verdict.rule.clone(), version: decided.version, upstream_scopes });
     if !decided.verdict.allow {
         return Err(Denial::AccessDenied { reason: decided.verdict.reason });
     }

@@ -3,8 +3,9 @@
 //!
 //! Only a [`Forward`] can be forwarded, and only `decision::apply_mode` makes one. The path and
 //! query are kept; hop-by-hop headers (RFC 9110 §7.6.1) are removed both ways; the inbound
-//! `Authorization` (and a `DPoP` proof) is dropped unless `oauth.forward_token` and the token
-//! was verified (MCP: no token passthrough); the verified user goes up as `x-portcullis-subject`/`-scopes`; every
+//! `Authorization` (and a `DPoP` proof) is dropped unless the request's credential
+//! ([`crate::upstream_auth`]) passes the verified token on (MCP: no token passthrough), and the
+//! backend's own credential, if any, is set; the verified user goes up as `x-portcullis-subject`/`-scopes`; every
 //! inbound `x-portcullis-*` (and every name with `_`, which CGI-style stacks fold into `-`) is
 //! dropped so a client can never choose its own identity headers. `X-Forwarded-Host` is the
 //! authority the gateway decided on.
@@ -20,6 +21,7 @@ use crate::config;
 use crate::decision::{Forward, ResponseBody, UpstreamError};
 use crate::inbound::Inbound;
 use crate::oauth::VerifiedToken;
+use crate::upstream_auth::{Attach, UpstreamCredentials};
 
 mod pool;
 
@@ -54,12 +56,14 @@ pub struct Upstream {
     /// makes that unreachable), and then every forward fails as before.
     host: Option<HeaderValue>,
     response_timeout: Duration,
-    forward_token: bool,
+    /// This backend's credential source (`upstream.auth`).
+    credentials: std::sync::Arc<UpstreamCredentials>,
 }
 
 impl Upstream {
-    /// A pooled HTTP client for `cfg.url`. `forward_token` is `oauth.forward_token`.
-    pub(crate) fn new(cfg: &config::Upstream, forward_token: bool) -> Upstream {
+    /// A pooled HTTP client for `cfg.url`, sending the credentials of `credentials` (built from
+    /// `cfg.auth`).
+    pub(crate) fn new(cfg: &config::Upstream, credentials: UpstreamCredentials) -> Upstream {
         let host = cfg.url.host_str().unwrap_or_default();
         let connect_to = format!("{host}:{}", cfg.url.port_or_known_default().unwrap_or(80));
         let pool = pool::Pool::new(connect_to, cfg.connect_timeout, cfg.pool_max_idle, cfg.pool_idle_timeout);
@@ -71,7 +75,19 @@ impl Upstream {
             Some(80) => HeaderValue::from_str(a.host()).ok(),
             _ => HeaderValue::from_str(a.as_str()).ok(),
         });
-        Upstream { pool, base_path: cfg.url.path().trim_end_matches('/').to_owned(), host, response_timeout: cfg.response_timeout, forward_token }
+        Upstream {
+            pool,
+            base_path: cfg.url.path().trim_end_matches('/').to_owned(),
+            host,
+            response_timeout: cfg.response_timeout,
+            credentials: std::sync::Arc::new(credentials),
+        }
+    }
+
+    /// This backend's credential source: the forward phase asks it for each request's
+    /// credential before [`Upstream::forward`].
+    pub(crate) fn credentials(&self) -> &UpstreamCredentials {
+        &self.credentials
     }
 
     /// Connects to the backend once, at start, and keeps the connection for the first request:
@@ -83,22 +99,27 @@ impl Upstream {
 
     /// Sends `req` upstream and returns the response head with its body still streaming.
     /// `permission` is the proof that the request may go (a permit, or a monitored refusal);
-    /// the identity headers are made from its evidence and nothing else.
-    pub(crate) async fn forward(&self, req: Inbound, permission: &Forward) -> Result<Response<ResponseBody>, UpstreamError> {
+    /// the identity headers are made from its evidence and nothing else. `attach` is the
+    /// request's credential ([`UpstreamCredentials::credential`]).
+    pub(crate) async fn forward(&self, req: Inbound, permission: &Forward, attach: &Attach) -> Result<Response<ResponseBody>, UpstreamError> {
         let seen = permission.evidence();
         let Inbound { head, body, peer, is_tls, request_id, authority, .. } = req;
         let uri = self.uri(&head.uri)?;
 
         let mut headers = head.headers;
-        // MCP: no token passthrough. Even with `forward_token`, only a token the gateway
-        // verified goes on (MCP Authorization: no token passthrough); a DPoP proof (RFC 9449)
-        // goes with its token or not at all.
-        let drop_token = !self.forward_token || seen.token.is_none();
+        // MCP: no token passthrough. Even with `forward`, only a token the gateway verified goes
+        // on (the credential source decided that); a DPoP proof (RFC 9449) goes with its token
+        // or not at all. A header the gateway sets itself is never the client's copy.
+        let drop_token = !matches!(attach, Attach::Forward) || seen.token.is_none();
+        let own = match attach {
+            Attach::Header(name, _) => Some(name),
+            Attach::Nothing | Attach::Forward => None,
+        };
         // One pass over the names, then only the fields found are removed: most requests carry
         // none of them, and a removal hashes its name even when the field is absent.
         let dropped = hop_by_hop_names(&headers, |name| {
             let is_token = name == AUTHORIZATION || name.as_str() == portcullis_wire::dpop::DPOP;
-            is_spoofable(name) || is_client_forwarding(name.as_str()) || (drop_token && is_token)
+            is_spoofable(name) || is_client_forwarding(name.as_str()) || (drop_token && is_token) || own == Some(name)
         });
         for name in dropped {
             headers.remove(name);
@@ -128,6 +149,7 @@ impl Upstream {
         if let Some(token) = &seen.token {
             add_token_identity(&mut headers, token);
         }
+        crate::upstream_auth::apply(attach, &mut headers);
 
         // An approved MCP 2026-07-28 retry goes on without the gateway's requestState.
         let body = match seen.approval.as_ref().and_then(|a| a.forward_body.clone()) {
@@ -282,8 +304,9 @@ mod tests {
             pool_idle_timeout: Duration::from_secs(1),
             extra_paths: Vec::new(),
             health_check: false,
+            auth: config::UpstreamAuth::None,
         };
-        Upstream::new(&cfg, false)
+        Upstream::new(&cfg, UpstreamCredentials::none())
     }
 
     #[tokio::test]

@@ -136,6 +136,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
 /// port before the config is final, e.g. to list `127.0.0.1:<port>` in `signatures.authority`.
 pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, StartError> {
     let stages = Stages::build(&config)?;
+    let credentials = upstream_credentials(&config)?;
     let mut metrics = Metrics::new();
     metrics.register_policy_health(stages.policy.health().reload_errors.clone(), stages.policy.health().last_reload_ok.clone());
     let policy_reloader = stages.policy.spawn_reloader();
@@ -158,6 +159,16 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         metrics.register_token(m);
     }
     metrics.register_idempotency(stages.idempotency_metrics());
+    if let Some(m) = credentials.exchange_metrics() {
+        let exchanges = m.exchanges.clone();
+        metrics.register_with(|r| {
+            r.register(
+                "upstream_token_exchanges",
+                "Token exchanges for the backend's credential (upstream.auth), by result: issued, cached, refused, unavailable, over_budget",
+                exchanges,
+            )
+        });
+    }
     if let Some(catalog) = &stages.catalog {
         metrics.register_catalog(catalog.metrics());
     }
@@ -175,7 +186,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
             accept_signature: stages.accept_signature().to_owned(),
             dpop_algs: if config.oauth.dpop.is_some() { portcullis_wire::dpop::ACCEPTED_ALGS.to_owned() } else { String::new() },
         },
-        upstream: Upstream::new(&config.upstream, config.oauth.forward_token),
+        upstream: Upstream::new(&config.upstream, credentials),
         stages,
         metrics,
         log,
@@ -311,11 +322,14 @@ impl Shared {
     /// path-suffixed form for `listen.public_url`'s path (MCP Authorization and RFC 9728 §3).
     fn well_known(&self, req: &Request<Incoming>) -> Option<Response<ResponseBody>> {
         let path = req.uri().path();
-        if !self.prm_paths.iter().any(|p| p == path) {
+        // The actor keys (`upstream.auth.actor`), for the issuer to trust the actor tokens.
+        let jwks = if path == crate::upstream_auth::JWKS_PATH { self.upstream.credentials().actor_jwks() } else { None };
+        if jwks.is_none() && !self.prm_paths.iter().any(|p| p == path) {
             return None;
         }
         let mut resp = if req.method() == Method::GET || req.method() == Method::HEAD {
-            let mut r = Response::new(decision::full(self.prm.clone()));
+            let doc = jwks.map_or_else(|| self.prm.clone(), |j| bytes::Bytes::copy_from_slice(j.as_bytes()));
+            let mut r = Response::new(decision::full(doc));
             r.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
             r.headers_mut().insert(http::header::CACHE_CONTROL, HeaderValue::from_static("max-age=300"));
             r
@@ -399,10 +413,18 @@ fn protected_resource_metadata(config: &Config) -> (Bytes, Vec<String>) {
 /// Validates everything `start` would build, without binding: `portcullis check`.
 pub fn check(config: &Config) -> Result<(), StartError> {
     Stages::build(config)?;
+    upstream_credentials(config)?;
     if let Some(files) = &config.listen.tls {
         tls::acceptor(files)?;
     }
     Ok(())
+}
+
+/// The backend's credential source (`upstream.auth`), or the config error naming its key.
+fn upstream_credentials(config: &Config) -> Result<crate::upstream_auth::UpstreamCredentials, StartError> {
+    let origin = config.listen.public_url.origin().ascii_serialization();
+    crate::upstream_auth::UpstreamCredentials::new(&config.upstream.auth, &config.oauth, &origin)
+        .map_err(|e| StartError::Config(ConfigError::Invalid { origin: config.origin.clone(), errors: vec![e] }))
 }
 
 /// A background task that ends when its owner is dropped.

@@ -37,13 +37,15 @@ pub enum Stage {
     Quota,
     /// Human approval (judged within the policy stage's time).
     Approval,
+    /// Before 11: the backend's own credential (`upstream.auth`, token exchange).
+    UpstreamAuth,
     /// 11: time to upstream response headers.
     Upstream,
 }
 
 impl Stage {
     /// Every stage, in pipeline order.
-    pub const ALL: [Stage; 14] = [
+    pub const ALL: [Stage; 15] = [
         Stage::Body,
         Stage::Digest,
         Stage::Signature,
@@ -57,6 +59,7 @@ impl Stage {
         Stage::Idempotency,
         Stage::Quota,
         Stage::Approval,
+        Stage::UpstreamAuth,
         Stage::Upstream,
     ];
 
@@ -76,6 +79,7 @@ impl Stage {
             Stage::Idempotency => "idempotency",
             Stage::Quota => "quota",
             Stage::Approval => "approval",
+            Stage::UpstreamAuth => "upstream_auth",
             Stage::Upstream => "upstream",
         }
     }

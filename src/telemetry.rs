@@ -489,6 +489,11 @@ pub(crate) struct DecisionRecord<'a> {
     pub approval_id: Option<&'a str>,
     /// The approver's `sub`, when an approval was consumed or given.
     pub approved_by: Option<&'a str>,
+    /// The credential the backend got (`none`, `static`, `token_exchange`, `forward`), for a
+    /// request that was forwarded or was refused for want of one.
+    pub upstream_auth: Option<&'static str>,
+    /// Whether a token-exchange credential came from the cache.
+    pub upstream_auth_cached: Option<bool>,
     /// Microseconds per stage, in pipeline order.
     pub latency_us: serde_json::Map<String, serde_json::Value>,
     /// Microseconds from arrival to response headers.
@@ -528,6 +533,8 @@ impl<'a> DecisionRecord<'a> {
             idempotency: None,
             approval_id: None,
             approved_by: None,
+            upstream_auth: None,
+            upstream_auth_cached: None,
             latency_us: Default::default(),
             total_us: 0,
         }

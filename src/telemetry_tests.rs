@@ -32,6 +32,8 @@ fn record(request_id: &str) -> DecisionRecord<'_> {
         idempotency: None,
         approval_id: None,
         approved_by: None,
+        upstream_auth: None,
+        upstream_auth_cached: None,
         latency_us: serde_json::Map::new(),
         total_us: 1,
     }
@@ -225,6 +227,8 @@ fn a_new_record_names_every_field_in_the_logs_order_and_fills_only_what_it_was_g
         "idempotency",
         "approval_id",
         "approved_by",
+        "upstream_auth",
+        "upstream_auth_cached",
         "latency_us",
         "total_us",
     ];

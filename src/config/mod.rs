@@ -21,6 +21,7 @@ mod raw;
 mod sections;
 mod tools;
 mod units;
+mod upstream_auth;
 
 pub use approvals::{Approvals, MIN_STATE_KEY};
 pub use idempotency::Idempotency;
@@ -30,6 +31,7 @@ pub use raw::*;
 pub use sections::{normalize_origin, Context, Directory, Dpop, Introspection, OAuth, PolicySettings, Signatures, StateSettings, StaticKey, Store};
 pub use tools::{CatalogProtocol, CatalogSource, McpSettings, Tools, Unpinned};
 pub use units::{parse_size, ByteSize, HumanDuration};
+pub use upstream_auth::{read_secret_file, trim_newline, ActorKeys, ClientAuth, SecretSource, StaticAuth, TokenExchange, UpstreamAuth};
 
 /// The configuration used when no `--config` is given (see README "Embedded defaults").
 pub const EMBEDDED_DEFAULT: &str = include_str!("../default_config.toml");
@@ -188,6 +190,8 @@ pub struct Upstream {
     pub extra_paths: Vec<String>,
     /// `/readyz` probes the backend (TCP connect).
     pub health_check: bool,
+    /// The backend's own credential (`[upstream.auth]`).
+    pub auth: UpstreamAuth,
 }
 
 /// Validated `[limits]`.
@@ -270,6 +274,12 @@ impl Config {
     /// `portcullis check` prints them and the gateway logs them at start, and both go on.
     pub fn warnings(&self) -> Vec<FieldError> {
         let mut out = Vec::new();
+        if matches!(self.upstream.auth, UpstreamAuth::Forward) {
+            out.push(FieldError::new(
+                "upstream.auth.kind",
+                "\"forward\" (or oauth.forward_token = true) passes the user's token to the backend: the MCP specification forbids token passthrough; prefer \"token_exchange\"",
+            ));
+        }
         let limits = &self.limits;
         if limits.body_timeout > limits.request_timeout {
             let (body, request) = (humantime::format_duration(limits.body_timeout), humantime::format_duration(limits.request_timeout));
@@ -454,6 +464,7 @@ impl Config {
 
         let ctx = Context { base_dir, public_url: public_url.as_ref().ok() };
         let signatures = Signatures::from_raw(raw.signatures, ctx).map_err(|e| errs.extend(e));
+        let auth = upstream_auth::from_raw(raw.upstream.auth.clone(), raw.oauth.forward_token, raw.oauth.required, base_dir).map_err(|e| errs.extend(e));
         let oauth = OAuth::from_raw(raw.oauth, ctx).map_err(|e| errs.extend(e));
         let policy = PolicySettings::from_raw(raw.policy, ctx).map_err(|e| errs.extend(e));
         let sessions_per_caller = raw.limits.max_sessions_per_caller.unwrap_or_else(|| raw.state.max_sessions.min(100)).max(1);
@@ -478,7 +489,7 @@ impl Config {
             }
         }
 
-        match (listen_addr, public_url, tls, upstream_url, admin, signatures, oauth, policy, state, idempotency, mode, tools, approvals, mcp) {
+        match (listen_addr, public_url, tls, upstream_url, admin, signatures, oauth, policy, state, idempotency, mode, tools, approvals, mcp, auth) {
             (
                 Ok(addr),
                 Ok(public_url),
@@ -494,6 +505,7 @@ impl Config {
                 Ok(tools),
                 Ok(approvals),
                 Ok(mcp),
+                Ok(auth),
             ) if errs.is_empty() => Ok(Config {
                 mode,
                 listen: Listen { addr, public_url, tls },
@@ -505,6 +517,7 @@ impl Config {
                     pool_idle_timeout: raw.upstream.pool_idle_timeout.0,
                     extra_paths: raw.upstream.extra_paths,
                     health_check: raw.upstream.health_check,
+                    auth,
                 },
                 limits: Limits {
                     max_body: raw.limits.max_body.0,

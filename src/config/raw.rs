@@ -111,6 +111,52 @@ pub struct RawUpstream {
     /// 1 s) and answers 503 while it cannot. Off by default: one unreachable backend then takes
     /// every replica out of rotation, which is what you want only if nothing else serves.
     pub health_check: bool,
+    /// `[upstream.auth]`: the backend's own credential (docs/upstream-credentials.md).
+    pub auth: Option<RawUpstreamAuth>,
+}
+
+/// `[upstream.auth]` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawUpstreamAuth {
+    /// `none` (default), `forward`, `static` or `token_exchange`.
+    pub kind: Option<String>,
+    /// `static`: the header set (default `Authorization`).
+    pub header: Option<String>,
+    /// `static`: the environment variable holding the value.
+    pub value_env: Option<String>,
+    /// `static`: the file holding the value (re-read when it changes).
+    pub value_file: Option<PathBuf>,
+    /// `static`: put before the value (default `"Bearer "` for `Authorization`, else `""`).
+    pub prefix: Option<String>,
+    /// `token_exchange`: the token endpoint (default: the issuer metadata's `token_endpoint`).
+    pub token_endpoint: Option<String>,
+    /// `token_exchange`: the gateway's client id at the issuer.
+    pub client_id: Option<String>,
+    /// `token_exchange`: the environment variable holding the client secret.
+    pub client_secret_env: Option<String>,
+    /// `token_exchange`: the file holding the client secret.
+    pub client_secret_file: Option<PathBuf>,
+    /// `token_exchange`: the Ed25519 private JWK of `private_key_jwt` client authentication.
+    pub client_key_file: Option<PathBuf>,
+    /// `token_exchange`: the `audience` asked for.
+    pub audience: Option<String>,
+    /// `token_exchange`: the `resource` asked for (RFC 8707).
+    pub resource: Option<String>,
+    /// `token_exchange`: the `scope` asked for.
+    pub scope: Option<String>,
+    /// `token_exchange`: exchange DPoP-bound (`cnf`) subject tokens too.
+    pub exchange_bound_tokens: bool,
+    /// `token_exchange`: time allowed for one exchange (default 5s).
+    pub timeout: Option<HumanDuration>,
+    /// `token_exchange`: most exchanges per second (default 50); past it 503.
+    pub max_per_second: Option<u32>,
+    /// `token_exchange`: send the verified agent as an `actor_token` the gateway signs.
+    pub actor: bool,
+    /// `token_exchange`: the Ed25519 private JWK that signs actor tokens.
+    pub actor_key_file: Option<PathBuf>,
+    /// `token_exchange`: the previous actor key, published beside it during a rotation.
+    pub actor_key_previous_file: Option<PathBuf>,
 }
 
 impl Default for RawUpstream {
@@ -124,6 +170,7 @@ impl Default for RawUpstream {
             pool_idle_timeout: HumanDuration(Duration::from_secs(4)),
             extra_paths: Vec::new(),
             health_check: false,
+            auth: None,
         }
     }
 }
@@ -335,7 +382,8 @@ pub struct RawOAuth {
     pub audience: Option<String>,
     /// Extra PEM trust root for issuer fetches.
     pub issuer_ca: Option<PathBuf>,
-    /// Pass the inbound `Authorization` header upstream.
+    /// Pass the inbound `Authorization` header upstream: the old spelling of
+    /// `upstream.auth.kind = "forward"`.
     pub forward_token: bool,
     /// Scopes listed in the protected-resource metadata and the 401 challenge.
     pub scopes_supported: Vec<String>,

@@ -273,8 +273,6 @@ pub struct OAuth {
     pub audience: String,
     /// Extra PEM trust root for issuer fetches, resolved against the config's folder.
     pub issuer_ca: Option<PathBuf>,
-    /// Pass the inbound `Authorization` header upstream.
-    pub forward_token: bool,
     /// Scopes listed in the protected-resource metadata and the 401 challenge (RFC 6749 §3.3
     /// scope tokens).
     pub scopes_supported: Vec<String>,
@@ -374,7 +372,6 @@ impl OAuth {
             jwks_url,
             audience,
             issuer_ca: raw.issuer_ca.as_ref().map(|p| ctx.base_dir.join(p)),
-            forward_token: raw.forward_token,
             scopes_supported: raw.scopes_supported,
             clock_skew: raw.clock_skew.0,
             fetch_timeout: raw.fetch_timeout.0,

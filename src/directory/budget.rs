@@ -20,6 +20,8 @@ const WINDOW: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 pub(crate) struct FetchBudget {
     per_minute: u32,
+    /// The window `per_minute` is counted over (a minute, or a second for [`Self::per_second`]).
+    window: Duration,
     state: Mutex<Bucket>,
 }
 
@@ -34,7 +36,13 @@ impl FetchBudget {
     /// A full budget of `per_minute` fetches (at least 1).
     pub(crate) fn per_minute(per_minute: u32) -> FetchBudget {
         let per_minute = per_minute.max(1);
-        FetchBudget { per_minute, state: Mutex::new(Bucket { tokens: f64::from(per_minute), updated: None }) }
+        FetchBudget { per_minute, window: WINDOW, state: Mutex::new(Bucket { tokens: f64::from(per_minute), updated: None }) }
+    }
+
+    /// A full budget of `per_second` fetches (at least 1), refilled at `per_second` per second
+    /// (token exchanges, `upstream.auth.max_per_second`).
+    pub fn per_second(per_second: u32) -> FetchBudget {
+        FetchBudget { window: Duration::from_secs(1), ..FetchBudget::per_minute(per_second) }
     }
 
     /// Takes one fetch from the budget at `now`; `false` when it is exhausted.
@@ -64,7 +72,7 @@ impl FetchBudget {
             Some(t) if now <= t => {}
             Some(t) => {
                 let elapsed = (now.0 - t.0).as_secs_f64();
-                b.tokens = (b.tokens + elapsed * cap / WINDOW.as_secs_f64()).min(cap);
+                b.tokens = (b.tokens + elapsed * cap / self.window.as_secs_f64()).min(cap);
                 b.updated = Some(now);
             }
             None => b.updated = Some(now),

@@ -19,6 +19,9 @@ pub struct PolicyVerdict {
     pub rule: Option<String>,
     /// Scopes the user's token must hold.
     pub required_scopes: Vec<String>,
+    /// Scopes the backend's exchanged token may have for this call (`upstream.auth`): the
+    /// requested scope is narrowed to them. `None`: not narrowed.
+    pub upstream_scopes: Option<Vec<String>>,
     /// Buckets to spend.
     pub quotas: Vec<QuotaSpec>,
     /// Whether the call uses the idempotency journal (`"idempotency": {"required": …}`).
@@ -55,6 +58,8 @@ struct RawDecision {
     rule: Option<String>,
     #[serde(default)]
     required_scopes: Vec<String>,
+    #[serde(default)]
+    upstream_scopes: Option<Vec<String>>,
     #[serde(default)]
     quotas: Vec<RawQuota>,
     #[serde(default)]
@@ -111,6 +116,13 @@ pub(crate) fn parse(value: &regorus::Value) -> Result<PolicyVerdict, String> {
         }
         quotas.push(QuotaSpec { key: q.key, cost: q.cost, limit: q.limit, per });
     }
+    // RFC 6749 §3.3 scope tokens: they go into the exchange's `scope` as they are.
+    for (i, scope) in raw.upstream_scopes.iter().flatten().enumerate() {
+        let ok = !scope.is_empty() && scope.bytes().all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b));
+        if !ok {
+            return Err(format!("upstream_scopes[{i}] is not a scope token (RFC 6749 §3.3)"));
+        }
+    }
     let reason = raw.reason.unwrap_or_else(|| if raw.allow { "allowed".to_owned() } else { "denied_by_policy".to_owned() });
     let idempotency = raw.idempotency.map(|i| if i.required { KeyUse::Required } else { KeyUse::Optional });
     let approval = match raw.approval {
@@ -119,5 +131,32 @@ pub(crate) fn parse(value: &regorus::Value) -> Result<PolicyVerdict, String> {
         // A denial always wins: there is nothing to approve.
         _ => None,
     };
-    Ok(PolicyVerdict { allow: raw.allow, reason, rule: raw.rule, required_scopes: raw.required_scopes, quotas, idempotency, approval })
+    Ok(PolicyVerdict {
+        allow: raw.allow,
+        reason,
+        rule: raw.rule,
+        required_scopes: raw.required_scopes,
+        upstream_scopes: raw.upstream_scopes,
+        quotas,
+        idempotency,
+        approval,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(json: serde_json::Value) -> Result<PolicyVerdict, String> {
+        parse(&serde_json::from_value::<regorus::Value>(json).expect("value"))
+    }
+
+    #[test]
+    fn upstream_scopes_are_scope_tokens_or_the_decision_is_malformed() {
+        assert_eq!(decision(serde_json::json!({"allow": true})).unwrap().upstream_scopes, None);
+        let v = decision(serde_json::json!({"allow": true, "upstream_scopes": ["weather:read"]})).unwrap();
+        assert_eq!(v.upstream_scopes, Some(vec!["weather:read".to_owned()]));
+        let err = decision(serde_json::json!({"allow": true, "upstream_scopes": ["two words"]})).err().unwrap();
+        assert_eq!(err, "upstream_scopes[0] is not a scope token (RFC 6749 §3.3)");
+    }
 }

@@ -37,6 +37,8 @@ pub(super) struct Trail {
     pub(super) idempotency: Option<&'static str>,
     /// Why forwarding failed, when it did.
     pub(super) upstream_error: Option<UpstreamError>,
+    /// The credential the backend got (`upstream_auth`), and whether it came from the cache.
+    upstream_auth: (Option<&'static str>, Option<bool>),
     /// The agent `Signature-Agent` named, verified or not (read only for a decision log).
     claimed_agent: Option<String>,
     /// Whether the request carried a signature at all.
@@ -248,7 +250,19 @@ impl Shared {
     /// recorded in the journal for a first idempotent call, and its new session bound.
     async fn forward(&self, mut inbound: Inbound, fwd: Forward, trail: &mut Trail) -> Answered {
         trail.findings = fwd.findings().to_vec();
-        let (outcome, summary) = forward_summary(&fwd);
+        let (mut outcome, mut summary) = forward_summary(&fwd);
+        let attach = match self.credential(&inbound.head.headers, &fwd, inbound.now, trail).await {
+            Ok(attach) => attach,
+            Err(denial) => {
+                trail.seen = fwd.into_evidence();
+                crate::idempotency::release(&mut trail.seen.idempotency).await;
+                return self.refuse(&denial, &inbound.request_id);
+            }
+        };
+        if let Some(f) = trail.findings.iter().find(|f| f.stage == Stage::UpstreamAuth) {
+            outcome = Outcome::WouldDeny;
+            summary = summary.or(Some((f.error, f.reason.clone())));
+        }
         let exchange = crate::session::Exchange::of(&inbound.head, inbound.peer.addr.ip());
         let listing = pipeline::ListingAsk::of(&self.stages, &inbound, fwd.evidence());
         // A list the gateway rewrites must come uncompressed: a compressed one could not be
@@ -258,7 +272,7 @@ impl Shared {
         }
         let request_id = inbound.request_id.clone();
         let started = Instant::now();
-        let result = self.upstream.forward(inbound, &fwd).instrument(stage_span(Stage::Upstream)).await;
+        let result = self.upstream.forward(inbound, &fwd, &attach).instrument(stage_span(Stage::Upstream)).await;
         trail.timings.record(Stage::Upstream, started.elapsed());
         let result = match (result, listing) {
             // The visible tools are worked out only for an answer that is read.
@@ -287,6 +301,44 @@ impl Shared {
             }
         };
         self.settle_session(&exchange, trail, Answered { outcome, summary, resp }, &request_id).await
+    }
+
+    /// The backend's credential for a request the mode let through (`upstream.auth`). One that
+    /// cannot be had is a refusal of the `upstream_auth` stage: returned when the default group
+    /// enforces, else a finding, and the request goes on without a credential.
+    async fn credential(&self, headers: &http::HeaderMap, fwd: &Forward, now: UnixTime, trail: &mut Trail) -> Result<crate::upstream_auth::Attach, Denial> {
+        let credentials = self.upstream.credentials();
+        // `none` does nothing: no stage span, no time in the log.
+        if credentials.kind() == "none" {
+            trail.upstream_auth = (Some("none"), None);
+            return Ok(crate::upstream_auth::Attach::Nothing);
+        }
+        let started = Instant::now();
+        let got = credentials.credential(headers, fwd.evidence(), fwd.findings(), now).instrument(stage_span(Stage::UpstreamAuth)).await;
+        trail.timings.record(Stage::UpstreamAuth, started.elapsed());
+        let error = match got {
+            Ok(c) => {
+                trail.upstream_auth = (Some(c.kind), c.cached);
+                return Ok(c.attach);
+            }
+            Err(e) => e,
+        };
+        if let crate::upstream_auth::CredentialError::Unavailable(reason) = &error {
+            static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
+            if let Some(held) = THROTTLE.admit() {
+                warn!(error.code = "upstream_credentials_unavailable", error = %reason, similar_held_back = held, "No upstream credential could be obtained");
+            }
+        }
+        let denial = Denial::from(error);
+        let finding = Finding::new(Stage::UpstreamAuth, &denial);
+        let withheld = decision::withholds(&self.config.mode, &finding);
+        trail.findings.push(finding);
+        if withheld {
+            trail.upstream_auth = (Some(credentials.kind()), None);
+            return Err(denial);
+        }
+        trail.upstream_auth = (Some("none"), None);
+        Ok(crate::upstream_auth::Attach::Nothing)
     }
 
     /// Decision 9: binds a session id the backend just issued to the request's identity before
@@ -329,7 +381,7 @@ impl Shared {
     /// Record: the request's one decision-log line and its metrics, from its trail and its
     /// answer; the response goes out with its `x-request-id`.
     pub(super) fn record(&self, trail: Trail, answered: Answered, req: &Logged<'_>) -> Response<ResponseBody> {
-        let Trail { timings, seen, findings, idempotency, upstream_error, claimed_agent, signed } = trail;
+        let Trail { timings, seen, findings, idempotency, upstream_error, upstream_auth, claimed_agent, signed } = trail;
         let Answered { outcome, summary, resp } = answered;
         if matches!(outcome, Outcome::WouldDeny) {
             monitor_notice(&self.config.mode, &self.config.log.decisions);
@@ -360,6 +412,8 @@ impl Shared {
             idempotency,
             approval_id: seen.approval.as_ref().map(|a| a.id.as_str()),
             approved_by: seen.approval.as_ref().map(|a| a.approved_by.as_str()),
+            upstream_auth: upstream_auth.0,
+            upstream_auth_cached: upstream_auth.1,
             total_us: total.as_micros() as u64,
             ..DecisionRecord::new(&self.config.mode, req.request_id, req.method, req.path, outcome.as_str(), resp.status().as_u16())
         };

@@ -50,3 +50,4 @@ mod signatures;
 mod state_redis;
 mod tls;
 mod tokens;
+mod upstream_auth;

@@ -47,6 +47,16 @@ struct State {
     introspection: HashMap<String, Value>,
     introspection_calls: usize,
     padding: usize,
+    /// The forms of the token-exchange requests that authenticated as [`CLIENT_ID`].
+    exchanges: Vec<HashMap<String, String>>,
+    /// Every token-exchange answer is this (status, body) when set.
+    exchange_answer: Option<(u16, Value)>,
+    /// Token-exchange answers wait this long.
+    exchange_delay: std::time::Duration,
+    /// Keys whose actor tokens (RFC 8693 `actor_token`) are trusted.
+    actor_keys: Vec<Value>,
+    /// Keys [`CLIENT_ID`] may authenticate with (`private_key_jwt`, RFC 7523).
+    client_keys: Vec<Value>,
 }
 
 /// The running issuer. Its identifier is [`Issuer::url`] (`https://127.0.0.1:<port>`).
@@ -139,6 +149,34 @@ impl Issuer {
         self.state.lock().unwrap().authorize_requests.clone()
     }
 
+    /// The form of every token exchange that authenticated as [`CLIENT_ID`], in order.
+    pub fn exchanges(&self) -> Vec<HashMap<String, String>> {
+        self.state.lock().unwrap().exchanges.clone()
+    }
+
+    /// Answers every token exchange with `status` and `body` (an error, a malformed answer);
+    /// `None`: exchanges are answered normally again.
+    pub fn answer_exchanges_with(&self, answer: Option<(u16, Value)>) {
+        self.state.lock().unwrap().exchange_answer = answer;
+    }
+
+    /// Makes token exchanges wait `delay` before they are answered (concurrent first calls).
+    pub fn delay_exchanges(&self, delay: std::time::Duration) {
+        self.state.lock().unwrap().exchange_delay = delay;
+    }
+
+    /// Trusts actor tokens signed by the public JWKs of `jwks` (a JWK Set, e.g. the gateway's
+    /// `/.well-known/jwks.json`).
+    pub fn trust_actor_keys(&self, jwks: &Value) {
+        self.state.lock().unwrap().actor_keys = jwks["keys"].as_array().cloned().unwrap_or_default();
+    }
+
+    /// Lets [`CLIENT_ID`] authenticate with assertions signed by the public JWKs of `jwks`
+    /// (`private_key_jwt`, RFC 7523 §2.2) besides its secret.
+    pub fn trust_client_keys(&self, jwks: &Value) {
+        self.state.lock().unwrap().client_keys = jwks["keys"].as_array().cloned().unwrap_or_default();
+    }
+
     /// Registers an opaque token and the introspection answer for it.
     pub fn register_opaque(&self, token: &str, answer: Value) {
         self.state.lock().unwrap().introspection.insert(token.to_owned(), answer);
@@ -218,6 +256,12 @@ async fn handle(req: Request<Incoming>, state: Arc<Mutex<State>>, origin: String
         (Method::POST, "/token") => {
             let auth = req.headers().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
             let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let is_exchange = url::form_urlencoded::parse(&body).any(|(k, v)| k == "grant_type" && v == TOKEN_EXCHANGE);
+            if is_exchange {
+                let delay = state.lock().unwrap().exchange_delay;
+                tokio::time::sleep(delay).await;
+                return exchange(&body, auth.as_deref(), &state, &origin);
+            }
             token(&body, auth.as_deref(), &state, &origin)
         }
         _ => json_response(StatusCode::NOT_FOUND, json!({"error": "not_found"}), None),
@@ -318,6 +362,98 @@ fn token(body: &[u8], auth: Option<&str>, state: &Arc<Mutex<State>>, origin: &st
     let mut header = jsonwebtoken::Header::new(rsa.alg);
     header.kid = Some(rsa.kid.clone());
     json_response(StatusCode::OK, json!({"access_token": "opaque", "token_type": "Bearer", "id_token": rsa.sign_with(&header, &claims)}), Some("no-store"))
+}
+
+/// RFC 8693 §2.1 `grant_type`.
+pub const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+/// RFC 8693 §3 access token type.
+pub const ACCESS_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
+/// RFC 7523 §2.2 `client_assertion_type`.
+pub const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+/// RFC 8693 §3 JWT type (actor tokens).
+pub const JWT_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:jwt";
+
+/// The claims of `token` if one of `keys` (public JWKs) signed it and it has not expired.
+fn verified_claims(token: &str, keys: &[Value], check_aud: Option<&str>) -> Option<Value> {
+    let header = jsonwebtoken::decode_header(token).ok()?;
+    keys.iter().find_map(|jwk| {
+        let jwk: jsonwebtoken::jwk::Jwk = serde_json::from_value(jwk.clone()).ok()?;
+        let key = jsonwebtoken::DecodingKey::from_jwk(&jwk).ok()?;
+        let mut v = jsonwebtoken::Validation::new(header.alg);
+        match check_aud {
+            Some(aud) => v.set_audience(&[aud]),
+            None => v.validate_aud = false,
+        }
+        jsonwebtoken::decode::<Value>(token, &key, &v).ok().map(|d| d.claims)
+    })
+}
+
+/// RFC 8693 §2: client authentication (HTTP Basic, RFC 6749 §2.3.1), the parameters, a
+/// subject token this issuer signed, an actor token it trusts if one is sent. The issued token
+/// is an RS256 JWT for the `audience` (else `resource`) asked, with the subject's `sub`, the
+/// `scope` asked, and `act: {"sub": <actor's sub>}` when an actor token was verified.
+fn exchange(body: &[u8], auth: Option<&str>, state: &Arc<Mutex<State>>, origin: &str) -> Response<Body> {
+    let form: HashMap<String, String> = url::form_urlencoded::parse(body).into_owned().collect();
+    let get = |k: &str| form.get(k).cloned().unwrap_or_default();
+    let mut s = state.lock().unwrap();
+    let authenticated = if form.get("client_assertion_type").is_some_and(|t| t == JWT_BEARER) {
+        // RFC 7523 §3: iss = sub = the client, aud = this issuer, a signature by a key of its.
+        verified_claims(&get("client_assertion"), &s.client_keys, Some(origin))
+            .is_some_and(|c| c["iss"] == CLIENT_ID && c["sub"] == CLIENT_ID && form.get("client_id").is_none_or(|id| id == CLIENT_ID) && auth.is_none())
+    } else {
+        let expected = format!(
+            "Basic {}",
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("{}:{}", form_encode(CLIENT_ID), form_encode(CLIENT_SECRET)))
+        );
+        auth == Some(expected.as_str())
+    };
+    if !authenticated {
+        return json_response(StatusCode::UNAUTHORIZED, json!({"error": "invalid_client"}), None);
+    }
+    s.exchanges.push(form.clone());
+    if let Some((status, answer)) = s.exchange_answer.clone() {
+        return json_response(StatusCode::from_u16(status).unwrap(), answer, Some("no-store"));
+    }
+    let refuse =
+        |error: &str, description: &str| json_response(StatusCode::BAD_REQUEST, json!({"error": error, "error_description": description}), Some("no-store"));
+    if get("subject_token_type") != ACCESS_TOKEN_TYPE || form.get("requested_token_type").is_some_and(|t| t != ACCESS_TOKEN_TYPE) {
+        return refuse("invalid_request", "token types");
+    }
+    let published: Vec<Value> = s.published.iter().map(|k| k.jwk.clone()).collect();
+    let Some(subject) = verified_claims(&get("subject_token"), &published, None).filter(|c| c["iss"] == origin) else {
+        return refuse("invalid_grant", "subject token not issued here");
+    };
+    let audience = form.get("audience").or(form.get("resource")).cloned();
+    let Some(audience) = audience else { return refuse("invalid_target", "no audience or resource") };
+    let mut act = None;
+    if let Some(actor) = form.get("actor_token") {
+        if get("actor_token_type") != JWT_TOKEN_TYPE {
+            return refuse("invalid_request", "actor token type");
+        }
+        let Some(claims) = verified_claims(actor, &s.actor_keys, Some(origin)) else { return refuse("invalid_request", "actor token not trusted") };
+        act = Some(json!({"sub": claims["sub"]}));
+    }
+    let now = unix_now();
+    let mut claims = json!({"iss": origin, "sub": subject["sub"], "aud": audience, "exp": now + 300, "iat": now, "client_id": CLIENT_ID,
+                            "jti": uuid::Uuid::new_v4().to_string()});
+    if let Some(scope) = form.get("scope") {
+        claims["scope"] = json!(scope);
+    }
+    if let Some(act) = act {
+        claims["act"] = act;
+    }
+    let rsa = s.published.iter().find(|k| k.kid == "rsa-1").cloned();
+    drop(s);
+    let Some(rsa) = rsa else { return json_response(StatusCode::INTERNAL_SERVER_ERROR, json!({"error": "server_error"}), None) };
+    json_response(
+        StatusCode::OK,
+        json!({"access_token": rsa.sign(&claims), "issued_token_type": ACCESS_TOKEN_TYPE, "token_type": "Bearer", "expires_in": 300}),
+        Some("no-store"),
+    )
+}
+
+fn form_encode(s: &str) -> String {
+    form(s)
 }
 
 fn form(s: &str) -> String {
