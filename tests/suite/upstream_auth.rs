@@ -442,6 +442,11 @@ scopes := ["weather:admin"] if input.mcp.tool == "reset""#,
         /// A token-exchange gateway with `actor = true`, a static agent key, and an issuer that
         /// trusts the actor keys the gateway publishes.
         async fn start(agent: &SigningKey) -> (Setup, tempfile::TempDir, Value) {
+            start_with_client(agent, "").await
+        }
+
+        /// [`start`] authenticating the gateway with `client_auth` (empty: the client secret file).
+        async fn start_with_client(agent: &SigningKey, client_auth: &str) -> (Setup, tempfile::TempDir, Value) {
             let keys = tempfile::tempdir().unwrap();
             let actor_key = SigningKey::from_bytes(&rand::random());
             let previous = SigningKey::from_bytes(&rand::random());
@@ -452,7 +457,7 @@ scopes := ["weather:admin"] if input.mcp.tool == "reset""#,
             let sig = format!("[[signatures.keys]]\nagent = {AGENT:?}\njwk = {{ kty = \"OKP\", crv = \"Ed25519\", x = {x:?} }}");
             let auth =
                 format!("actor = true\nactor_key_file = {:?}\nactor_key_previous_file = {:?}", keys.path().join("actor.jwk"), keys.path().join("previous.jwk"));
-            let s = Setup::start_full("mode = \"enforce\"", &sig, "", &auth).await;
+            let s = Setup::start_inner("mode = \"enforce\"", &sig, "", &auth, client_auth).await;
             let jwks: Value = client().get(s.gw.url("/.well-known/jwks.json")).send().await.unwrap().json().await.unwrap();
             s.issuer.trust_actor_keys(&jwks);
             let thumbprints = [&actor_key, &previous].map(|k| portcullis_wire::signature::ed25519_thumbprint(&k.verifying_key()));
@@ -507,6 +512,92 @@ scopes := ["weather:admin"] if input.mcp.tool == "reset""#,
             let body: Value = resp.json().await.unwrap();
             assert_eq!((body["error"].as_str(), body["reason"].as_str()), (Some("delegation_refused"), Some("no_verified_agent")));
             assert!(s.issuer.exchanges().is_empty() && s.upstream.seen().is_empty());
+        }
+
+        /// Every log line the gateway writes (all levels, span opens and closes) and every
+        /// decision-log line, through static credentials, both client authentications with an
+        /// actor, a refusal and an outage: none quotes a secret, a token or the issuer's words.
+        #[tokio::test]
+        async fn no_log_line_quotes_a_secret_a_token_or_the_issuers_description() {
+            // The test's own subscriber, on this test's thread, where the in-process gateway's tasks run.
+            let lines = common::logs::Lines::default();
+            let sink = lines.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(move || sink.clone())
+                .with_ansi(false)
+                .with_max_level(tracing::Level::TRACE)
+                .with_span_events(tracing_subscriber::fmt::format::FmtSpan::NEW | tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+                .finish();
+            let _guard = tracing::subscriber::set_default(subscriber);
+            let mut secrets: Vec<String> = vec![issuer::CLIENT_SECRET.to_owned()];
+            let mut decision_logs = Vec::new();
+
+            // Static, from the environment (a value cargo sets for the test run) and from a file.
+            let env_secret = std::env::var("CARGO_PKG_DESCRIPTION").unwrap();
+            let upstream = Upstream::start().await;
+            let (dir, log) = temp_path("decisions.log");
+            let gw = gateway(&upstream, "kind = \"static\"\nvalue_env = \"CARGO_PKG_DESCRIPTION\"", portcullis::config::Mode::Enforce, &log).await;
+            assert_eq!(post(&gw, &[("authorization", "Bearer users-token-for-static-env")]).await.status(), 200);
+            assert_eq!(upstream.seen()[0].headers["authorization"], format!("Bearer {env_secret}").as_str());
+            wait_for_decision_lines(&log, 1).await;
+            gw.shutdown().await;
+            let file = dir.path().join("api-key");
+            std::fs::write(&file, "file-secret-5b1f0c\n").unwrap();
+            let log_file = dir.path().join("decisions-file.log");
+            let gw = gateway(&upstream, &format!("kind = \"static\"\nvalue_file = {file:?}"), portcullis::config::Mode::Enforce, &log_file).await;
+            assert_eq!(post(&gw, &[("authorization", "Bearer users-token-for-static-file")]).await.status(), 200);
+            assert_eq!(upstream.seen()[1].headers["authorization"], "Bearer file-secret-5b1f0c");
+            wait_for_decision_lines(&log_file, 1).await;
+            gw.shutdown().await;
+            secrets.extend([env_secret, "file-secret-5b1f0c".into(), "users-token-for-static-env".into(), "users-token-for-static-file".into()]);
+            decision_logs.extend([log, log_file]);
+
+            // client_secret_basic with an actor, then private_key_jwt with an actor.
+            let agent = SigningKey::from_bytes(&rand::random());
+            let (basic, _keys, _) = start(&agent).await;
+            let client_key = ed25519_dalek::SigningKey::from_bytes(&rand::random());
+            let path = _keys.path().join("client.jwk");
+            std::fs::write(&path, portcullis_client::keys::private_jwk(&client_key).to_string()).unwrap();
+            let (jwt, _keys2, _) = start_with_client(&agent, &format!("client_key_file = {path:?}")).await;
+            jwt.issuer.trust_client_keys(&portcullis_client::keys::directory_document(&[&client_key]));
+            for s in [&basic, &jwt] {
+                let user = s.user_token();
+                assert_eq!(signed_call(s, &agent, &user).await.status(), 200);
+                assert_eq!(signed_call(s, &agent, &user).await.status(), 200, "cached");
+                let seen = s.upstream.seen();
+                assert!(claims_of(&bearer(&seen[0])).get("act").is_some());
+                secrets.extend([user, bearer(&seen[0])]);
+                for form in s.issuer.exchanges() {
+                    secrets.extend(["actor_token", "client_assertion", "subject_token"].iter().filter_map(|k| form.get(*k).cloned()));
+                }
+                wait_for_decision_lines(&s.log, 2).await;
+                decision_logs.push(s.log.clone());
+            }
+            assert!(jwt.issuer.exchanges()[0].contains_key("client_assertion"));
+
+            // A refusal whose description carries a marker, and an issuer that cannot be reached.
+            basic.issuer.answer_exchanges_with(Some((400, json!({"error": "access_denied", "error_description": "issuer-marker-7d2e9a"}))));
+            let refused = basic.issuer.rsa.sign(&basic.issuer.claims_with(AUD, json!({"jti": "refused"})));
+            assert_eq!(signed_call(&basic, &agent, &refused).await.status(), 403);
+            secrets.extend([refused, "issuer-marker-7d2e9a".into()]);
+            let closed = common::closed_port().await;
+            let down = Setup::start("mode = \"enforce\"", &format!("token_endpoint = \"https://{closed}/token\"\ntimeout = \"1s\"")).await;
+            let user = down.user_token();
+            assert_eq!(down.call(&user).await.status(), 503);
+            secrets.push(user);
+            wait_for_decision_lines(&basic.log, 3).await;
+            wait_for_decision_lines(&down.log, 1).await;
+            decision_logs.push(down.log.clone());
+
+            let mut text = lines.text();
+            assert!(text.lines().count() > 20 && text.contains("portcullis::"), "the gateway's log was captured:\n{text}");
+            for log in &decision_logs {
+                text.push_str(&std::fs::read_to_string(log).unwrap());
+            }
+            for secret in &secrets {
+                assert!(secret.len() >= 10, "a secret long enough not to match by chance: {secret}");
+                assert!(!text.contains(secret.as_str()), "{secret} is in the log:\n{text}");
+            }
         }
     }
 }
