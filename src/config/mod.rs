@@ -31,7 +31,7 @@ pub use raw::*;
 pub use sections::{normalize_origin, Context, Directory, Dpop, Introspection, OAuth, PolicySettings, Signatures, StateSettings, StaticKey, Store};
 pub use tools::{CatalogProtocol, CatalogSource, McpSettings, Tools, Unpinned};
 pub use units::{parse_size, ByteSize, HumanDuration};
-pub use upstream_auth::{read_secret_file, trim_newline, ActorKeys, ClientAuth, SecretSource, StaticAuth, TokenExchange, UpstreamAuth};
+pub use upstream_auth::{read_secret_file, trim_newline, ActorKeys, ClientAuth, SecretSource, StaticAuth, TokenExchange, UpstreamAuth, MAX_CACHED};
 
 /// The configuration used when no `--config` is given (see README "Embedded defaults").
 pub const EMBEDDED_DEFAULT: &str = include_str!("../default_config.toml");

@@ -151,6 +151,8 @@ pub struct RawUpstreamAuth {
     pub timeout: Option<HumanDuration>,
     /// `token_exchange`: most exchanges per second (default 50); past it 503.
     pub max_per_second: Option<u32>,
+    /// `token_exchange`: most issued tokens cached for one caller (default 100).
+    pub max_cached_per_caller: Option<u64>,
     /// `token_exchange`: send the verified agent as an `actor_token` the gateway signs.
     pub actor: bool,
     /// `token_exchange`: the Ed25519 private JWK that signs actor tokens.

@@ -70,6 +70,11 @@ pub struct StaticAuth {
     pub prefix: String,
 }
 
+/// Issued tokens cached at most, for all callers together.
+pub const MAX_CACHED: u64 = 10_000;
+/// `upstream.auth.max_cached_per_caller` when not set.
+const DEFAULT_CACHED_PER_CALLER: u64 = 100;
+
 /// `kind = "token_exchange"`.
 #[derive(Debug, Clone)]
 pub struct TokenExchange {
@@ -93,6 +98,9 @@ pub struct TokenExchange {
     pub actor: Option<ActorKeys>,
     /// Most exchanges per second.
     pub max_per_second: u32,
+    /// Most issued tokens cached for one caller (docs/design.md decision 13); past it, that
+    /// caller's new tokens are exchanged but not kept.
+    pub max_cached_per_caller: u64,
 }
 
 /// How the gateway authenticates at the token endpoint.
@@ -190,6 +198,7 @@ pub fn from_raw(raw: Option<RawUpstreamAuth>, forward_token: bool, oauth_require
         ("exchange_bound_tokens", raw.exchange_bound_tokens),
         ("timeout", raw.timeout.is_some()),
         ("max_per_second", raw.max_per_second.is_some()),
+        ("max_cached_per_caller", raw.max_cached_per_caller.is_some()),
         ("actor", raw.actor),
         ("actor_key_file", raw.actor_key_file.is_some()),
         ("actor_key_previous_file", raw.actor_key_previous_file.is_some()),
@@ -317,6 +326,10 @@ fn token_exchange(raw: &RawUpstreamAuth, base_dir: &Path, errs: &mut Vec<FieldEr
     if !(1..=100_000).contains(&max_per_second) {
         errs.push(FieldError::new("upstream.auth.max_per_second", "must be between 1 and 100000"));
     }
+    let max_cached_per_caller = raw.max_cached_per_caller.unwrap_or(DEFAULT_CACHED_PER_CALLER);
+    if !(1..=MAX_CACHED).contains(&max_cached_per_caller) {
+        errs.push(FieldError::new("upstream.auth.max_cached_per_caller", format!("must be between 1 and {MAX_CACHED} (the cache's global bound)")));
+    }
     Some(TokenExchange {
         token_endpoint,
         client_id: client_id?,
@@ -328,6 +341,7 @@ fn token_exchange(raw: &RawUpstreamAuth, base_dir: &Path, errs: &mut Vec<FieldEr
         timeout,
         actor,
         max_per_second,
+        max_cached_per_caller,
     })
 }
 

@@ -21,6 +21,7 @@ use super::actor::{ActorSigner, ClientAssertion, JWT_BEARER, JWT_TOKEN_TYPE};
 use super::CredentialError;
 use crate::config::{self, FieldError, SecretSource};
 use crate::oauth::VerifiedToken;
+use crate::state::caller::CallerKey;
 use portcullis_wire::UnixTime;
 
 /// RFC 8693 §2.1 `grant_type`.
@@ -29,8 +30,8 @@ const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 const ACCESS_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
 /// Largest token-endpoint answer read.
 const MAX_ANSWER: usize = 64 * 1024;
-/// Issued tokens kept at most.
-const MAX_ENTRIES: u64 = 10_000;
+/// Issued tokens kept at most, for all callers together.
+const MAX_ENTRIES: u64 = config::MAX_CACHED;
 /// Taken off an issued token's `expires_in`, so it is never sent about to expire.
 const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 /// Longest an issued token without `expires_in` is kept.
@@ -43,8 +44,37 @@ const OVER_BUDGET: &str = "more token exchanges per second than upstream.auth.ma
 /// RFC 8707 §2): 403 `delegation_refused`. Any other error is the gateway's problem (503).
 const REFUSALS: [&str; 5] = ["invalid_grant", "invalid_request", "access_denied", "invalid_target", "invalid_scope"];
 
-/// A cache key: the verified agent, the subject token (by SHA-256), the scope asked for.
-type Key = (Option<String>, [u8; 32], Option<String>);
+/// A cache key: the caller (`CallerKey::short`), the verified agent, the subject token (by
+/// SHA-256), the scope asked for.
+type Key = (u128, Option<String>, [u8; 32], Option<String>);
+
+/// Live cache entries per caller (decision 13): a slot is taken before an entry is made and
+/// freed when the entry leaves the cache (or was never made).
+#[derive(Default)]
+struct CallerSlots(std::sync::Mutex<std::collections::HashMap<u128, u64>>);
+
+impl CallerSlots {
+    /// Takes one of `caller`'s slots unless it holds `bound` already.
+    fn take(&self, caller: u128, bound: u64) -> bool {
+        let Ok(mut held) = self.0.lock() else { return false };
+        let n = held.entry(caller).or_insert(0);
+        if *n >= bound {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    fn free(&self, caller: u128) {
+        let Ok(mut held) = self.0.lock() else { return };
+        if let std::collections::hash_map::Entry::Occupied(mut e) = held.entry(caller) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+    }
+}
 
 /// An issued token as the backend gets it (`Bearer <token>`, sensitive), and how long to keep it.
 #[derive(Clone)]
@@ -95,6 +125,9 @@ pub(super) struct Exchanger {
     scope: Option<String>,
     exchange_bound_tokens: bool,
     cache: moka::future::Cache<Key, Issued>,
+    /// Entries each caller holds in `cache`, at most `per_caller`.
+    slots: std::sync::Arc<CallerSlots>,
+    per_caller: u64,
     pub(super) metrics: ExchangeMetrics,
     /// `actor = true`: signs the actor token of each exchange.
     pub(super) actor: Option<ActorSigner>,
@@ -120,6 +153,18 @@ impl Exchanger {
             }
             config::ClientAuth::KeyJwt(path) => Client::KeyJwt(cfg.client_id.clone(), ClientAssertion::new(path, cfg.client_id.clone(), issuer.clone())?),
         };
+        let slots = std::sync::Arc::new(CallerSlots::default());
+        let freed = slots.clone();
+        let cache = moka::future::Cache::builder()
+            .max_capacity(MAX_ENTRIES)
+            .expire_after(IssuedExpiry)
+            .eviction_listener(move |key: std::sync::Arc<Key>, _, cause| {
+                // A replaced entry keeps its slot; every other way out frees it.
+                if cause != moka::notification::RemovalCause::Replaced {
+                    freed.free(key.0);
+                }
+            })
+            .build();
         let actor = cfg.actor.as_ref().map(|keys| ActorSigner::new(keys, origin.to_owned(), issuer.clone(), cfg.client_id.clone())).transpose()?;
         Ok(Exchanger {
             actor,
@@ -133,7 +178,9 @@ impl Exchanger {
             resource: cfg.resource.clone(),
             scope: cfg.scope.clone(),
             exchange_bound_tokens: cfg.exchange_bound_tokens,
-            cache: moka::future::Cache::builder().max_capacity(MAX_ENTRIES).expire_after(IssuedExpiry).build(),
+            cache,
+            slots,
+            per_caller: cfg.max_cached_per_caller,
             metrics: ExchangeMetrics::default(),
         })
     }
@@ -163,23 +210,48 @@ impl Exchanger {
             return Err(CredentialError::Refused("no_verified_agent".to_owned()));
         }
         let scope = self.scope_for(narrowed)?;
-        let key: Key = (agent.map(str::to_owned), Sha256::digest(subject.as_bytes()).into(), scope.clone());
+        let caller = caller_of(token, agent).short();
+        let key: Key = (caller, agent.map(str::to_owned), Sha256::digest(subject.as_bytes()).into(), scope.clone());
         // Never past the subject token's own expiry.
         let left = Duration::from_secs(token.exp().saturating_sub(now.secs()));
+        if let Some(hit) = self.cache.get(&key).await {
+            self.metrics.count("cached");
+            return Ok((hit.header, true));
+        }
+        // A caller holding its share of the cache still gets its credential, exchanged for this
+        // call and not kept: the issuer stays behind `max_per_second`, the others keep theirs.
+        if !self.slots.take(caller, self.per_caller) {
+            let issued = self.exchange(subject, agent, scope.as_deref(), now, left).await;
+            return self.counted(issued.map(|i| (i.header, false)));
+        }
         let entry = self.cache.entry(key).or_try_insert_with(self.exchange(subject, agent, scope.as_deref(), now, left)).await;
-        match entry {
+        if !matches!(&entry, Ok(e) if e.is_fresh()) {
+            // Nothing added for this call (another call's entry, or a failure): the slot goes back.
+            self.slots.free(caller);
+        }
+        self.counted(match entry {
             Ok(e) => {
                 let cached = !e.is_fresh();
-                self.metrics.count(if cached { "cached" } else { "issued" });
                 Ok((e.into_value().header, cached))
             }
+            Err(e) => Err((*e).clone()),
+        })
+    }
+
+    /// Counts an outcome in the metrics and passes it on.
+    fn counted(&self, outcome: Result<(HeaderValue, bool), CredentialError>) -> Result<(HeaderValue, bool), CredentialError> {
+        match outcome {
+            Ok((header, cached)) => {
+                self.metrics.count(if cached { "cached" } else { "issued" });
+                Ok((header, cached))
+            }
             Err(e) => {
-                self.metrics.count(match &*e {
+                self.metrics.count(match &e {
                     CredentialError::Refused(_) => "refused",
                     CredentialError::Unavailable(r) if r == OVER_BUDGET => "over_budget",
                     CredentialError::Unavailable(_) => "unavailable",
                 });
-                Err((*e).clone())
+                Err(e)
             }
         }
     }
@@ -313,6 +385,16 @@ fn shown_code(code: &str) -> &str {
 impl std::fmt::Debug for Exchanger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Exchanger").field("issuer", &self.issuer).field("token_endpoint", &self.configured).finish_non_exhaustive()
+    }
+}
+
+/// Whom a cache entry counts against: the verified user (the token's issuer and `sub`), else
+/// the verified agent, as everywhere in decision 13; a token with neither names its issuer.
+fn caller_of(token: &VerifiedToken, agent: Option<&str>) -> CallerKey {
+    match (token.sub(), agent) {
+        (Some(sub), _) => CallerKey::user(token.iss(), sub),
+        (None, Some(agent)) => CallerKey::agent(agent),
+        (None, None) => CallerKey::user(token.iss(), ""),
     }
 }
 

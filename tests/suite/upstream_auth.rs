@@ -351,6 +351,34 @@ mod token_exchange {
     }
 
     #[tokio::test]
+    async fn a_caller_at_its_share_of_the_cache_is_exchanged_for_but_not_cached_and_others_keep_theirs() {
+        let s = Setup::start("mode = \"enforce\"", "max_cached_per_caller = 1").await;
+        let token = |claims: Value| s.issuer.rsa.sign(&s.issuer.claims_with(AUD, claims));
+        let (first, second) = (token(json!({"jti": "first"})), token(json!({"jti": "second"})));
+        let other = token(json!({"sub": "user-7", "jti": "other"}));
+        for t in [&first, &second, &second, &first, &other, &other] {
+            assert_eq!(s.call(t).await.status(), 200, "over its bound a caller is not refused");
+        }
+        assert_eq!(s.issuer.exchanges().len(), 4, "first once, second each time (not kept), the other user once");
+        let lines = wait_for_decision_lines(&s.log, 6).await;
+        let cached: Vec<_> = lines.iter().map(|l| l["upstream_auth_cached"].as_bool().unwrap()).collect();
+        assert_eq!(cached, [false, false, false, true, false, true]);
+        let metrics = common::metrics(&s.gw).await;
+        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{result=\"issued\"} 4"), "{metrics}");
+    }
+
+    #[tokio::test]
+    async fn max_cached_per_caller_is_checked_at_start() {
+        let upstream = Upstream::start().await;
+        let text = common::config_toml(
+            &upstream.url(),
+            "[oauth]\nrequired = true\nissuer = \"https://issuer.example\"\n[upstream.auth]\nkind = \"token_exchange\"\nclient_id = \"c\"\nclient_secret_env = \"CARGO_PKG_NAME\"\nmax_cached_per_caller = 0\n",
+        );
+        let err = portcullis::config::Config::parse(&text, "t", std::path::Path::new(".")).unwrap_err().to_string();
+        assert!(err.contains("upstream.auth.max_cached_per_caller"), "{err}");
+    }
+
+    #[tokio::test]
     async fn private_key_jwt_authenticates_the_gateway_with_an_assertion_for_the_issuer() {
         let keys = tempfile::tempdir().unwrap();
         let client_key = ed25519_dalek::SigningKey::from_bytes(&rand::random());
