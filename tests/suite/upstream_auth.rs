@@ -165,9 +165,11 @@ mod token_exchange {
             let secret = dir.path().join("client-secret");
             std::fs::write(&secret, format!("{}\n", issuer::CLIENT_SECRET)).unwrap();
             let client = if client.is_empty() { format!("client_secret_file = {secret:?}") } else { client.to_owned() };
+            // The default scope unless the test sets its own.
+            let scope = if auth_extra.lines().any(|l| l.starts_with("scope =")) { "" } else { "scope = \"weather:read\"" };
             let extra = format!(
                 "[signatures]\nrequired = false\n{sig_extra}\n[oauth]\nrequired = true\nissuer = \"{}\"\nissuer_ca = {:?}\n{oauth_extra}\n\
-                 [upstream.auth]\nkind = \"token_exchange\"\nclient_id = \"{}\"\n{client}\naudience = \"{BACKEND}\"\nscope = \"weather:read\"\n{auth_extra}\n",
+                 [upstream.auth]\nkind = \"token_exchange\"\nclient_id = \"{}\"\n{client}\naudience = \"{BACKEND}\"\n{scope}\n{auth_extra}\n",
                 issuer.url(),
                 ca.ca_path(),
                 issuer::CLIENT_ID,
@@ -425,6 +427,49 @@ scopes := ["weather:admin"] if input.mcp.tool == "reset""#,
         assert_eq!((body["error"].as_str(), body["reason"].as_str()), (Some("delegation_refused"), Some("no_upstream_scope")));
         assert_eq!(s.issuer.exchanges().len(), 1);
         assert_eq!(s.upstream.seen().len(), 1, "the refused call was not forwarded");
+    }
+
+    /// The policy of docs/upstream-credentials.md, run as written.
+    #[tokio::test]
+    async fn the_guides_policy_narrows_upstream_scopes_per_tool() {
+        let guide = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/upstream-credentials.md")).unwrap();
+        let blocks: Vec<&str> = guide.split("```rego\n").skip(1).map(|b| b.split("```").next().unwrap()).collect();
+        assert_eq!(blocks.len(), 1, "one policy in the guide");
+        let policy = common::policy::PolicyDir::new(blocks[0]);
+        let s = Setup::start("mode = \"enforce\"", &format!("scope = \"weather:read alerts:read\"\n{}", policy.toml())).await;
+        let user = s.user_token();
+        let call = |tool: &str| {
+            client()
+                .post(s.gw.url("/mcp"))
+                .header("content-type", "application/json")
+                .bearer_auth(&user)
+                .body(common::policy::tool_call(1, tool, json!({})))
+                .send()
+        };
+        assert_eq!(call("forecast").await.unwrap().status(), 200);
+        assert_eq!(call("alerts").await.unwrap().status(), 200);
+        let scopes: Vec<_> = s.issuer.exchanges().iter().map(|f| f["scope"].clone()).collect();
+        assert_eq!(scopes, ["weather:read", "weather:read alerts:read"]);
+        let seen = s.upstream.seen();
+        assert_eq!(claims_of(&bearer(&seen[1]))["scope"], "weather:read alerts:read");
+        let resp = call("reset_station").await.unwrap();
+        assert_eq!(resp.status(), 403);
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!((body["error"].as_str(), body["reason"].as_str()), (Some("delegation_refused"), Some("no_upstream_scope")));
+        let resp = call("delete_everything").await.unwrap();
+        assert_eq!(resp.status(), 403);
+        assert_eq!(resp.json::<Value>().await.unwrap()["reason"], "tool_not_allowed");
+        let ping = client()
+            .post(s.gw.url("/mcp"))
+            .header("content-type", "application/json")
+            .bearer_auth(&user)
+            .body(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(ping.status(), 200, "not a tool call: the read scope");
+        assert_eq!(s.issuer.exchanges().len(), 2, "tools/list reuses the forecast's weather:read token");
+        assert_eq!(s.upstream.seen().len(), 3);
     }
 
     /// `Authorization: DPoP` with a bound token and a fresh proof by `key`.
