@@ -45,6 +45,10 @@ pub async fn run(args: &DemoArgs) -> Result<bool, DemoError> {
     print!("{}", render_table(&rows));
     println!("\nRolling out stage group by stage group (docs/rollout.md): the same requests at each step");
     print!("{}", render_rollout(&rollout));
+    match tour::backend_token(&demo).await {
+        Ok(claims) => println!("\nWhat the backend got instead of the user's token (token exchange, docs/upstream-credentials.md):\n  {claims}"),
+        Err(e) => println!("\nThe backend's exchanged token could not be shown: {e}"),
+    }
     let ok = rows.iter().all(|r| r.status == r.expected) && rollout.iter().flat_map(|r| &r.steps).all(|s| s.status == s.expected);
     if !ok {
         println!("\nSome steps did not get the expected status (marked (!)).");

@@ -192,15 +192,31 @@ watch = false
 enabled = true
 client_id = "portcullis-demo"
 state_key_file = "approvals-state.key"
+[upstream.auth]
+# The backend gets a token of its own (RFC 8693 token exchange at the demo issuer), never the
+# user's: its `sub` is the user, its `act.sub` the verified agent (the actor token the gateway
+# signs with actor.jwk, published at /.well-known/jwks.json).
+kind = "token_exchange"
+client_id = "{client_id}"
+client_secret_file = "client-secret"
+audience = "{DEMO_BACKEND_AUDIENCE}"
+scope = "weather:read"
+exchange_bound_tokens = true
+actor = true
+actor_key_file = "actor.jwk"
 [state]
 store = "memory"
 [admin]
 [log]
 decisions = {log:?}
 level = "warn"
-"#
+"#,
+        client_id = portcullis_demo::issuer::CLIENT_ID,
     )
 }
+
+/// The audience of the backend's exchanged tokens.
+pub const DEMO_BACKEND_AUDIENCE: &str = "https://backend.demo.example";
 
 impl Demo {
     /// Starts the stack, writing its files under `dir` (created if missing; an existing
@@ -223,6 +239,12 @@ impl Demo {
         write_policies(&dir, directory.origin())?;
         // The approval pages' cookie and requestState key (approvals.state_key_file).
         write_secret(&dir.join("approvals-state.key"), &rand::random::<[u8; 32]>().iter().map(|b| format!("{b:02x}")).collect::<String>())?;
+        // The gateways' client at the issuer, and the key of their actor tokens, which the
+        // issuer trusts (as an operator would point it at /.well-known/jwks.json).
+        write_secret(&dir.join("client-secret"), portcullis_demo::issuer::CLIENT_SECRET)?;
+        let actor_key = SigningKey::generate(&mut rand::rngs::OsRng);
+        write_secret(&dir.join("actor.jwk"), &keys::private_jwk(&actor_key).to_string())?;
+        issuer.trust_actor_keys(&keys::directory_document(&[&actor_key]));
         let [monitor, identity, identity_token, enforce] = ROLLOUT.map(|(name, _, setting)| (name, setting));
         let issuer_url = issuer.url();
         let gateway = |(name, setting)| Self::gateway(&dir, name, setting, backend.addr, directory.origin(), &issuer_url);

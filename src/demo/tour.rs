@@ -116,6 +116,24 @@ pub async fn run(demo: &Demo) -> Result<Vec<TourRow>, DemoError> {
     Ok(rows)
 }
 
+/// What the backend got as its credential for one allowed `weather.get` through the enforce
+/// gateway: the claims of its exchanged token (`sub` the user, `aud` the backend, `act.sub` the
+/// agent), as the backend echoes them; `Null` when it got none.
+pub async fn backend_token(demo: &Demo) -> Result<Value, DemoError> {
+    let token = super::services::mint(&demo.issuer, super::DEMO_RESOURCE, TOUR_USER, 300)?;
+    let agent = Agent::new(demo.agent_key.clone(), demo.agent_url()).map_err(tour_err("agent"))?.with_token(token);
+    let mut headers = http::HeaderMap::new();
+    headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    let body = tool_call(1, "weather.get", json!({"city": "Lyon"})).to_string().into_bytes();
+    let signed = agent.sign(http::Method::POST, &demo.enforce.url, &headers, body).map_err(tour_err("exchanged token"))?;
+    let err = |e: reqwest::Error| DemoError::Tour { step: "exchanged token".to_owned(), detail: e.to_string() };
+    let http = reqwest::Client::builder().no_proxy().build().map_err(err)?;
+    let (method, uri, headers, body) =
+        (signed.request.method().clone(), signed.request.uri().to_string(), signed.request.headers().clone(), signed.request.body().clone());
+    let answer: Value = http.request(method, uri).headers(headers).body(body).send().await.map_err(err)?.json().await.map_err(err)?;
+    Ok(answer["result"]["_meta"]["received_token"].clone())
+}
+
 struct Step<'a> {
     gw: &'a DemoGateway,
     http: reqwest::Client,

@@ -166,6 +166,10 @@ fn tour_only_prints_the_table_and_exits_zero_in_a_fresh_folder_of_its_own() {
     assert_eq!(shell.matches("200 would_deny").count(), 3, "policy refusals are enforced only at step 4: {shell}");
     assert!(shell.trim_end().ends_with("403 deny"), "{shell}");
     assert!(!stdout.contains("Try it"), "--tour-only does not stay up: {stdout}");
+    let got = stdout.lines().skip_while(|l| !l.starts_with("What the backend got")).nth(1).unwrap_or_else(|| panic!("no exchanged token: {stdout}"));
+    let claims: serde_json::Value = serde_json::from_str(got.trim()).unwrap();
+    assert!(claims["act"]["sub"].as_str().unwrap().starts_with("https://127.0.0.1:"), "the agent acted: {claims}");
+    assert_eq!((claims["sub"].as_str(), claims["aud"].as_str()), (Some("tour-user"), Some(portcullis::demo::DEMO_BACKEND_AUDIENCE)));
 }
 
 #[test]

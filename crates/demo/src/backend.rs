@@ -2,7 +2,8 @@
 //! the compose file and load tests. Tools: `weather.get`, `payments.send`, `files.read`.
 //!
 //! It trusts the gateway: it echoes the verified identity headers (`x-portcullis-*`) it
-//! received, so a demo shows what reached the backend. It keeps no state but a payment counter.
+//! received, and the claims of a JWT bearer token it got (`sub`, `aud`, `scope`, `act`: the
+//! gateway's exchanged token), so a demo shows what reached the backend. It keeps no state but a payment counter.
 //!
 //! With a tools file ([`Backend::start_with_tools`], `portcullis example-backend --tools FILE`)
 //! it lists the tools the file holds instead — a JSON array of MCP `Tool` objects, read again
@@ -104,6 +105,7 @@ async fn handle(req: Request<Incoming>, state: &State) -> Response<ResponseBody>
         .filter(|(k, _)| k.as_str().starts_with("x-portcullis-") && k.as_str() != "x-portcullis-request-id")
         .filter_map(|(k, v)| Some((k.as_str().to_owned(), Value::from(v.to_str().ok()?))))
         .collect();
+    let token = received_token(req.headers());
     let body = match http_body_util::Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => return rpc_error(Value::Null, -32700, "body unreadable or too large"),
@@ -128,7 +130,7 @@ async fn handle(req: Request<Incoming>, state: &State) -> Response<ResponseBody>
             None => Ok(json!({"tools": tools()})),
             Some(path) => read_tools(path).map(|tools| json!({"tools": tools})).map_err(|e| (-32603, e)),
         },
-        "tools/call" => call_tool(&params, state, &identity),
+        "tools/call" => call_tool(&params, state, &identity, token),
         _ => Err((-32601, format!("Method not found: {method}"))),
     };
     let mut resp = match result {
@@ -167,7 +169,17 @@ fn read_tools(path: &std::path::Path) -> Result<Value, String> {
     }
 }
 
-fn call_tool(params: &Value, state: &State, identity: &serde_json::Map<String, Value>) -> Result<Value, (i64, String)> {
+/// What a demo reader wants to see of a JWT bearer token the backend got (the gateway's
+/// exchanged token): `sub`, `aud`, `scope`, `act`. Not verified: a real backend verifies it
+/// against its issuer first.
+fn received_token(headers: &http::HeaderMap) -> Option<Value> {
+    let token = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?.strip_prefix("Bearer ")?;
+    let payload = base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, token.split('.').nth(1)?).ok()?;
+    let claims: Value = serde_json::from_slice(&payload).ok()?;
+    Some(["sub", "aud", "scope", "act"].iter().filter_map(|k| Some(((*k).to_owned(), claims.get(*k)?.clone()))).collect::<serde_json::Map<_, _>>().into())
+}
+
+fn call_tool(params: &Value, state: &State, identity: &serde_json::Map<String, Value>, token: Option<Value>) -> Result<Value, (i64, String)> {
     let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
     let args = params.get("arguments").cloned().unwrap_or(Value::Null);
     let arg = |k: &str| args.get(k).map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())).unwrap_or_default();
@@ -188,7 +200,11 @@ fn call_tool(params: &Value, state: &State, identity: &serde_json::Map<String, V
         }
         _ => return Err((-32602, format!("Unknown tool: {name}"))),
     };
-    Ok(json!({"content": [{"type": "text", "text": text}], "isError": false, "_meta": {"received_identity": identity}}))
+    let mut meta = json!({"received_identity": identity});
+    if let Some(token) = token {
+        meta["received_token"] = token;
+    }
+    Ok(json!({"content": [{"type": "text", "text": text}], "isError": false, "_meta": meta}))
 }
 
 fn json_rpc(v: Value) -> Response<ResponseBody> {
