@@ -1,5 +1,5 @@
 //! The issuer's HTTP side (pipeline stage 7): bounded HTTPS fetches and RFC 8414 metadata
-//! discovery of `jwks_uri`.
+//! discovery (`jwks_uri`; the endpoints the login and token exchange use).
 //!
 //! Every fetch goes through `tls::outbound_client` (HTTPS only, no redirects, `issuer_ca` as
 //! an extra root), with `oauth.fetch_timeout` on the whole exchange and [`MAX_DOCUMENT`] on the
@@ -7,6 +7,7 @@
 //! issuer (RFC 8414 §3.3). A failure is an error naming the issuer: the stage fails closed.
 
 use bytes::{Bytes, BytesMut};
+use serde_json::{Map, Value};
 use url::Url;
 
 use super::TokenError;
@@ -93,8 +94,52 @@ impl IssuerClient {
         Err(self.unavailable("metadata", format!("no authorization server metadata found: {}", tried.join(", "))))
     }
 
+    /// RFC 8414 discovery of the whole metadata document: the first candidate URL that answers
+    /// 200, which must name this issuer byte for byte (§3.3; OIDC Discovery §4.3). Candidates
+    /// that answer with an error status are skipped; an unreachable issuer stops the search.
+    pub(crate) async fn metadata(&self) -> Result<Metadata, TokenError> {
+        let issuer = Url::parse(&self.issuer).map_err(|e| self.unavailable("issuer", e.to_string()))?;
+        let mut tried = Vec::new();
+        for url in metadata_urls(&issuer) {
+            let doc = match self.get(&url).await {
+                Ok(doc) => doc,
+                Err(FetchError::Unreachable(r)) => return Err(self.unavailable(&format!("metadata {url}"), r)),
+                Err(e @ FetchError::Refused(_)) => {
+                    tried.push(format!("{url} ({})", e.reason()));
+                    continue;
+                }
+            };
+            let fields: Map<String, Value> = serde_json::from_slice(&doc.body).map_err(|e| self.unavailable(&format!("metadata {url}"), e.to_string()))?;
+            if fields.get("issuer").and_then(Value::as_str) != Some(self.issuer.as_str()) {
+                return Err(self.unavailable(&format!("metadata {url}"), "its issuer is not oauth.issuer"));
+            }
+            return Ok(Metadata { url, fields });
+        }
+        Err(self.unavailable("metadata", format!("no authorization server metadata found: {}", tried.join(", "))))
+    }
+
     fn jwks_uri_from(&self, url: &Url, body: &[u8]) -> Result<Url, TokenError> {
         portcullis_wire::issuer_documents::jwks_uri_of(&self.issuer, body).map_err(|reason| self.unavailable(&format!("metadata {url}"), reason))
+    }
+}
+
+/// The issuer's metadata document, and the URL it was found at.
+#[derive(Debug)]
+pub(crate) struct Metadata {
+    url: Url,
+    fields: Map<String, Value>,
+}
+
+impl Metadata {
+    /// The https endpoint the document names under `name` (`token_endpoint`, …); the error
+    /// names the issuer through `client`.
+    pub(crate) fn endpoint(&self, client: &IssuerClient, name: &str) -> Result<Url, TokenError> {
+        let url = &self.url;
+        let u = self.fields.get(name).and_then(Value::as_str).ok_or_else(|| client.unavailable(&format!("metadata {url}"), format!("no {name}")))?;
+        match Url::parse(u) {
+            Ok(u) if u.scheme() == "https" => Ok(u),
+            _ => Err(client.unavailable(&format!("metadata {url}"), format!("{name} is not an https URL"))),
+        }
     }
 }
 

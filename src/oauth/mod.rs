@@ -484,32 +484,12 @@ impl TokenVerifier {
     }
 }
 
-/// RFC 8414 discovery of `issuer`'s `token_endpoint` (for token exchange, `upstream.auth`):
-/// the first metadata document that answers 200 and names `issuer` as its `issuer`. `Err`
-/// says what failed, naming the URL.
+/// RFC 8414 discovery of `issuer`'s `token_endpoint` (for token exchange, `upstream.auth`),
+/// as the login finds it ([`issuer::IssuerClient::metadata`]). `Err` says what failed, naming
+/// the URL.
 pub(crate) async fn discover_token_endpoint(client: &reqwest::Client, issuer: &str) -> Result<url::Url, String> {
-    let issuer_url = url::Url::parse(issuer).map_err(|e| format!("oauth.issuer {issuer:?}: {e}"))?;
     let fetcher = issuer::IssuerClient::new(client.clone(), issuer.to_owned());
-    let mut tried = Vec::new();
-    for url in issuer::metadata_urls(&issuer_url) {
-        match fetcher.get(&url).await {
-            Ok(doc) => {
-                let meta: serde_json::Map<String, Value> = serde_json::from_slice(&doc.body).map_err(|e| format!("metadata {url}: not JSON: {e}"))?;
-                // RFC 8414 §3.3: the document is the issuer's only if it says so, byte for byte.
-                if meta.get("issuer").and_then(Value::as_str) != Some(issuer) {
-                    return Err(format!("metadata {url}: its issuer is not {issuer}"));
-                }
-                let endpoint = meta.get("token_endpoint").and_then(Value::as_str).ok_or_else(|| format!("metadata {url}: no token_endpoint"))?;
-                return match url::Url::parse(endpoint) {
-                    Ok(u) if u.scheme() == "https" => Ok(u),
-                    _ => Err(format!("metadata {url}: token_endpoint {endpoint:?} is not an https URL")),
-                };
-            }
-            Err(issuer::FetchError::Unreachable(r)) => return Err(format!("metadata {url}: {r}")),
-            Err(e @ issuer::FetchError::Refused(_)) => tried.push(format!("{url} ({})", e.reason())),
-        }
-    }
-    Err(format!("no authorization server metadata found: {}", tried.join(", ")))
+    fetcher.metadata().await.and_then(|md| md.endpoint(&fetcher, "token_endpoint")).map_err(|e| e.to_string())
 }
 
 /// The token of `Authorization: Bearer <token68>` (`jose::bearer_token`). `Ok(None)` when

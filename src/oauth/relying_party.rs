@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use tokio::sync::OnceCell;
 use url::Url;
 
-use super::issuer::{metadata_urls, FetchError, IssuerClient};
+use super::issuer::IssuerClient;
 use super::jwks::{Jwks, Refetch};
 use super::{token, TokenError};
 use crate::config::{self, FieldError};
@@ -81,28 +81,8 @@ impl RelyingParty {
     }
 
     async fn discover(&self) -> Result<Endpoints, TokenError> {
-        let issuer = Url::parse(&self.client.issuer).map_err(|e| self.client.unavailable("issuer", e.to_string()))?;
-        for url in metadata_urls(&issuer) {
-            let doc = match self.client.get(&url).await {
-                Ok(doc) => doc,
-                Err(FetchError::Unreachable(r)) => return Err(self.client.unavailable(&format!("metadata {url}"), r)),
-                Err(FetchError::Refused(_)) => continue,
-            };
-            let md: Map<String, Value> = serde_json::from_slice(&doc.body).map_err(|e| self.client.unavailable(&format!("metadata {url}"), e.to_string()))?;
-            // RFC 8414 §3.3 / OIDC Discovery §4.3: the document speaks for this issuer only.
-            if md.get("issuer").and_then(Value::as_str) != Some(self.client.issuer.as_str()) {
-                return Err(self.client.unavailable(&format!("metadata {url}"), "its issuer is not oauth.issuer"));
-            }
-            let endpoint = |name: &str| -> Result<Url, TokenError> {
-                let u = md.get(name).and_then(Value::as_str).ok_or_else(|| self.client.unavailable(&format!("metadata {url}"), format!("no {name}")))?;
-                match Url::parse(u) {
-                    Ok(u) if u.scheme() == "https" => Ok(u),
-                    _ => Err(self.client.unavailable(&format!("metadata {url}"), format!("{name} is not an https URL"))),
-                }
-            };
-            return Ok(Endpoints { authorization: endpoint("authorization_endpoint")?, token: endpoint("token_endpoint")? });
-        }
-        Err(self.client.unavailable("metadata", "no authorization server metadata found"))
+        let md = self.client.metadata().await?;
+        Ok(Endpoints { authorization: md.endpoint(&self.client, "authorization_endpoint")?, token: md.endpoint(&self.client, "token_endpoint")? })
     }
 
     /// Redeems an authorization code (RFC 6749 §4.1.3 with the PKCE verifier, RFC 7636 §4.5)

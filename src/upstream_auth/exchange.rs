@@ -284,10 +284,10 @@ impl Exchanger {
             form.push(("actor_token_type", JWT_TOKEN_TYPE));
         }
         let assertion = match &self.client {
-            Client::KeyJwt(_, a) => Some(a.assertion(now).map_err(CredentialError::Unavailable)?),
+            Client::KeyJwt(client_id, a) => Some((client_id, a.assertion(now).map_err(CredentialError::Unavailable)?)),
             Client::Basic(..) => None,
         };
-        if let (Client::KeyJwt(client_id, _), Some(a)) = (&self.client, &assertion) {
+        if let Some((client_id, a)) = &assertion {
             form.push(("client_id", client_id));
             form.push(("client_assertion_type", JWT_BEARER));
             form.push(("client_assertion", a));
@@ -351,7 +351,7 @@ impl Exchanger {
             .get_or_try_init(|| crate::oauth::discover_token_endpoint(&self.http, &self.issuer))
             .await
             .cloned()
-            .map_err(|e| CredentialError::Unavailable(format!("token endpoint of {}: {e}", self.issuer)))
+            .map_err(|e| CredentialError::Unavailable(format!("token endpoint: {e}")))
     }
 }
 
