@@ -230,10 +230,8 @@ impl Shared {
     /// A call the gateway answers in the protocol (an approval link, a tool execution error):
     /// its JSON-RPC answer; logged like a refusal, with its own outcome.
     fn respond(&self, answer: Refusal, trail: &mut Trail, request_id: &str) -> Answered {
-        let (denial, found, evidence) = answer.into_parts();
-        trail.seen = evidence;
-        trail.findings = found;
-        Answered { outcome: Outcome::of_protocol_answer(&denial), ..self.refuse(&denial, request_id) }
+        let outcome = Outcome::of_protocol_answer(answer.denial());
+        Answered { outcome, ..self.refused(answer, trail, request_id) }
     }
 
     /// A call the journal already answered: that answer, and the backend is not called.

@@ -149,7 +149,7 @@ impl UpstreamCredentials {
     /// `headers` are the inbound request's (the subject token of an exchange); `now` is the
     /// request's arrival.
     pub async fn credential(&self, headers: &HeaderMap, seen: &Evidence, findings: &[Finding], now: UnixTime) -> Result<Credential, CredentialError> {
-        if matches!(self.source, Source::None) || !is_vouched_for(seen, findings) {
+        if matches!(self.source, Source::None) || !is_vouched_for(findings) {
             return Ok(Credential::none());
         }
         match &self.source {
@@ -175,7 +175,7 @@ impl UpstreamCredentials {
 
 /// Whether the identity and token stage groups found nothing: only then does a credential go
 /// with the request (monitor mode forwards the rest without one).
-fn is_vouched_for(_seen: &Evidence, findings: &[Finding]) -> bool {
+fn is_vouched_for(findings: &[Finding]) -> bool {
     !findings.iter().any(|f| matches!(f.stage.group(), Group::Identity | Group::Token))
 }
 

@@ -535,16 +535,7 @@ return [Math.round(r.width), Math.round(r.height), Math.round(r.bottom), window.
 /// quotes it (the span names only the `approvals.path` prefix).
 #[tokio::test]
 async fn the_approval_pages_request_span_never_quotes_the_code() {
-    // The test's own subscriber, on this test's thread, where the in-process gateway's tasks run.
-    let lines = common::logs::Lines::default();
-    let sink = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || sink.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::TRACE)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::NEW | tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (lines, _guard) = common::capture_every_log_line();
     let w = World::new().await;
     let gw = w.gateway("enforce", "", "memory", "span.log").await;
     let (_, answer) = w.call(&gw, 1, "payments.send", json!({"amount": 500, "to": "ACME"})).await;

@@ -592,16 +592,7 @@ scopes := ["weather:admin"] if input.mcp.tool == "reset""#,
         /// actor, a refusal and an outage: none quotes a secret, a token or the issuer's words.
         #[tokio::test]
         async fn no_log_line_quotes_a_secret_a_token_or_the_issuers_description() {
-            // The test's own subscriber, on this test's thread, where the in-process gateway's tasks run.
-            let lines = common::logs::Lines::default();
-            let sink = lines.clone();
-            let subscriber = tracing_subscriber::fmt()
-                .with_writer(move || sink.clone())
-                .with_ansi(false)
-                .with_max_level(tracing::Level::TRACE)
-                .with_span_events(tracing_subscriber::fmt::format::FmtSpan::NEW | tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-                .finish();
-            let _guard = tracing::subscriber::set_default(subscriber);
+            let (lines, _guard) = common::capture_every_log_line();
             let mut secrets: Vec<String> = vec![issuer::CLIENT_SECRET.to_owned()];
             let mut decision_logs = Vec::new();
 

@@ -23,6 +23,21 @@ pub fn trace_init() {
     portcullis::telemetry::init_test_tracing("portcullis=debug,warn");
 }
 
+/// Every log line written on this test's thread (where the in-process gateway's tasks run), at
+/// every level, span opens and closes included, until the guard is dropped: for tests that no
+/// line quotes a secret.
+pub fn capture_every_log_line() -> (logs::Lines, tracing::subscriber::DefaultGuard) {
+    let lines = logs::Lines::default();
+    let sink = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::TRACE)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::NEW | tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .finish();
+    (lines, tracing::subscriber::set_default(subscriber))
+}
+
 /// A gateway config in front of `upstream_url`, with the given extra TOML appended.
 pub fn config_toml(upstream_url: &str, extra: &str) -> String {
     format!(
