@@ -33,6 +33,7 @@ fn parsed(body: &'static [u8]) -> McpRequest {
 fn input<'a>(mcp: &'a McpRequest, agent: Option<AgentView<'a>>, token: Option<TokenView<'a>>) -> PolicyInput<'a> {
     PolicyInput {
         request: RequestView { method: "POST", path: "/mcp", host: "mcp.example.com" },
+        server: &SERVER,
         agent,
         token,
         mcp,
@@ -110,3 +111,7 @@ criterion_group! {
     targets = bench
 }
 criterion_main!(benches);
+
+/// `input.server` of the single-server form.
+static SERVER: std::sync::LazyLock<regorus::Value> =
+    std::sync::LazyLock::new(|| portcullis::policy::server_value("default", "/mcp", "https://mcp.example.com/mcp"));

@@ -65,7 +65,7 @@ fn stores(c: &mut Criterion) {
     // A signed request with a nonce and one quota: stage 6 then stage 10 (two round trips on
     // Redis), against the one admission script (`state::admit`, a single Redis server).
     let mut g = c.benchmark_group("signed_request_with_a_quota");
-    let quota = QuotaSpec { key: "admit".into(), cost: 1, limit: u64::MAX / 2, per: Duration::from_secs(60) };
+    let quota = QuotaSpec { key: "admit".into(), cost: 1, limit: u64::MAX / 2, per: Duration::from_secs(60), global: false };
     for (name, store) in [("memory-two-steps", &memory as &dyn ReplayStore), ("redis-two-round-trips", &redis as &dyn ReplayStore)] {
         let quotas: &dyn QuotaStore = if name.starts_with("memory") { &memory_quota_for_admit } else { &redis };
         let quota = &quota;

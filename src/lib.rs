@@ -14,6 +14,7 @@
 
 pub(crate) mod approval;
 pub(crate) mod call_digest;
+pub(crate) mod challenge;
 pub mod catalog;
 pub mod config;
 pub(crate) mod decision;
@@ -33,6 +34,7 @@ pub mod quota;
 pub(crate) mod replay;
 pub mod report;
 pub mod server;
+pub mod servers;
 pub(crate) mod session;
 pub mod signature;
 pub mod stage;

@@ -88,6 +88,9 @@ enum ToolsCommand {
         /// The pins file to write (default: tools.pins).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// The server whose tools to read (`[[servers]]` name; needed when there are several).
+        #[arg(long)]
+        server: Option<String>,
     },
     /// Fetch the backend's tools and print which pinned definitions changed, and which fields;
     /// exit 1 on any drift.
@@ -98,6 +101,9 @@ enum ToolsCommand {
         /// The pins file to compare with (default: tools.pins).
         #[arg(long)]
         pins: Option<PathBuf>,
+        /// The server whose tools to read (`[[servers]]` name; needed when there are several).
+        #[arg(long)]
+        server: Option<String>,
     },
 }
 
@@ -305,8 +311,10 @@ fn main() -> ExitCode {
             };
             report(rt.block_on(async {
                 match command {
-                    ToolsCommand::Pin { out, .. } => portcullis::catalog::tooling::pin(&config, out.as_deref()).await.map(|text| (text, true)),
-                    ToolsCommand::Diff { pins, .. } => portcullis::catalog::tooling::diff(&config, pins.as_deref()).await,
+                    ToolsCommand::Pin { out, server, .. } => {
+                        portcullis::catalog::tooling::pin(&config, server.as_deref(), out.as_deref()).await.map(|text| (text, true))
+                    }
+                    ToolsCommand::Diff { pins, server, .. } => portcullis::catalog::tooling::diff(&config, server.as_deref(), pins.as_deref()).await,
                 }
             }))
         }

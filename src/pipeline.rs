@@ -11,12 +11,10 @@
 //! Stage 1 (bounded body read) happens in `server`, before an [`Inbound`] exists; stage 11
 //! (forwarding) happens in `proxy`, after the mode is applied.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use prometheus_client::metrics::counter::Counter;
 
-use crate::catalog::Catalog;
 use crate::config::{Config, ConfigError, FieldError};
 use crate::config::{Group, Modes};
 use crate::denial::Denial;
@@ -28,6 +26,7 @@ use crate::oauth::{Binding, Presented, TokenVerifier};
 use crate::policy::{AgentView, CatalogView, Policy, PolicyError, PolicyInput, RequestView, TokenView};
 use crate::quota::{QuotaError, QuotaSpec, Quotas};
 use crate::replay::ReplayGuard;
+use crate::servers::Server;
 use crate::session::{self, SessionGuard};
 use crate::signature::{PendingSignature, SignatureError, SignatureVerifier, VerifiedSignature};
 use crate::stage::{stage_span, Stage, StageTimings};
@@ -140,15 +139,11 @@ pub struct Stages {
     quotas: Quotas,
     /// The idempotency journal.
     idempotency: crate::idempotency::Idempotency,
-    /// The tool catalog (`tools.catalog = "fetch"`).
-    pub catalog: Option<Arc<Catalog>>,
     /// Human approval (public for the approval pages the server serves).
     pub approvals: crate::approval::Approvals,
-    /// `mode`: where judging stops (at the first refusal of a group in enforce mode).
-    modes: Modes,
-    /// Whether stage 6 defers the replay records to the admission point, to write them in the
-    /// same Redis round trip as the quotas (`state::admit`): a single Redis server, with the
-    /// identity stages and the policy enforcing.
+    /// Whether stage 6 may defer the replay records to the admission point, to write them in
+    /// the same Redis round trip as the quotas (`state::admit`): a single Redis server and the
+    /// policy on; it does for a server whose identity and policy groups enforce.
     defers_replay: bool,
 }
 
@@ -164,6 +159,10 @@ impl Stages {
         let token = if config.oauth.is_enabled() {
             // A proof's `htu` may name any authority the gateway answers to (decision 3).
             let mut oauth = config.oauth.clone();
+            // `[[servers]]`: each request names its server's resource (`check_for`).
+            if config.servers.iter().any(|s| s.form == crate::config::Form::Many) {
+                oauth.audience = String::new();
+            }
             if let Some(dpop) = &mut oauth.dpop {
                 let scheme = config.listen.public_url.scheme();
                 dpop.origins.extend(sig.authority.iter().map(|a| format!("{scheme}://{a}")));
@@ -180,16 +179,11 @@ impl Stages {
         let policy = Policy::new(&config.policy)
             .map(|p| p.with_budget(config.limits.policy_budget))
             .map_err(|e| errors.push(FieldError::new("policy.paths", e.to_string())));
-        let catalog = if config.tools.is_enabled() {
-            Catalog::new(&config.tools, &config.upstream, &config.listen.public_url).map(|c| Some(Arc::new(c))).map_err(|e| errors.push(e))
-        } else {
-            Ok(None)
-        };
         let approvals = match &stores {
             Ok(s) => crate::approval::Approvals::new(&config.approvals, &config.oauth, s.approval.clone()).map_err(|e| errors.push(e)),
             Err(()) => Err(()),
         };
-        let (Ok(directory), Ok(stores), Ok(policy), Ok(catalog), Ok(approvals), true) = (directory, stores, policy, catalog, approvals, errors.is_empty())
+        let (Ok(directory), Ok(stores), Ok(policy), Ok(approvals), true) = (directory, stores, policy, approvals, errors.is_empty())
         else {
             return Err(ConfigError::Invalid { origin: config.origin.clone(), errors });
         };
@@ -207,14 +201,9 @@ impl Stages {
             versions: config.mcp.versions.clone(),
             quotas: Quotas::new(stores.quota.clone()),
             idempotency: crate::idempotency::Idempotency::new(&config.idempotency, &stores),
-            catalog,
             approvals,
-            defers_replay: stores.admit.is_some()
-                && config.policy.enabled
-                && config.mode.is_enforcing(Group::Identity)
-                && config.mode.is_enforcing(Group::Policy),
+            defers_replay: stores.admit.is_some() && config.policy.enabled,
             stores,
-            modes: config.mode,
         })
     }
 
@@ -260,10 +249,10 @@ impl Stages {
 /// Runs stages 2–10 of docs/design.md in order and judges each (see the module docs). The
 /// decision carries what was verified and, when a stage refused, every finding; `timings` gets
 /// each stage's latency.
-pub async fn check(req: &Inbound, stages: &Stages, timings: &mut StageTimings) -> Decision {
+pub async fn check(req: &Inbound, stages: &Stages, server: &Server, timings: &mut StageTimings) -> Decision {
     let mut seen = Evidence::default();
-    let mut judge = Judge::new(stages.modes);
-    let outcome = run(req, stages, &mut seen, timings, &mut judge).await;
+    let mut judge = Judge::new(server.mode);
+    let outcome = run(req, stages, server, &mut seen, timings, &mut judge).await;
     match judge.finish(outcome) {
         None => Ok(Permit { evidence: seen }),
         Some(Judged { decisive, findings }) => Err(Refusal { denial: decisive, findings, evidence: seen }),
@@ -272,9 +261,9 @@ pub async fn check(req: &Inbound, stages: &Stages, timings: &mut StageTimings) -
 
 /// The stages in order. A refusal is noted by `judge`, which stops the run (`?`) when the
 /// stage's group is in enforce mode; otherwise the next stages run without what failed.
-async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut StageTimings, judge: &mut Judge) -> Result<(), Denial> {
+async fn run(req: &Inbound, stages: &Stages, server: &Server, seen: &mut Evidence, timings: &mut StageTimings, judge: &mut Judge) -> Result<(), Denial> {
     let mut deferred = None;
-    run_stages(req, stages, seen, timings, judge, &mut deferred).await?;
+    run_stages(req, stages, server, seen, timings, judge, &mut deferred).await?;
     // A request that got this far without reaching the admission point (policy off, or an
     // early return) still records its signature before it is forwarded.
     if let Some(keys) = deferred.take() {
@@ -291,6 +280,7 @@ async fn run(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
 async fn run_stages(
     req: &Inbound,
     stages: &Stages,
+    server: &Server,
     seen: &mut Evidence,
     timings: &mut StageTimings,
     judge: &mut Judge,
@@ -322,7 +312,7 @@ async fn run_stages(
         // tampered copy that arrives first must not turn the real request into a replay.
         let fresh = if judge.has_found(Group::Identity) {
             None
-        } else if stages.defers_replay {
+        } else if stages.defers_replay && server.mode.is_enforcing(Group::Identity) && server.mode.is_enforcing(Group::Policy) {
             *deferred = Some(stages.replay.keys(&agent, req.now));
             Some(())
         } else {
@@ -349,7 +339,7 @@ async fn run_stages(
         let token = timings
             .timed_async(Stage::Token, async {
                 verifier.check_query(&req.head.uri)?;
-                verifier.check(&presented).await
+                verifier.check_for(&presented, Some(&server.config.audience)).await
             })
             .await;
         if let Some(authenticated) = judge.judge(Stage::Token, token)?.flatten() {
@@ -366,7 +356,7 @@ async fn run_stages(
     // verified identity (monitor mode) the owner is unknown: that is already a finding.
     if req.head.headers.contains_key(portcullis_wire::mcp::SESSION_ID_HEADER) && !judge.has_found(Group::Identity) && !judge.has_found(Group::Token) {
         let owner = session::owner(seen);
-        judge.judge(Stage::Session, timings.timed_async(Stage::Session, stages.sessions.check(&req.head.headers, &owner)).await)?;
+        judge.judge(Stage::Session, timings.timed_async(Stage::Session, stages.sessions.check(&req.head.headers, &owner, server.name)).await)?;
     }
     if !stages.is_policy_enabled {
         return Ok(());
@@ -383,7 +373,7 @@ async fn run_stages(
     seen.mcp = Some(parsed);
     judge.judge(Stage::Mcp, version)?;
     // The tool catalog, before policy: policy reads what the gateway knows of the tool.
-    if let (Some(catalog), Some(mcp)) = (&stages.catalog, &seen.mcp) {
+    if let (Some(catalog), Some(mcp)) = (&server.catalog, &seen.mcp) {
         let looked = timings.timed_async(Stage::Catalog, catalog.check(mcp, &req.head.headers)).await;
         let verdict = looked.verdict();
         seen.tool_definitions = looked.definitions;
@@ -396,10 +386,17 @@ async fn run_stages(
         // A batch or a large body is decided off the async workers, one per core at a time;
         // it waits for its turn here (policy::Policy::turn).
         let _turn = timings.timed_async(Stage::Policy, stages.policy.turn(seen.mcp.as_ref())).await;
-        authorize(req, stages, seen, timings)
+        authorize(req, stages, server, seen, timings)
     };
     // A denial wins: the quotas and journal a denied call names are not used.
-    let Some((quotas, key_use, approval)) = judge.judge(Stage::Policy, authorized)? else { return Ok(()) };
+    let Some((mut quotas, key_use, approval)) = judge.judge(Stage::Policy, authorized)? else { return Ok(()) };
+    // Section F: a quota counts per server unless it says `"scope": "global"` (the single
+    // server's keys are as they always were).
+    if server.config.form == crate::config::Form::Many {
+        for q in quotas.iter_mut().filter(|q| !q.global) {
+            q.key = format!("{}/{}", server.name, q.key);
+        }
+    }
     // The admission point of a deferred replay check (see `run_stages`).
     if let Some(keys) = deferred.take() {
         if let (Some(admit), None, None) = (&stages.stores.admit, &approval, &key_use) {
@@ -428,8 +425,9 @@ async fn run_stages(
             agent: seen.agent.as_ref().map(|a| a.agent()),
             keyid: seen.agent.as_ref().map(|a| a.keyid()),
             caller: seen.caller(req.peer.addr.ip()),
+            server: server.name,
         };
-        let checked = stages.approvals.check(call, &ask, stages.modes.is_enforcing(Group::Policy), req.now).await;
+        let checked = stages.approvals.check(call, &ask, server.mode.is_enforcing(Group::Policy), req.now).await;
         seen.approval = judge.judge(Stage::Approval, checked)?;
     }
     if let Some(key_use) = key_use {
@@ -438,7 +436,7 @@ async fn run_stages(
             agent: seen.agent.as_ref().map(|a| a.agent()),
             key: seen.caller(req.peer.addr.ip()),
         };
-        let claimed = stages.idempotency.claim(req, caller, seen.mcp.as_ref(), key_use);
+        let claimed = stages.idempotency.claim(req, server.name, caller, seen.mcp.as_ref(), key_use);
         let Some(claim) = judge.judge(Stage::Idempotency, timings.timed_async(Stage::Idempotency, claimed).await)? else { return Ok(()) };
         seen.idempotency = claim;
         // A replayed answer spends no quota: the call is not executed again.
@@ -486,8 +484,8 @@ pub struct ListingAsk {
 impl ListingAsk {
     /// `Some` when lists are filtered (`tools.filter_list`): every answer the client can read
     /// may carry one.
-    pub fn of(stages: &Stages, req: &Inbound, seen: &Evidence) -> Option<ListingAsk> {
-        stages.catalog.as_ref().filter(|c| c.filter_list)?;
+    pub fn of(server: &Server, req: &Inbound, seen: &Evidence) -> Option<ListingAsk> {
+        server.catalog.as_ref().filter(|c| c.filter_list)?;
         let is_listing = seen.mcp.as_ref().is_some_and(|m| m.messages.iter().any(|m| m.method.as_deref() == Some("tools/list")));
         Some(ListingAsk { method: req.head.method.clone(), path: req.head.uri.path().to_owned(), host: req.authority.clone(), now: req.now, is_listing })
     }
@@ -509,8 +507,8 @@ impl ListingAsk {
 /// Worked out only for an answer [`ListingAsk::reads`] (the policy is asked once per catalogued
 /// tool). Without a catalog nothing is shown: the gateway cannot vouch for any tool; nor for a
 /// tool the catalog does not know.
-pub fn list_filter(stages: &Stages, ask: &ListingAsk, seen: &Evidence, max_inspected: usize) -> Option<crate::catalog::filter::ListFilter> {
-    let catalog = stages.catalog.as_ref().filter(|c| c.filter_list)?;
+pub fn list_filter(stages: &Stages, server: &Server, ask: &ListingAsk, seen: &Evidence, max_inspected: usize) -> Option<crate::catalog::filter::ListFilter> {
+    let catalog = server.catalog.as_ref().filter(|c| c.filter_list)?;
     let no_messages = McpRequest::default();
     let mcp = seen.mcp.as_ref().unwrap_or(&no_messages);
     let listing = mcp.messages.iter().find(|m| m.method.as_deref() == Some("tools/list"));
@@ -544,7 +542,7 @@ pub fn list_filter(stages: &Stages, ask: &ListingAsk, seen: &Evidence, max_inspe
         };
         let asked = McpRequest { messages: vec![call], session: mcp.session.clone(), protocol_version: mcp.protocol_version.clone(), ..McpRequest::default() };
         let definitions = [(name, view)];
-        let input = PolicyInput { request, agent, token, mcp: &asked, catalog: CatalogView { definitions: &definitions, is_listing: true }, now: ask.now };
+        let input = PolicyInput { request, server: &server.input, agent, token, mcp: &asked, catalog: CatalogView { definitions: &definitions, is_listing: true }, now: ask.now };
         let allowed = stages.policy.decide(&input).is_ok_and(|d| d.verdict.allow && check_scopes(&d.verdict.required_scopes, token.as_ref()).is_ok());
         if allowed {
             let [(name, _)] = definitions;
@@ -590,7 +588,7 @@ async fn yield_before_long_section() {
 /// whether the call uses the idempotency journal.
 type Authorized = (Vec<QuotaSpec>, Option<crate::policy::verdict::KeyUse>, Option<crate::policy::verdict::ApprovalAsk>);
 
-fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut StageTimings) -> Result<Authorized, Denial> {
+fn authorize(req: &Inbound, stages: &Stages, server: &Server, seen: &mut Evidence, timings: &mut StageTimings) -> Result<Authorized, Denial> {
     let started = Instant::now();
     let empty = McpRequest::default();
     let (decided, scopes) = stage_span(Stage::Policy).in_scope(|| {
@@ -610,7 +608,7 @@ fn authorize(req: &Inbound, stages: &Stages, seen: &mut Evidence, timings: &mut 
         });
         let request = RequestView { method: req.head.method.as_str(), path: req.head.uri.path(), host: &req.authority };
         let catalog = CatalogView { definitions: &seen.tool_definitions, is_listing: false };
-        let input = PolicyInput { request, agent, token, mcp: seen.mcp.as_ref().unwrap_or(&empty), catalog, now: req.now };
+        let input = PolicyInput { request, server: &server.input, agent, token, mcp: seen.mcp.as_ref().unwrap_or(&empty), catalog, now: req.now };
         let decided = stages.policy.decide(&input);
         let scopes = decided.as_ref().map(|d| check_scopes(&d.verdict.required_scopes, token.as_ref())).unwrap_or(Ok(()));
         (decided, scopes)

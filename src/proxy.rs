@@ -50,7 +50,13 @@ fn is_client_forwarding(name: &str) -> bool {
 #[derive(Clone, Debug)]
 pub struct Upstream {
     pool: std::sync::Arc<pool::Pool>,
+    /// The single-server form: prefixed to every request's path (`upstream.url`'s path).
     base_path: String,
+    /// `[[servers]]`: the server's own path and the backend endpoint's path it goes to (an
+    /// extra path goes to the backend as it is).
+    endpoint: Option<(String, String)>,
+    /// Whether the `x-portcullis-*` identity headers go to this backend.
+    identity_headers: bool,
     /// The `Host` field sent upstream, made once here (the host, and the port unless it is
     /// 80); `None` if `upstream.url`'s host and port do not make an authority (the config check
     /// makes that unreachable), and then every forward fails as before.
@@ -63,7 +69,8 @@ pub struct Upstream {
 impl Upstream {
     /// A pooled HTTP client for `cfg.url`, sending the credentials of `credentials` (built from
     /// `cfg.auth`).
-    pub(crate) fn new(cfg: &config::Upstream, credentials: UpstreamCredentials) -> Upstream {
+    pub(crate) fn new(server: &config::Server, credentials: UpstreamCredentials) -> Upstream {
+        let cfg = &server.upstream;
         let host = cfg.url.host_str().unwrap_or_default();
         let connect_to = format!("{host}:{}", cfg.url.port_or_known_default().unwrap_or(80));
         let pool = pool::Pool::new(connect_to, cfg.connect_timeout, cfg.pool_max_idle, cfg.pool_idle_timeout);
@@ -75,9 +82,15 @@ impl Upstream {
             Some(80) => HeaderValue::from_str(a.host()).ok(),
             _ => HeaderValue::from_str(a.as_str()).ok(),
         });
+        let (base_path, endpoint) = match server.form {
+            config::Form::Single => (cfg.url.path().trim_end_matches('/').to_owned(), None),
+            config::Form::Many => (String::new(), Some((server.path.clone(), server.endpoint.path().to_owned()))),
+        };
         Upstream {
             pool,
-            base_path: cfg.url.path().trim_end_matches('/').to_owned(),
+            base_path,
+            endpoint,
+            identity_headers: server.identity_headers,
             host,
             response_timeout: cfg.response_timeout,
             credentials: std::sync::Arc::new(credentials),
@@ -139,15 +152,17 @@ impl Upstream {
         if let Ok(host) = HeaderValue::from_str(&authority) {
             headers.insert(const { HeaderName::from_static("x-forwarded-host") }, host);
         }
-        if let Ok(v) = HeaderValue::from_str(&request_id) {
-            headers.insert(const { HeaderName::from_static("x-portcullis-request-id") }, v);
-        }
-        // Only a verified signature names the agent; inbound copies were removed above.
-        if let Some(v) = seen.agent.as_ref().and_then(|a| HeaderValue::from_str(a.agent()).ok()) {
-            headers.insert(const { HeaderName::from_static(AGENT_HEADER) }, v);
-        }
-        if let Some(token) = &seen.token {
-            add_token_identity(&mut headers, token);
+        if self.identity_headers {
+            if let Ok(v) = HeaderValue::from_str(&request_id) {
+                headers.insert(const { HeaderName::from_static("x-portcullis-request-id") }, v);
+            }
+            // Only a verified signature names the agent; inbound copies were removed above.
+            if let Some(v) = seen.agent.as_ref().and_then(|a| HeaderValue::from_str(a.agent()).ok()) {
+                headers.insert(const { HeaderName::from_static(AGENT_HEADER) }, v);
+            }
+            if let Some(token) = &seen.token {
+                add_token_identity(&mut headers, token);
+            }
         }
         crate::upstream_auth::apply(attach, &mut headers);
 
@@ -181,6 +196,18 @@ impl Upstream {
     /// Without a base path the request's own path and query are reused as they are (no second
     /// parse).
     fn uri(&self, inbound: &Uri) -> Result<Uri, UpstreamError> {
+        // `[[servers]]`: the server's path goes to exactly the backend's endpoint, the query
+        // unchanged.
+        if let Some((_, endpoint)) = self.endpoint.as_ref().filter(|(p, _)| p == inbound.path()) {
+            let pq = match inbound.query() {
+                Some(q) => format!("{endpoint}?{q}"),
+                None => endpoint.clone(),
+            };
+            if self.host.is_none() {
+                return Err(UpstreamError::Failed("cannot build upstream URI: upstream.url has no valid authority".into()));
+            }
+            return http::uri::PathAndQuery::try_from(pq).map(Uri::from).map_err(|e| UpstreamError::Failed(format!("cannot build upstream URI: {e}")));
+        }
         let path_and_query = match (self.base_path.is_empty(), inbound.path_and_query()) {
             (true, Some(pq)) => pq.clone(),
             (_, pq) => {
@@ -296,17 +323,31 @@ mod tests {
     }
 
     fn upstream(url: &str) -> Upstream {
-        let cfg = config::Upstream {
-            url: url.parse().unwrap(),
-            connect_timeout: Duration::from_secs(1),
-            response_timeout: Duration::from_secs(1),
-            pool_max_idle: 1,
-            pool_idle_timeout: Duration::from_secs(1),
-            extra_paths: Vec::new(),
-            health_check: false,
-            auth: config::UpstreamAuth::None,
-        };
-        Upstream::new(&cfg, UpstreamCredentials::none())
+        let mut server = crate::config::Config::embedded_default().expect("embedded").servers.remove(0);
+        server.upstream.url = url.parse().unwrap();
+        Upstream::new(&server, UpstreamCredentials::none())
+    }
+
+    #[test]
+    fn a_server_path_goes_to_exactly_its_endpoint_and_an_extra_path_as_it_is() {
+        let text = r#"
+            [listen]
+            addr = "127.0.0.1:0"
+            public_url = "https://mcp.example.com"
+            [signatures]
+            required = false
+            [oauth]
+            required = false
+            [[servers]]
+            name = "weather"
+            path = "/weather/mcp"
+            upstream = { url = "http://10.0.0.5:3001/mcp", extra_paths = ["/weather/health"] }
+        "#;
+        let config = crate::config::Config::parse(text, "test", std::path::Path::new(".")).expect("valid");
+        let u = Upstream::new(&config.servers[0], UpstreamCredentials::none());
+        assert_eq!(u.uri(&"/weather/mcp?a=1".parse().unwrap()).unwrap(), "/mcp?a=1");
+        assert_eq!(u.uri(&"/weather/mcp".parse().unwrap()).unwrap(), "/mcp");
+        assert_eq!(u.uri(&"/weather/health".parse().unwrap()).unwrap(), "/weather/health");
     }
 
     #[tokio::test]

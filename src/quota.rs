@@ -88,7 +88,7 @@ mod tests {
     use crate::state::quota::MemoryQuotaStore;
 
     fn spec(key: &str, limit: u64) -> QuotaSpec {
-        QuotaSpec { key: key.into(), cost: 1, limit, per: Duration::from_secs(60) }
+        QuotaSpec { key: key.into(), cost: 1, limit, per: Duration::from_secs(60), global: false }
     }
 
     struct DownStore;

@@ -34,7 +34,7 @@ use crate::config::{Config, ConfigError};
 use crate::decision::{self, Challenge, ResponseBody};
 use crate::pipeline::Stages;
 use crate::policy::ReloadTrigger;
-use crate::proxy::Upstream;
+use crate::servers::{AbortOnDrop, Table};
 use crate::telemetry::{DecisionLog, Metrics};
 use crate::tls;
 use admission::Admission;
@@ -71,27 +71,31 @@ pub enum StartError {
 
 /// State shared by every connection.
 pub(crate) struct Shared {
+    /// The config the gateway started with: what cannot change live (listen, limits, state,
+    /// the stages' sections). The servers are in `servers`.
     pub(crate) config: Config,
     pub(crate) stages: Stages,
-    upstream: Upstream,
+    /// The MCP servers and where each path goes; replaced whole by a reload. A request holds
+    /// its server from routing to its log line.
+    pub(crate) servers: arc_swap::ArcSwap<Table>,
     pub(crate) metrics: Metrics,
     log: DecisionLog,
-    challenge: Challenge,
-    prm: Bytes,
-    prm_paths: Vec<String>,
-    /// The paths forwarded (the MCP endpoint and `upstream.extra_paths`).
-    routes: portcullis_wire::target::Routes,
+    /// The refusal headers of a request that matched no server (never a 401).
+    fallback_challenge: Challenge,
     body_budget: Arc<BodyBudget>,
     /// `limits.max_header_bytes_in_flight`: the heads of the requests being handled.
     head_budget: Arc<BodyBudget>,
-    /// `limits.max_in_flight`: requests being decided or waiting for the backend's answer,
-    /// over all connections. Taken once the body is read (admission).
-    slots: Arc<Semaphore>,
+    /// Config reloads by result (`applied`, `rejected`).
+    reloads: prometheus_client::metrics::family::Family<ReloadLabels, prometheus_client::metrics::counter::Counter>,
     pub(crate) is_shutting_down: AtomicBool,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub(crate) struct ReloadLabels {
+    result: &'static str,
+}
+
 /// A running gateway. Dropping it does not stop it; call [`Running::shutdown`].
-#[derive(Debug)]
 pub struct Running {
     /// Where the gateway accepts client connections.
     pub addr: SocketAddr,
@@ -100,6 +104,13 @@ pub struct Running {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     policy_reload: ReloadTrigger,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running").field("addr", &self.addr).field("admin_addr", &self.admin_addr).finish_non_exhaustive()
+    }
 }
 
 impl Running {
@@ -115,6 +126,12 @@ impl Running {
     /// keeps the previous policy and shows on `/metrics` and `/readyz`.
     pub fn reload_policy(&self) {
         self.policy_reload.reload();
+    }
+
+    /// Re-reads the config file and applies its servers, as SIGHUP does (with the policy):
+    /// `Err` names why the file was refused whole (the running config stays).
+    pub async fn reload_config(&self) -> Result<(), String> {
+        self.shared.reload().await
     }
 
     /// Waits until `signal` resolves, then shuts down gracefully.
@@ -136,7 +153,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
 /// port before the config is final, e.g. to list `127.0.0.1:<port>` in `signatures.authority`.
 pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, StartError> {
     let stages = Stages::build(&config)?;
-    let credentials = upstream_credentials(&config)?;
+    let (table, _) = Table::build(&config, &stages, None)?;
     let mut metrics = Metrics::new();
     metrics.register_policy_health(stages.policy.health().reload_errors.clone(), stages.policy.health().last_reload_ok.clone());
     let policy_reloader = stages.policy.spawn_reloader();
@@ -151,7 +168,6 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     };
     let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
 
-    let (prm, prm_paths) = protected_resource_metadata(&config);
     let (directory_fetches, replay_hits) = stages.identity_counters();
     metrics.register_identity(directory_fetches, replay_hits);
     metrics.register_legacy_agents(stages.legacy_agent_counter());
@@ -159,43 +175,32 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         metrics.register_token(m);
     }
     metrics.register_idempotency(stages.idempotency_metrics());
-    if let Some(m) = credentials.exchange_metrics() {
-        let exchanges = m.exchanges.clone();
-        metrics.register_with(|r| {
-            r.register(
-                "upstream_token_exchanges",
-                "Token exchanges for the backend's credential (upstream.auth), by result: issued, cached, refused, unavailable, over_budget",
-                exchanges,
-            )
-        });
+    // Each server's own counters, labelled with its name (the servers present at start; one a
+    // reload adds is counted in the decision log and request metrics, not here).
+    for server in table.all() {
+        server.register(&mut metrics);
     }
-    if let Some(catalog) = &stages.catalog {
-        metrics.register_catalog(catalog.metrics());
-    }
-    // Fetches the tool catalog now and every tools.refresh; stops with the gateway.
-    let catalog_refresher = stages.catalog.as_ref().map(|c| AbortOnDrop(c.spawn_refresher()));
+    let reloads = prometheus_client::metrics::family::Family::<ReloadLabels, prometheus_client::metrics::counter::Counter>::default();
+    metrics.register_with(|r| r.register("config_reloads", "Config reloads (SIGHUP) by result: applied, rejected (the running config stayed)", reloads.clone()));
     metrics.register_with(|r| stages.approvals.metrics().register(r));
     metrics.register_with(|r| stages.policy.register_metrics(r));
     if let Some(errors) = stages.state_errors() {
         metrics.register_state(errors);
     }
     let shared = Arc::new(Shared {
-        challenge: Challenge {
+        fallback_challenge: Challenge {
             resource_metadata: config.resource_metadata_url(),
-            scope: config.oauth.scopes_supported.join(" "),
+            scope: String::new(),
             accept_signature: stages.accept_signature().to_owned(),
-            dpop_algs: if config.oauth.dpop.is_some() { portcullis_wire::dpop::ACCEPTED_ALGS.to_owned() } else { String::new() },
+            dpop_algs: String::new(),
         },
-        upstream: Upstream::new(&config.upstream, credentials),
+        servers: arc_swap::ArcSwap::from_pointee(table),
         stages,
         metrics,
         log,
-        prm,
-        prm_paths,
-        routes: portcullis_wire::target::Routes::new(&config.listen.public_url, &config.upstream.extra_paths),
         body_budget: BodyBudget::new(config.limits.max_body_in_flight),
         head_budget: BodyBudget::new(config.limits.max_header_bytes_in_flight),
-        slots: Arc::new(Semaphore::new(config.limits.max_in_flight)),
+        reloads,
         is_shutting_down: AtomicBool::new(false),
         config,
     });
@@ -206,10 +211,14 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         addr = %addr,
         tls = tls.is_some(),
         mode = %shared.config.mode.describe(),
-        upstream = %shared.config.upstream.url,
+        servers = shared.config.servers.len(),
         max_in_flight = shared.config.limits.max_in_flight,
         "Portcullis listening"
     );
+    for server in shared.servers.load().all() {
+        let c = &server.config;
+        info!(server = %c.name, path = %c.path, upstream = %c.endpoint, mode = %server.mode.describe(), max_in_flight = c.max_in_flight, "Serving MCP server");
+    }
     if let Some(a) = admin_addr {
         info!(addr = %a, "Admin listener on /healthz /readyz /metrics");
     }
@@ -218,18 +227,24 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     }
     // Before the first request is accepted: a backend that is not running is named now, not by
     // the first 502; a running one keeps this connection for the first request.
-    if let Err(error) = shared.upstream.warm().await {
-        warn!(
-            upstream = %shared.config.upstream.url,
-            error = %error,
-            "The upstream MCP server does not accept connections: until it does, every request the gateway would forward is answered 502 upstream_unavailable (start the backend, e.g. `portcullis example-backend`, or set upstream.url)"
-        );
+    for server in shared.servers.load().all() {
+        if let Err(error) = server.upstream.warm().await {
+            warn!(
+                server = %server.config.name,
+                upstream = %server.config.upstream.url,
+                error = %error,
+                "The upstream MCP server does not accept connections: until it does, every request the gateway would forward to it is answered 502 upstream_unavailable (start the backend, e.g. `portcullis example-backend`, or set upstream.url)"
+            );
+        }
     }
     let admin_task = admin_listener.map(|l| tokio::spawn(admin::serve(l, shared.clone(), admin_stop_rx)));
+    let reloader = spawn_config_reloader(&shared);
+    let task_shared = shared.clone();
     let task = tokio::spawn(async move {
-        // Reloads and catalog fetches stop with the gateway.
+        let shared = task_shared;
+        // Reloads stop with the gateway; catalog fetches with their servers.
         let _reloader = policy_reloader;
-        let _catalog_refresher = catalog_refresher;
+        let _config_reloader = reloader;
         accept_loop(listener, tls, shared.clone(), stop_rx).await;
         let _ = admin_stop.send(true);
         if let Some(t) = admin_task {
@@ -238,7 +253,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         // The drained requests' lines are queued: write them before reporting the stop.
         shared.log.flush().await;
     });
-    Ok(Running { addr, admin_addr, stop, task, policy_reload })
+    Ok(Running { addr, admin_addr, stop, task, policy_reload, shared })
 }
 
 async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
@@ -318,17 +333,21 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Ar
 }
 
 impl Shared {
-    /// RFC 9728 protected-resource metadata, at the root well-known path and the
-    /// path-suffixed form for `listen.public_url`'s path (MCP Authorization and RFC 9728 §3).
+    /// RFC 9728 protected-resource metadata: each server's at the well-known path suffixed
+    /// with its path (§3.1), the single server's also at the root; and the actor keys.
     fn well_known(&self, req: &Request<Incoming>) -> Option<Response<ResponseBody>> {
         let path = req.uri().path();
-        // The actor keys (`upstream.auth.actor`), for the issuer to trust the actor tokens.
-        let jwks = if path == crate::upstream_auth::JWKS_PATH { self.upstream.credentials().actor_jwks() } else { None };
-        if jwks.is_none() && !self.prm_paths.iter().any(|p| p == path) {
+        if !path.starts_with("/.well-known/") {
             return None;
         }
+        let table = self.servers.load();
+        // The actor keys (`upstream.auth.actor`), for the issuer to trust the actor tokens.
+        let doc = if path == crate::upstream_auth::JWKS_PATH {
+            Bytes::copy_from_slice(table.all().iter().find_map(|s| s.credentials().actor_jwks())?.as_bytes())
+        } else {
+            table.metadata_at(path)?.metadata()
+        };
         let mut resp = if req.method() == Method::GET || req.method() == Method::HEAD {
-            let doc = jwks.map_or_else(|| self.prm.clone(), |j| bytes::Bytes::copy_from_slice(j.as_bytes()));
             let mut r = Response::new(decision::full(doc));
             r.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
             r.headers_mut().insert(http::header::CACHE_CONTROL, HeaderValue::from_static("max-age=300"));
@@ -339,6 +358,64 @@ impl Shared {
         };
         resp.headers_mut().insert(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
         Some(resp)
+    }
+
+    /// Whether `path` is one of the gateway's own documents (answered before admission).
+    pub(crate) fn is_document(&self, path: &str) -> bool {
+        path.starts_with("/.well-known/") && (path == crate::upstream_auth::JWKS_PATH || self.servers.load().metadata_at(path).is_some())
+    }
+
+    /// Re-reads the config file and applies its servers (SIGHUP). A file that does not
+    /// validate is refused whole; sections that cannot change live keep their running value
+    /// and are named in the log.
+    pub(crate) async fn reload(&self) -> Result<(), String> {
+        let result = self.try_reload().await;
+        let label = if result.is_ok() { "applied" } else { "rejected" };
+        self.reloads.get_or_create(&ReloadLabels { result: label }).inc();
+        if let Err(e) = &result {
+            warn!(error = %e, "Config reload refused; the running config stays");
+        }
+        result
+    }
+
+    async fn try_reload(&self) -> Result<(), String> {
+        let path = self.config.file.clone().ok_or("the gateway runs on the embedded default config: there is no file to reload")?;
+        let fresh = tokio::task::spawn_blocking(move || Config::load(&path)).await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+        let frozen = self.config.frozen_changes(&fresh);
+        for section in &frozen {
+            warn!(section = %section, "Config reload: this setting cannot change live; it keeps its running value until a restart");
+        }
+        let current = self.servers.load_full();
+        let (table, changes) = Table::build(&fresh, &self.stages, Some(&current)).map_err(|e| e.to_string())?;
+        for server in table.all() {
+            if changes.added.contains(&server.config.name) || changes.changed.contains(&server.config.name) {
+                let _ = server.upstream.warm().await;
+            }
+        }
+        self.servers.store(Arc::new(table));
+        info!(added = ?changes.added, removed = ?changes.removed, changed = ?changes.changed, unchanged = ?changes.unchanged, "Config reloaded");
+        Ok(())
+    }
+}
+
+/// Reloads the config on SIGHUP (when it came from a file); ends with the gateway.
+fn spawn_config_reloader(shared: &Arc<Shared>) -> Option<AbortOnDrop> {
+    #[cfg(unix)]
+    {
+        shared.config.file.as_ref()?;
+        let weak = Arc::downgrade(shared);
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok()?;
+        Some(AbortOnDrop(tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                let Some(shared) = weak.upgrade() else { return };
+                let _ = shared.reload().await;
+            }
+        })))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = shared;
+        None
     }
 }
 
@@ -384,56 +461,16 @@ fn with_request_id(mut resp: Response<ResponseBody>, request_id: &str) -> Respon
     resp
 }
 
-/// The RFC 9728 document and the paths it is served at.
-fn protected_resource_metadata(config: &Config) -> (Bytes, Vec<String>) {
-    let oauth = &config.oauth;
-    let mut doc = serde_json::json!({
-        "resource": config.listen.public_url.as_str().trim_end_matches('/'),
-        "authorization_servers": oauth.issuer.iter().collect::<Vec<_>>(),
-        "bearer_methods_supported": ["header"],
-    });
-    if !oauth.scopes_supported.is_empty() {
-        doc["scopes_supported"] = serde_json::json!(oauth.scopes_supported);
-    }
-    // RFC 9728 §2: the proof algorithms accepted; tokens need not be DPoP-bound unless
-    // `oauth.require_sender_constrained` says so.
-    if oauth.dpop.is_some() {
-        doc["dpop_signing_alg_values_supported"] = serde_json::json!(portcullis_wire::dpop::ACCEPTED_ALGS.split(' ').collect::<Vec<_>>());
-        doc["dpop_bound_access_tokens_required"] = serde_json::json!(oauth.require_sender_constrained);
-    }
-    let root = "/.well-known/oauth-protected-resource".to_owned();
-    let mut paths = vec![root.clone()];
-    let rpath = config.listen.public_url.path().trim_end_matches('/');
-    if !rpath.is_empty() {
-        paths.push(format!("{root}{rpath}"));
-    }
-    (Bytes::from(doc.to_string()), paths)
-}
-
 /// Validates everything `start` would build, without binding: `portcullis check`.
 pub fn check(config: &Config) -> Result<(), StartError> {
-    Stages::build(config)?;
-    upstream_credentials(config)?;
+    let stages = Stages::build(config)?;
+    for server in &config.servers {
+        crate::servers::Server::build(config, server, &stages)?;
+    }
     if let Some(files) = &config.listen.tls {
         tls::acceptor(files)?;
     }
     Ok(())
-}
-
-/// The backend's credential source (`upstream.auth`), or the config error naming its key.
-fn upstream_credentials(config: &Config) -> Result<crate::upstream_auth::UpstreamCredentials, StartError> {
-    let origin = config.listen.public_url.origin().ascii_serialization();
-    crate::upstream_auth::UpstreamCredentials::new(&config.upstream.auth, &config.oauth, &origin)
-        .map_err(|e| StartError::Config(ConfigError::Invalid { origin: config.origin.clone(), errors: vec![e] }))
-}
-
-/// A background task that ends when its owner is dropped.
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// Resolves on SIGTERM or ctrl-c (SIGINT). The handlers are installed when this is called,

@@ -87,12 +87,15 @@ pub struct Exchange {
     is_delete: bool,
     presented: Option<SessionKey>,
     peer: std::net::IpAddr,
+    /// The server the request is for: its sessions are its own.
+    server: &'static str,
 }
 
 impl Exchange {
-    /// The request's method and session id, and the client's address `peer`.
-    pub(crate) fn of(head: &http::request::Parts, peer: std::net::IpAddr) -> Exchange {
-        Exchange { is_delete: head.method == Method::DELETE, presented: presented(&head.headers).ok().flatten(), peer }
+    /// The request's method and session id, the client's address `peer`, and the MCP server
+    /// `server` it is for.
+    pub(crate) fn of(head: &http::request::Parts, peer: std::net::IpAddr, server: &'static str) -> Exchange {
+        Exchange { is_delete: head.method == Method::DELETE, presented: presented(&head.headers, server).ok().flatten(), peer, server }
     }
 
     /// The client's address (the per-caller bucket of a caller with no verified identity).
@@ -103,7 +106,7 @@ impl Exchange {
     /// Whether the backend's answer `status`/`headers` binds or ends a session, i.e. whether
     /// [`SessionGuard::settle`] has store work to do.
     pub(crate) fn needs_settling(&self, status: StatusCode, headers: &HeaderMap) -> bool {
-        let issues_an_id = headers.get_all(SESSION_ID_HEADER).iter().any(|v| session_key(v.as_bytes()) != self.presented);
+        let issues_an_id = headers.get_all(SESSION_ID_HEADER).iter().any(|v| session_key(v.as_bytes(), self.server) != self.presented);
         status.is_success() && ((self.is_delete && self.presented.is_some()) || issues_an_id)
     }
 }
@@ -114,19 +117,21 @@ pub(crate) fn owner(seen: &Evidence) -> OwnerKey {
     OwnerKey::of(seen.agent.as_ref().map(|a| a.agent()), token.map(|t| t.iss()), token.and_then(|t| t.sub()))
 }
 
-/// The request's session id: `Ok(None)` when absent, `Malformed` when it cannot name a session.
-fn presented(headers: &HeaderMap) -> Result<Option<SessionKey>, SessionError> {
+/// The request's session id on `server`: `Ok(None)` when absent, `Malformed` when it cannot
+/// name a session.
+fn presented(headers: &HeaderMap, server: &str) -> Result<Option<SessionKey>, SessionError> {
     let mut values = headers.get_all(SESSION_ID_HEADER).iter();
     let Some(value) = values.next() else { return Ok(None) };
     if values.next().is_some() {
         return Err(SessionError::Malformed);
     }
-    session_key(value.as_bytes()).map(Some).ok_or(SessionError::Malformed)
+    session_key(value.as_bytes(), server).map(Some).ok_or(SessionError::Malformed)
 }
 
-/// The key of a well-formed session id (non-empty, visible ASCII), else `None`.
-fn session_key(id: &[u8]) -> Option<SessionKey> {
-    (!id.is_empty() && id.iter().all(|b| (0x21..=0x7e).contains(b))).then(|| SessionKey::of(id))
+/// The key of a well-formed session id (non-empty, visible ASCII) on `server`, else `None`. A
+/// session opened on one server names nothing on another (section F): the key covers both.
+fn session_key(id: &[u8], server: &str) -> Option<SessionKey> {
+    (!id.is_empty() && id.iter().all(|b| (0x21..=0x7e).contains(b))).then(|| SessionKey::on(server, id))
 }
 
 impl SessionGuard {
@@ -138,8 +143,8 @@ impl SessionGuard {
 
     /// Runs for a request that carries `Mcp-Session-Id`, after the identity and token stages:
     /// `Ok` only when the session is bound to `owner` (whose use restarts its lifetime).
-    pub(crate) async fn check(&self, headers: &HeaderMap, owner: &OwnerKey) -> Result<(), SessionError> {
-        let Some(session) = presented(headers)? else { return Ok(()) };
+    pub(crate) async fn check(&self, headers: &HeaderMap, owner: &OwnerKey, server: &str) -> Result<(), SessionError> {
+        let Some(session) = presented(headers, server)? else { return Ok(()) };
         match self.store.verify(&session, owner, self.ttl).await? {
             Binding::Owner => Ok(()),
             Binding::Unbound | Binding::CallerFull(_) => {
@@ -183,7 +188,7 @@ impl SessionGuard {
         }
         for value in headers.get_all(SESSION_ID_HEADER) {
             // An id that is not visible ASCII cannot be bound; any use of it is refused.
-            let Some(session) = session_key(value.as_bytes()) else {
+            let Some(session) = session_key(value.as_bytes(), exchange.server) else {
                 tracing::warn!("MCP server issued a malformed Mcp-Session-Id; it is not bound");
                 continue;
             };

@@ -112,11 +112,15 @@ struct RequestLabels {
     outcome: &'static str,
     status: u16,
     error: &'static str,
+    /// The MCP server (`-` for a request that matched none): names from the config, so the
+    /// label's values are bounded.
+    server: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StageLabels {
     stage: &'static str,
+    server: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -165,7 +169,8 @@ pub(crate) struct Metrics {
     /// Each stage's series of `stage_seconds`, looked up once: the family's lookup hashes the
     /// label set under a lock, several times per request otherwise. Filled on first use, so a
     /// stage that never ran still has no series.
-    stage_series: [std::sync::OnceLock<Histogram>; Stage::ALL.len()],
+    /// The stage histograms of requests that matched no server.
+    stage_series: StageSeries,
     request_seconds: Histogram,
     upstream_errors: Family<ErrorLabels, Counter>,
     in_flight: Gauge,
@@ -216,15 +221,17 @@ impl Metrics {
         Metrics { registry, requests, findings, stage_seconds, stage_series: Default::default(), request_seconds, upstream_errors, in_flight, admitted, bounds }
     }
 
-    /// Counts one finished request and its per-stage latencies.
-    pub(crate) fn observe(&self, r: &DecisionRecord<'_>, timings: &StageTimings, total: Duration) {
-        self.requests.get_or_create(&RequestLabels { outcome: r.outcome, status: r.status, error: r.error.unwrap_or("") }).inc();
+    /// Counts one finished request and its per-stage latencies; `series` are its server's stage
+    /// histograms (`None`: it matched no server).
+    pub(crate) fn observe(&self, r: &DecisionRecord<'_>, timings: &StageTimings, total: Duration, series: Option<&StageSeries>) {
+        self.requests.get_or_create(&RequestLabels { outcome: r.outcome, status: r.status, error: r.error.unwrap_or(""), server: r.server }).inc();
+        let series = series.unwrap_or(&self.stage_series);
         for f in &r.findings {
             self.findings.get_or_create(&FindingLabels { stage: f.stage, error: f.error }).inc();
         }
         for (stage, d) in timings.iter() {
-            self.stage_series[stage as usize]
-                .get_or_init(|| self.stage_seconds.get_or_create(&StageLabels { stage: stage.as_str() }).clone())
+            series[stage as usize]
+                .get_or_init(|| self.stage_seconds.get_or_create(&StageLabels { stage: stage.as_str(), server: r.server }).clone())
                 .observe(d.as_secs_f64());
         }
         self.request_seconds.observe(total.as_secs_f64());
@@ -264,15 +271,6 @@ impl Metrics {
     /// Registers `portcullis_idempotency_total` (the idempotency journal's results).
     pub(crate) fn register_idempotency(&mut self, m: &crate::idempotency::IdempotencyMetrics) {
         self.registry.register("idempotency", "Idempotency journal results (first, replayed, in_flight, reused, recorded, released, ...)", m.results.clone());
-    }
-
-    /// Registers the tool catalog's metrics: `portcullis_catalog_refreshes_total{result}`,
-    /// `portcullis_catalog_stale`, `portcullis_catalog_tools`, `portcullis_catalog_drift_total`.
-    pub(crate) fn register_catalog(&mut self, m: &crate::catalog::CatalogMetrics) {
-        self.registry.register("catalog_refreshes", "Tool catalog fetches by result (ok, error)", m.refreshes.clone());
-        self.registry.register("catalog_stale", "1 while there is no tool catalog or its last fetch failed (the last good one stays in use)", m.stale.clone());
-        self.registry.register("catalog_tools", "Tools in the catalog in use", m.tools.clone());
-        self.registry.register("catalog_drift", "Tool definitions seen drifting from their pin, once per change", m.drift.clone());
     }
 
     /// Lets a stage register its own metrics (stages below telemetry in the module graph).
@@ -402,6 +400,10 @@ impl Metrics {
     }
 }
 
+/// One histogram per stage, found once in the family and then observed without a lookup (one
+/// set per server, and one for requests that matched none).
+pub(crate) type StageSeries = [std::sync::OnceLock<Histogram>; Stage::ALL.len()];
+
 /// Decrements the in-flight gauge when dropped.
 #[derive(Debug)]
 pub(crate) struct InFlight(Gauge);
@@ -433,6 +435,9 @@ pub(crate) struct DecisionRecord<'a> {
     pub time: String,
     /// The request id (also in the refusal body and `x-request-id`).
     pub request_id: &'a str,
+    /// The MCP server the request was for (`default` in the single-server form; `-` when its
+    /// path matched no server).
+    pub server: &'static str,
     /// `enforce` or `monitor`, or `staged` when stage groups differ (see `enforcing`).
     pub mode: &'static str,
     /// The stage groups in enforce mode (`identity`, `token`, `policy`, `default`).
@@ -505,10 +510,19 @@ impl<'a> DecisionRecord<'a> {
     /// it how (`mode`, `outcome`, `status`), every other field empty for the caller to fill
     /// (`time` too: only a decision log needs it formatted). The one place every field is
     /// named, so a new field is one edit here.
-    pub(crate) fn new(modes: &crate::config::Modes, request_id: &'a str, method: &'a str, path: &'a str, outcome: &'static str, status: u16) -> Self {
+    pub(crate) fn new(
+        modes: &crate::config::Modes,
+        server: &'static str,
+        request_id: &'a str,
+        method: &'a str,
+        path: &'a str,
+        outcome: &'static str,
+        status: u16,
+    ) -> Self {
         DecisionRecord {
             time: String::new(),
             request_id,
+            server,
             mode: modes.as_str(),
             enforcing: modes.enforcing(),
             outcome,

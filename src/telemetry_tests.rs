@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 fn record(request_id: &str) -> DecisionRecord<'_> {
     DecisionRecord {
+        server: "default",
         time: rfc3339(SystemTime::UNIX_EPOCH),
         request_id,
         mode: "enforce",
@@ -196,13 +197,14 @@ fn log_fields_print_what_the_default_formatter_prints() {
 #[test]
 fn a_new_record_names_every_field_in_the_logs_order_and_fills_only_what_it_was_given() {
     let modes = crate::config::Modes::from(crate::config::Mode::Monitor);
-    let record = DecisionRecord::new(&modes, "r-1", "POST", "/mcp", "allow", 200);
+    let record = DecisionRecord::new(&modes, "default", "r-1", "POST", "/mcp", "allow", 200);
     let line = serde_json::to_string(&record).expect("json");
     let value: serde_json::Value = serde_json::from_str(&line).expect("object");
     let keys: Vec<&str> = value.as_object().expect("object").keys().map(String::as_str).collect();
     let order = [
         "time",
         "request_id",
+        "server",
         "mode",
         "enforcing",
         "outcome",

@@ -184,6 +184,8 @@ pub struct CallView<'a> {
     pub keyid: Option<&'a str>,
     /// Whom a new pending link counts against (decision 13).
     pub caller: CallerKey,
+    /// The MCP server the call is for: an approval on one server is never used on another.
+    pub server: &'static str,
 }
 
 /// The approval stage and pages, built from `[approvals]`.
@@ -247,7 +249,18 @@ impl Approvals {
         }
         let Some(sub) = call.sub.filter(|s| !s.is_empty()) else { return Err(ApprovalError::Unavailable) };
         let digest = CallDigest::of_body(call.body).map_err(|e| ApprovalError::NotPossible(format!("the call cannot be bound to an approval: {e}")))?;
-        let digest_hex = digest.digest.hex();
+        // Section F: the call digest includes the server (the single server's is as it was).
+        let digest_hex = match call.server {
+            crate::config::DEFAULT_SERVER => digest.digest.hex(),
+            server => {
+                use sha2::Digest as _;
+                let mut h = sha2::Sha256::new();
+                h.update((server.len() as u64).to_be_bytes());
+                h.update(server.as_bytes());
+                h.update(digest.digest.hex().as_bytes());
+                h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+            }
+        };
         let agent = call.agent.unwrap_or("");
         // The digest parsed the body strictly: this parse cannot fail where that one passed.
         let body: Value = serde_json::from_slice(call.body).unwrap_or(Value::Null);
@@ -278,6 +291,7 @@ impl Approvals {
             arguments: shown.arguments,
             message: ask.message.clone(),
             expires: now.secs().saturating_add(self.settings.ttl.as_secs().max(1)),
+            server: call.server.to_owned(),
         };
         let link = |r: &ApprovalRecord| {
             let shape = if !is_mrtr {

@@ -144,12 +144,13 @@ impl Approvals {
         let a = |s: &str| html_escape::encode_double_quoted_attribute(s).into_owned();
         let body = format!(
             "<p class=\"msg\">{message}</p>\
-             <dl><dt>Agent</dt><dd>{agent}</dd><dt>Key</dt><dd>{keyid}</dd><dt>Call</dt><dd>{method} <b>{target}</b></dd>\
+             <dl><dt>Server</dt><dd>{server}</dd><dt>Agent</dt><dd>{agent}</dd><dt>Key</dt><dd>{keyid}</dd><dt>Call</dt><dd>{method} <b>{target}</b></dd>\
              <dt>Arguments</dt><dd><pre>{args}</pre></dd><dt>Expires</dt><dd>{expires}</dd></dl>\
              <form method=\"post\" action=\"{action}\"><input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
              <button name=\"decision\" value=\"approve\" class=\"ok\">Approve</button> \
              <button name=\"decision\" value=\"deny\">Deny</button></form>",
             message = e(&record.message),
+            server = e(&record.server),
             agent = e(if record.agent.is_empty() { "(unsigned)" } else { &record.agent }),
             keyid = e(if record.keyid.is_empty() { "-" } else { &record.keyid }),
             method = e(&record.method),

@@ -125,9 +125,10 @@ struct Session {
 impl Fetcher {
     /// The client for `upstream`'s MCP endpoint: `upstream.url` with the public endpoint's path
     /// appended, as the proxy forwards requests.
-    pub(crate) fn new(upstream: &Upstream, public_url: &Url, tools: &Tools) -> Result<Fetcher, String> {
-        let endpoint = format!("{}{}", upstream.url.as_str().trim_end_matches('/'), public_url.path());
-        let endpoint = Url::parse(&endpoint).map_err(|e| format!("cannot build the catalog endpoint: {e}"))?;
+    /// A fetcher of the tool list at `endpoint`, the backend's MCP endpoint
+    /// (`config::Server::endpoint`).
+    pub(crate) fn new(upstream: &Upstream, endpoint: &Url, tools: &Tools) -> Result<Fetcher, String> {
+        let endpoint = endpoint.clone();
         let client = reqwest::Client::builder()
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())

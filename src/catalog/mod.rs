@@ -236,8 +236,8 @@ pub struct Catalog {
 impl Catalog {
     /// Builds the catalog from `[tools]`; reads the pins file now, so `portcullis check` names
     /// a missing or malformed one. Nothing is fetched until [`Catalog::refresh`].
-    pub fn new(tools: &Tools, upstream: &Upstream, public_url: &url::Url) -> Result<Catalog, FieldError> {
-        let fetcher = Fetcher::new(upstream, public_url, tools).map_err(|e| FieldError::new("tools.catalog", e))?;
+    pub fn new(tools: &Tools, upstream: &Upstream, endpoint: &url::Url) -> Result<Catalog, FieldError> {
+        let fetcher = Fetcher::new(upstream, endpoint, tools).map_err(|e| FieldError::new("tools.catalog", e))?;
         let pins = match &tools.pins {
             Some(path) => Pins::load(path).map_err(|e| FieldError::new("tools.pins", e.to_string()))?,
             None => Pins::default(),

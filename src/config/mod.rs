@@ -18,6 +18,7 @@ mod approvals;
 mod idempotency;
 mod modes;
 mod raw;
+mod servers;
 mod sections;
 mod tools;
 mod units;
@@ -28,6 +29,7 @@ pub use idempotency::Idempotency;
 pub use modes::{Group, Modes, RawMode};
 pub use portcullis_wire::time::parse_duration;
 pub use raw::*;
+pub use servers::{Form, Server, DEFAULT_SERVER};
 pub use sections::{normalize_origin, Context, Directory, Dpop, Introspection, OAuth, PolicySettings, Signatures, StateSettings, StaticKey, Store};
 pub use tools::{CatalogProtocol, CatalogSource, McpSettings, Tools, Unpinned};
 pub use units::{parse_size, ByteSize, HumanDuration};
@@ -141,6 +143,10 @@ pub struct Config {
     pub tools: Tools,
     /// Human approval links.
     pub approvals: Approvals,
+    /// The MCP servers behind the gateway, in config order: `[[servers]]`, or the one server
+    /// `default` made of `[upstream]` and `[tools]` (then `upstream`, `tools` and `mode` above
+    /// are its own; in the `[[servers]]` form they are the first server's).
+    pub servers: Vec<Server>,
     /// MCP protocol versions accepted.
     pub mcp: McpSettings,
     /// Admin listener address.
@@ -149,6 +155,8 @@ pub struct Config {
     pub log: Log,
     /// Where the config came from (file path or "embedded default config"), for messages.
     pub origin: String,
+    /// The file it was read from ([`Config::load`]): what a reload (SIGHUP) reads again.
+    pub file: Option<PathBuf>,
     /// The folder relative paths in the config are resolved against.
     pub base_dir: PathBuf,
 }
@@ -190,6 +198,10 @@ pub struct Upstream {
     pub extra_paths: Vec<String>,
     /// `/readyz` probes the backend (TCP connect).
     pub health_check: bool,
+    /// Requests decided or waiting for this backend at once, when set.
+    pub max_in_flight: Option<usize>,
+    /// Open event streams to this backend at once.
+    pub max_streams: usize,
     /// The backend's own credential (`[upstream.auth]`).
     pub auth: UpstreamAuth,
 }
@@ -267,7 +279,28 @@ impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        Config::parse(&text, &path.display().to_string(), &base)
+        let config = Config::parse(&text, &path.display().to_string(), &base)?;
+        Ok(Config { file: Some(path.to_owned()), ..config })
+    }
+
+    /// The sections of `fresh` that differ from this running config but cannot change live
+    /// (a reload applies the servers, their modes and the policy files; these keep their
+    /// running value until a restart).
+    pub fn frozen_changes(&self, fresh: &Config) -> Vec<&'static str> {
+        let pairs: [(&'static str, String, String); 11] = [
+            ("listen", format!("{:?}", self.listen), format!("{:?}", fresh.listen)),
+            ("limits", format!("{:?}", self.limits), format!("{:?}", fresh.limits)),
+            ("signatures", format!("{:?}", self.signatures), format!("{:?}", fresh.signatures)),
+            ("oauth", format!("{:?}", self.oauth), format!("{:?}", fresh.oauth)),
+            ("policy", format!("{:?}", self.policy), format!("{:?}", fresh.policy)),
+            ("state", format!("{:?}", self.state), format!("{:?}", fresh.state)),
+            ("idempotency", format!("{:?}", self.idempotency), format!("{:?}", fresh.idempotency)),
+            ("approvals", format!("{:?}", self.approvals), format!("{:?}", fresh.approvals)),
+            ("mcp", format!("{:?}", self.mcp), format!("{:?}", fresh.mcp)),
+            ("admin", format!("{:?}", self.admin), format!("{:?}", fresh.admin)),
+            ("log", format!("{:?}", self.log), format!("{:?}", fresh.log)),
+        ];
+        pairs.into_iter().filter(|(_, a, b)| a != b).map(|(name, _, _)| name).collect()
     }
 
     /// Settings that are valid but cannot do what they say, each named like a [`FieldError`]:
@@ -328,20 +361,6 @@ impl Config {
             (Some(_), None) => Err("listen.tls_key"),
             (None, Some(_)) => Err("listen.tls_cert"),
         };
-        let upstream_url = if raw.upstream.url.is_empty() {
-            Err("is required (the MCP backend, e.g. \"http://127.0.0.1:3001\")".to_owned())
-        } else {
-            parse_url(&raw.upstream.url, &["http"])
-        }
-        .and_then(|u| {
-            if u.query().is_some() || u.fragment().is_some() {
-                Err("the upstream URL must not have a query or fragment".to_owned())
-            } else if !u.username().is_empty() || u.password().is_some() {
-                Err("the upstream URL must not carry credentials (they would be logged and not sent)".to_owned())
-            } else {
-                Ok(u)
-            }
-        });
         let admin = raw.admin.addr.as_ref().map(|a| a.parse::<SocketAddr>().map_err(|e| format!("{a:?} is not a socket address (host:port): {e}"))).transpose();
         let decisions = match raw.log.decisions.as_str() {
             "stdout" => DecisionSink::Stdout,
@@ -355,9 +374,38 @@ impl Config {
         if let Err(missing) = &tls {
             check(missing, Err("tls_cert and tls_key must be set together".to_owned()));
         }
-        check("upstream.url", upstream_url.as_ref().map(|_| ()).map_err(Clone::clone));
-        check("upstream.connect_timeout", nonzero(raw.upstream.connect_timeout.0));
-        check("upstream.response_timeout", nonzero(raw.upstream.response_timeout.0));
+        // The single-server form's backend, checked here so `portcullis check` lists its
+        // errors where it always did; `[[servers]]` are checked once the sections they read are.
+        let is_many = !raw.servers.is_empty();
+        let (forward_token, oauth_required, approvals_path) = (raw.oauth.forward_token, raw.oauth.required, raw.approvals.path.clone());
+        let single_upstream = if is_many {
+            for (section, present) in [("upstream", raw.upstream.is_some()), ("tools", raw.tools.is_some())] {
+                if present {
+                    check(section, Err(format!("[{section}] and [[servers]] cannot be used together: move [{section}] into the [[servers]] table of the server it belongs to")));
+                }
+            }
+            None
+        } else {
+            let shared = servers::Shared {
+                ctx: Context { base_dir, public_url: public_url.as_ref().ok() },
+                mode: None,
+                forward_token,
+                oauth_required,
+                approvals_path: &approvals_path,
+                global_in_flight: 0,
+            };
+            let raw_upstream = raw.upstream.clone().unwrap_or_default();
+            let mut found_errs = Vec::new();
+            let found = servers::upstream(raw_upstream, false, &shared, &mut found_errs, "upstream");
+            if raw.upstream.is_none() {
+                found_errs.retain(|e| e.field != "upstream.url");
+                check("upstream", Err("is required: the MCP backend ([upstream] url = \"http://127.0.0.1:3001\"), or one [[servers]] table per backend".into()));
+            }
+            for e in found_errs {
+                check(&e.field, Err(e.reason));
+            }
+            found
+        };
         check(
             "limits.max_body",
             if raw.limits.max_body.0 == 0 || raw.limits.max_body.0 > 256 << 20 { Err("must be between 1 byte and 256MiB".into()) } else { Ok(()) },
@@ -368,15 +416,6 @@ impl Config {
             "limits.max_streams_per_connection",
             if !(1..=10_000).contains(&raw.limits.max_streams_per_connection) { Err("must be between 1 and 10000".into()) } else { Ok(()) },
         );
-        check("upstream.pool_idle_timeout", nonzero(raw.upstream.pool_idle_timeout.0));
-        for (i, p) in raw.upstream.extra_paths.iter().enumerate() {
-            if !portcullis_wire::target::is_canonical_path(p) {
-                check(
-                    &format!("upstream.extra_paths[{i}]"),
-                    Err(format!("{p:?} is not a canonical absolute path (no empty, . or .. segment, trailing slash, %-encoding or query)")),
-                );
-            }
-        }
         check(
             "limits.max_header_bytes",
             if raw.limits.max_header_bytes.0 < 8192 || raw.limits.max_header_bytes.0 > 16 << 20 {
@@ -464,13 +503,13 @@ impl Config {
 
         let ctx = Context { base_dir, public_url: public_url.as_ref().ok() };
         let signatures = Signatures::from_raw(raw.signatures, ctx).map_err(|e| errs.extend(e));
-        let auth = upstream_auth::from_raw(raw.upstream.auth.clone(), raw.oauth.forward_token, raw.oauth.required, base_dir).map_err(|e| errs.extend(e));
+        let audience_set = raw.oauth.audience.is_some();
         let oauth = OAuth::from_raw(raw.oauth, ctx).map_err(|e| errs.extend(e));
         let policy = PolicySettings::from_raw(raw.policy, ctx).map_err(|e| errs.extend(e));
         let sessions_per_caller = raw.limits.max_sessions_per_caller.unwrap_or_else(|| raw.state.max_sessions.min(100)).max(1);
         let state = StateSettings::from_raw(raw.state, ctx).map_err(|e| errs.extend(e));
         let mode = Modes::try_from(raw.mode).map_err(|e| errs.extend(e));
-        let tools = Tools::from_raw(raw.tools, ctx).map_err(|e| errs.extend(e));
+        let tools = if is_many { Ok(None) } else { Tools::from_raw(raw.tools.clone().unwrap_or_default(), ctx).map(Some).map_err(|e| errs.extend(e)) };
         let approvals = Approvals::from_raw(
             raw.approvals,
             base_dir,
@@ -481,20 +520,53 @@ impl Config {
         .map_err(|e| errs.extend(e));
 
         let mcp = McpSettings::from_raw(raw.mcp).map_err(|e| errs.extend(e));
+        let global_in_flight = raw.limits.max_in_flight.unwrap_or_else(default_max_in_flight);
+        let servers = match (&single_upstream, &tools, &public_url, &oauth, &mode) {
+            (Some(upstream), Ok(Some(tools)), Ok(public_url), Ok(oauth), Ok(mode)) => {
+                vec![Server::single(public_url, &oauth.audience, upstream.clone(), tools.clone(), *mode, &oauth.scopes_supported, upstream.max_in_flight.unwrap_or(global_in_flight))]
+            }
+            _ if is_many => {
+                if let Ok(u) = &public_url {
+                    if !matches!(u.path(), "" | "/") {
+                        errs.push(FieldError::new("listen.public_url", "with [[servers]], the public URL is the gateway's origin only: each server's path is its own"));
+                    }
+                }
+                if audience_set {
+                    errs.push(FieldError::new("oauth.audience", "with [[servers]], each server's tokens must name its own resource (public origin + its path): remove oauth.audience"));
+                }
+                if let Ok(sig) = &signatures {
+                    use portcullis_wire::signature::Component;
+                    if !sig.components.iter().any(|c| matches!(c, Component::Path | Component::TargetUri)) {
+                        errs.push(FieldError::new("signatures.components", "with [[servers]], signatures must cover \"@path\", so a signature made for one server never verifies on another"));
+                    }
+                }
+                let shared = servers::Shared {
+                    ctx: Context { base_dir, public_url: public_url.as_ref().ok() },
+                    mode: mode.as_ref().ok().copied(),
+                    forward_token,
+                    oauth_required,
+                    approvals_path: &approvals_path,
+                    global_in_flight,
+                };
+                servers::many(raw.servers, &shared, &mut errs)
+            }
+            _ => Vec::new(),
+        };
         // A filtered list shows what the policy allows: without a policy it could only show
         // everything (a filter that filters nothing) or nothing.
-        if let (Ok(tools), Ok(policy)) = (&tools, &policy) {
-            if tools.filter_list && !policy.enabled {
-                errs.push(FieldError::new("tools.filter_list", "needs policy.enabled = true (the list shows the tools the policy lets this caller call)"));
+        if let Ok(policy) = &policy {
+            for s in servers.iter().filter(|s| s.tools.filter_list && !policy.enabled) {
+                let field = if is_many { format!("servers[{}].tools.filter_list", s.name) } else { "tools.filter_list".to_owned() };
+                errs.push(FieldError::new(field, "needs policy.enabled = true (the list shows the tools the policy lets this caller call)"));
             }
         }
 
-        match (listen_addr, public_url, tls, upstream_url, admin, signatures, oauth, policy, state, idempotency, mode, tools, approvals, mcp, auth) {
+        match (listen_addr, public_url, tls, servers.first().cloned(), admin, signatures, oauth, policy, state, idempotency, mode, approvals, mcp) {
             (
                 Ok(addr),
                 Ok(public_url),
                 Ok(tls),
-                Ok(url),
+                Some(first),
                 Ok(admin),
                 Ok(signatures),
                 Ok(oauth),
@@ -502,23 +574,14 @@ impl Config {
                 Ok(state),
                 Ok(idempotency),
                 Ok(mode),
-                Ok(tools),
                 Ok(approvals),
                 Ok(mcp),
-                Ok(auth),
             ) if errs.is_empty() => Ok(Config {
                 mode,
                 listen: Listen { addr, public_url, tls },
-                upstream: Upstream {
-                    url,
-                    connect_timeout: raw.upstream.connect_timeout.0,
-                    response_timeout: raw.upstream.response_timeout.0,
-                    pool_max_idle: raw.upstream.pool_max_idle,
-                    pool_idle_timeout: raw.upstream.pool_idle_timeout.0,
-                    extra_paths: raw.upstream.extra_paths,
-                    health_check: raw.upstream.health_check,
-                    auth,
-                },
+                upstream: first.upstream,
+                tools: first.tools,
+                servers,
                 limits: Limits {
                     max_body: raw.limits.max_body.0,
                     max_header_bytes: raw.limits.max_header_bytes.0 as usize,
@@ -545,12 +608,12 @@ impl Config {
                 policy,
                 state,
                 idempotency,
-                tools,
                 approvals,
                 mcp,
                 admin,
                 log: Log { decisions, level: raw.log.level, otlp_endpoint: raw.log.otlp_endpoint },
                 origin: origin.to_owned(),
+                file: None,
                 base_dir: base_dir.to_owned(),
             }),
             _ => Err(ConfigError::Invalid { origin: origin.to_owned(), errors: errs }),

@@ -23,8 +23,8 @@ pub struct RawConfig {
     pub mode: RawMode,
     /// `[listen]`
     pub listen: RawListen,
-    /// `[upstream]`
-    pub upstream: RawUpstream,
+    /// `[upstream]`: the single-server form's backend.
+    pub upstream: Option<RawUpstream>,
     /// `[limits]`
     #[serde(default)]
     pub limits: RawLimits,
@@ -49,15 +49,17 @@ pub struct RawConfig {
     /// `[idempotency]`
     #[serde(default)]
     pub idempotency: RawIdempotency,
-    /// `[tools]`
-    #[serde(default)]
-    pub tools: RawTools,
+    /// `[tools]`: the single-server form's catalog.
+    pub tools: Option<RawTools>,
     /// `[approvals]`
     #[serde(default)]
     pub approvals: RawApprovals,
     /// `[mcp]`
     #[serde(default)]
     pub mcp: RawMcp,
+    /// `[[servers]]`: the MCP servers behind the gateway (docs/many-servers.md).
+    #[serde(default)]
+    pub servers: Vec<RawServer>,
 }
 
 /// A string or a list of strings.
@@ -108,9 +110,15 @@ pub struct RawUpstream {
     /// written; any other path is refused with 404 before any stage.
     pub extra_paths: Vec<String>,
     /// `/readyz` also opens a TCP connection to the backend (within `connect_timeout`, at most
-    /// 1 s) and answers 503 while it cannot. Off by default: one unreachable backend then takes
-    /// every replica out of rotation, which is what you want only if nothing else serves.
-    pub health_check: bool,
+    /// 1 s) and answers 503 while it cannot. Off by default in the single-server form: one
+    /// unreachable backend then takes every replica out of rotation, which is what you want
+    /// only if nothing else serves; on by default in the `[[servers]]` form.
+    pub health_check: Option<bool>,
+    /// Requests decided or waiting for this backend at once (`[[servers]]`: default
+    /// `limits.max_in_flight` / number of servers, at least 16, reserved for it).
+    pub max_in_flight: Option<usize>,
+    /// Open event streams to this backend at once (default 256).
+    pub max_streams: Option<usize>,
     /// `[upstream.auth]`: the backend's own credential (docs/upstream-credentials.md).
     pub auth: Option<RawUpstreamAuth>,
 }
@@ -171,7 +179,9 @@ impl Default for RawUpstream {
             pool_max_idle: 64,
             pool_idle_timeout: HumanDuration(Duration::from_secs(4)),
             extra_paths: Vec::new(),
-            health_check: false,
+            health_check: None,
+            max_in_flight: None,
+            max_streams: None,
             auth: None,
         }
     }
@@ -707,3 +717,29 @@ impl Default for RawMcp {
         RawMcp { versions: portcullis_wire::mcp::PUBLISHED_VERSIONS.map(String::from).to_vec() }
     }
 }
+
+/// `[[servers]]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    /// `[a-z0-9][a-z0-9-]{0,31}`, unique.
+    pub name: String,
+    /// Its MCP endpoint on the gateway, matched exactly.
+    pub path: String,
+    /// The backend: `{ url = "http://10.0.0.5:3001/mcp" }` and today's `[upstream]` keys.
+    pub upstream: RawUpstream,
+    /// The scopes its metadata document lists and its 401s ask for.
+    #[serde(default)]
+    pub scopes_supported: Vec<String>,
+    /// Overrides the top-level `mode` for this server.
+    pub mode: Option<RawMode>,
+    /// More exact paths forwarded to this backend (beside `upstream.extra_paths`).
+    #[serde(default)]
+    pub extra_paths: Vec<String>,
+    /// Send the gateway's `x-portcullis-*` identity headers to this backend (default: true for
+    /// `http://` upstreams).
+    pub identity_headers: Option<bool>,
+    /// `[servers.tools]`: section B for this server.
+    pub tools: Option<RawTools>,
+}
+

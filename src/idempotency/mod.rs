@@ -306,8 +306,8 @@ impl Idempotency {
     /// `Ok(None)`: the key is optional and none was sent (or the journal is off), so the call
     /// goes on without the journal.
     /// `mcp` is the parsed request (stage 8).
-    pub(crate) async fn claim(&self, req: &Inbound, caller: Caller<'_>, mcp: Option<&McpRequest>, key_use: KeyUse) -> Result<Option<Claim>, IdempotencyError> {
-        let result = self.claim_inner(req, caller, mcp, key_use).await;
+    pub(crate) async fn claim(&self, req: &Inbound, server: &str, caller: Caller<'_>, mcp: Option<&McpRequest>, key_use: KeyUse) -> Result<Option<Claim>, IdempotencyError> {
+        let result = self.claim_inner(req, server, caller, mcp, key_use).await;
         match &result {
             Ok(Some(Claim::First(_))) => self.metrics.count("first"),
             Ok(Some(Claim::Replay(_))) => self.metrics.count("replayed"),
@@ -323,7 +323,7 @@ impl Idempotency {
         result
     }
 
-    async fn claim_inner(&self, req: &Inbound, caller: Caller<'_>, mcp: Option<&McpRequest>, key_use: KeyUse) -> Result<Option<Claim>, IdempotencyError> {
+    async fn claim_inner(&self, req: &Inbound, server: &str, caller: Caller<'_>, mcp: Option<&McpRequest>, key_use: KeyUse) -> Result<Option<Claim>, IdempotencyError> {
         let key = key::parse(&req.head.headers)?;
         let Some(journal) = &self.journal else {
             return match key_use {
@@ -342,6 +342,8 @@ impl Idempotency {
             self.metrics.count("legacy_key");
         }
         let scope = identity(caller).ok_or(IdempotencyError::NoIdentity)?;
+        // Section F: scoped by (server, caller, key); the single server's keys are as they were.
+        let scope = if server == crate::config::DEFAULT_SERVER { scope } else { format!("{server}\u{0}{scope}") };
         if mcp.is_some_and(|m| m.is_batch) {
             return Err(IdempotencyError::Batch);
         }

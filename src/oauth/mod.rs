@@ -409,10 +409,22 @@ impl TokenVerifier {
     /// `oauth.dpop` is on) and its binding to this request. `Ok(None)`: no token was sent and
     /// none is required. A token that is sent is always verified, required or not.
     pub async fn check(&self, req: &Presented<'_>) -> Result<Option<Authenticated>, TokenError> {
+        self.check_for(req, None).await
+    }
+
+    /// [`Self::check`] for the server whose resource is `audience` (`[[servers]]`, where the
+    /// verifier is built without one audience): a token for another server's resource is
+    /// refused (RFC 8707 §2, RFC 9068 §4), cached or not.
+    pub async fn check_for(&self, req: &Presented<'_>, audience: Option<&str>) -> Result<Option<Authenticated>, TokenError> {
         let Some((scheme, token)) = jose::credentials(req.headers, self.dpop.is_some())? else {
             return if self.is_required { Err(TokenError::Missing) } else { Ok(None) };
         };
         let verified = self.verify(token, req.now).await?;
+        if let Some(audience) = audience.filter(|_| self.rules.audience.is_empty()) {
+            if !verified.aud().iter().any(|a| a == audience) {
+                return Err(TokenError::WrongAudience { audience: short(audience) });
+            }
+        }
         // Every request, cached token or not: the binding depends on the request.
         let binding = match (scheme, &self.dpop) {
             (Scheme::Dpop, Some(dpop)) => dpop.check(token, &verified, req).await?,

@@ -101,8 +101,9 @@ pub(crate) fn validate_claims(claims: Map<String, Value>, rules: &Rules, now: Un
         _ => {}
     }
     let aud = audiences(&claims)?;
-    // RFC 8707 §2 / RFC 9068 §4: a token minted for another resource is refused.
-    if !aud.contains(&rules.audience) {
+    // RFC 8707 §2 / RFC 9068 §4: a token minted for another resource is refused. An empty
+    // audience here means each request names its own (`[[servers]]`: `TokenVerifier::check_for`).
+    if !rules.audience.is_empty() && !aud.contains(&rules.audience) {
         return Err(TokenError::WrongAudience { audience: short(&rules.audience) });
     }
     let exp = time_claim(&claims, "exp")?.ok_or(TokenError::MissingClaim { claim: "exp" })?;

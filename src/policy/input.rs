@@ -68,6 +68,8 @@ pub struct CatalogView<'a> {
 pub struct PolicyInput<'a> {
     /// The HTTP request.
     pub request: RequestView<'a>,
+    /// The MCP server the request is for: `{"name", "path", "resource"}`.
+    pub server: &'a Value,
     /// The verified agent, if any.
     pub agent: Option<AgentView<'a>>,
     /// The verified token, if any.
@@ -78,6 +80,12 @@ pub struct PolicyInput<'a> {
     pub catalog: CatalogView<'a>,
     /// The request's time.
     pub now: UnixTime,
+}
+
+/// `input.server`: `{"name", "path", "resource"}` of the MCP server a request is for (built
+/// once per server; each input holds a shared reference).
+pub fn server_value(name: &str, path: &str, resource: &str) -> Value {
+    obj(vec![("name", s(name)), ("path", s(path)), ("resource", s(resource))])
 }
 
 fn s(v: &str) -> Value {
@@ -129,7 +137,7 @@ impl PolicyInput<'_> {
             None => obj(vec![("verified", Value::from(false)), ("binding", Value::from("none"))]),
         };
         let time = obj(vec![("unix", Value::from(self.now.secs()))]);
-        vec![("request", request), ("agent", agent), ("token", token), ("time", time)]
+        vec![("request", request), ("server", self.server.clone()), ("agent", agent), ("token", token), ("time", time)]
     }
 
     fn transport(&self, entries: &mut Vec<(&'static str, Value)>) {

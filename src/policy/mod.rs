@@ -33,7 +33,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use regorus::{Engine, Value};
 
-pub use input::{AgentView, CatalogView, PolicyInput, RequestView, TokenView};
+pub use input::{server_value, AgentView, CatalogView, PolicyInput, RequestView, TokenView};
 pub use load::{LoadError, Source};
 pub use portcullis_wire::rego_value::ConvertError;
 pub(crate) use reload::ReloadTrigger;

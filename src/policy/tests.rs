@@ -46,6 +46,7 @@ fn blank() -> McpMessage {
 fn decide_with(p: &Policy, mcp: &McpRequest, agent: Option<AgentView<'_>>, token: Option<TokenView<'_>>) -> Result<Decided, PolicyError> {
     let input = PolicyInput {
         request: RequestView { method: "POST", path: "/mcp", host: "mcp.example.com" },
+        server: &SERVER,
         agent,
         token,
         mcp,
@@ -66,7 +67,7 @@ fn bundled_policy_allows_a_read_tool_for_an_unknown_agent_with_a_rate_limit() {
     let d = decide_with(&bundled(), &one(call("search", json!({"q": "x"}))), None, None).expect("decided");
     assert!(d.verdict.allow, "{d:?}");
     assert_eq!(d.verdict.rule.as_deref(), Some("allow:unknown"));
-    assert_eq!(d.verdict.quotas, vec![crate::quota::QuotaSpec { key: "tool:anonymous:search".into(), cost: 1, limit: 120, per: Duration::from_secs(60) }]);
+    assert_eq!(d.verdict.quotas, vec![crate::quota::QuotaSpec { key: "tool:anonymous:search".into(), cost: 1, limit: 120, per: Duration::from_secs(60), global: false }]);
     assert_eq!(d.version.len(), 12);
 }
 
@@ -326,6 +327,7 @@ fn rvm_and_interpreter_agree_on_fetched_tool_annotations() {
         let input = |p: &Policy| {
             let input = PolicyInput {
                 request: RequestView { method: "POST", path: "/mcp", host: "mcp.example.com" },
+                server: &SERVER,
                 agent: None,
                 token,
                 mcp: &mcp,
@@ -340,3 +342,7 @@ fn rvm_and_interpreter_agree_on_fetched_tool_annotations() {
     }
     assert_eq!(seen, [vec!["tools:read".to_owned()], vec!["tools:read".to_owned()], vec!["tools:read".to_owned(), "tools:write".to_owned()]]);
 }
+
+/// `input.server` of the single-server form.
+static SERVER: std::sync::LazyLock<regorus::Value> =
+    std::sync::LazyLock::new(|| crate::policy::server_value("default", "/mcp", "https://mcp.example.com/mcp"));

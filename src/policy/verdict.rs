@@ -89,6 +89,9 @@ struct RawQuota {
     cost: u64,
     limit: u64,
     per: String,
+    /// `"server"` (default: counted per server) or `"global"`.
+    #[serde(default)]
+    scope: Option<String>,
 }
 
 fn one() -> u64 {
@@ -114,7 +117,12 @@ pub(crate) fn parse(value: &regorus::Value) -> Result<PolicyVerdict, String> {
         if per == Duration::ZERO {
             return Err(format!("quotas[{i}].per must be greater than zero"));
         }
-        quotas.push(QuotaSpec { key: q.key, cost: q.cost, limit: q.limit, per });
+        let global = match q.scope.as_deref() {
+            None | Some("server") => false,
+            Some("global") => true,
+            Some(other) => return Err(format!("quotas[{i}].scope must be \"server\" or \"global\", not {other:?}")),
+        };
+        quotas.push(QuotaSpec { key: q.key, cost: q.cost, limit: q.limit, per, global });
     }
     // RFC 6749 §3.3 scope tokens: they go into the exchange's `scope` as they are.
     for (i, scope) in raw.upstream_scopes.iter().flatten().enumerate() {

@@ -85,32 +85,40 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<ResponseBod
                 None => serde_json::json!({"status": "ok", "version": shared.stages.policy.version()}),
                 Some(e) => serde_json::json!({"status": "reload_failed", "version": shared.stages.policy.version(), "error": e}),
             };
-            // Off by default (see `upstream.health_check`): can the backend be reached at all?
-            let upstream = if shared.config.upstream.health_check { Some(probe_upstream(&shared.config.upstream).await) } else { None };
-            let upstream_down = upstream.as_ref().is_some_and(Result::is_err);
-            // A stale catalog keeps serving; only one that calls are refused for want of is unready.
-            let is_required = crate::decision::is_catalog_required(&shared.config.mode, shared.config.tools.unpinned);
-            let catalog = shared.stages.catalog.as_ref().map(|c| c.readiness(is_required));
-            let catalog_down = catalog.as_ref().is_some_and(|c| !c.is_ready);
-            let status = if upstream_down || catalog_down { StatusCode::SERVICE_UNAVAILABLE } else { status };
-            let upstream = match upstream {
-                None => "not_checked".to_owned(),
-                Some(Ok(())) => "ok".to_owned(),
-                Some(Err(e)) => format!("unreachable: {e}"),
+            // `/readyz?server=NAME` judges one server; without it, every server must be ready.
+            let table = shared.servers.load();
+            let asked = req.uri().query().and_then(|q| url::form_urlencoded::parse(q.as_bytes()).find(|(k, _)| k == "server").map(|(_, v)| v.into_owned()));
+            let judged: Vec<_> = match &asked {
+                Some(name) => match table.named(name) {
+                    Some(s) => vec![s.clone()],
+                    None => {
+                        let reason = format!("no server is named {name:?}");
+                        return json_response(StatusCode::NOT_FOUND, &serde_json::json!({"error": "not_found", "reason": reason}), Vec::new());
+                    }
+                },
+                None => table.all().to_vec(),
             };
+            // Probed at once: one slow backend does not slow the answer by the number of servers.
+            let states = futures_util::future::join_all(judged.iter().map(|s| server_state(s))).await;
+            let all_ready = states.iter().all(|(ready, _)| *ready);
+            let status = if all_ready { status } else { StatusCode::SERVICE_UNAVAILABLE };
             let modes = &shared.config.mode;
             let mode: serde_json::Map<String, serde_json::Value> =
                 crate::config::Group::ALL.iter().map(|g| (g.as_str().to_owned(), modes.of(*g).as_str().into())).collect();
+            let servers: serde_json::Map<String, serde_json::Value> = judged.iter().zip(&states).map(|(s, (_, detail))| (s.config.name.clone(), detail.clone())).collect();
+            // The single-server form's checks, where they always were.
+            let first = states.first().map(|(_, d)| d.clone()).unwrap_or_default();
             let body = serde_json::json!({
-                "ready": !shutting_down && !upstream_down && !catalog_down,
+                "ready": !shutting_down && all_ready,
                 "mode": mode,
                 "checks": {
                     "listener": if shutting_down { "shutting_down" } else { "ok" },
                     "state": state,
                     "policy": policy,
-                    "upstream": upstream,
-                    "catalog": catalog.map_or_else(|| serde_json::json!("not_configured"), |c| c.detail),
+                    "upstream": first["upstream"],
+                    "catalog": first["catalog"],
                 },
+                "servers": servers,
             });
             json_response(status, &body, Vec::new())
         }
@@ -122,6 +130,32 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<ResponseBod
         }
         _ => json_response(StatusCode::NOT_FOUND, &serde_json::json!({"error": "not_found", "reason": "admin paths: /healthz /readyz /metrics"}), Vec::new()),
     }
+}
+
+/// Whether `server` is ready, and its `/readyz` detail: `upstream` (probed when its
+/// `health_check` is on), `catalog`, `mode`, `ready`.
+async fn server_state(server: &crate::servers::Server) -> (bool, serde_json::Value) {
+    let c = &server.config;
+    let upstream = if c.upstream.health_check { Some(probe_upstream(&c.upstream).await) } else { None };
+    let upstream_down = upstream.as_ref().is_some_and(Result::is_err);
+    // A stale catalog keeps serving; only one that calls are refused for want of is unready.
+    let is_required = crate::decision::is_catalog_required(&server.mode, c.tools.unpinned);
+    let catalog = server.catalog.as_ref().map(|cat| cat.readiness(is_required));
+    let catalog_down = catalog.as_ref().is_some_and(|c| !c.is_ready);
+    let upstream = match upstream {
+        None => "not_checked".to_owned(),
+        Some(Ok(())) => "ok".to_owned(),
+        Some(Err(e)) => format!("unreachable: {e}"),
+    };
+    let ready = !upstream_down && !catalog_down;
+    let detail = serde_json::json!({
+        "ready": ready,
+        "path": c.path,
+        "mode": server.mode.describe(),
+        "upstream": upstream,
+        "catalog": catalog.map_or_else(|| serde_json::json!("not_configured"), |c| c.detail),
+    });
+    (ready, detail)
 }
 
 /// Opens (and closes) a TCP connection to the backend's host and port, within its

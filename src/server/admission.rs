@@ -113,7 +113,7 @@ impl Admission {
     /// document.
     pub(crate) async fn serve(self, req: Request<Incoming>) -> Response<ResponseBody> {
         let shared = self.stack.get_ref().shared.clone();
-        if shared.prm_paths.iter().any(|p| p == req.uri().path()) {
+        if shared.is_document(req.uri().path()) {
             return self.stack.into_inner().oneshot(req).await.unwrap_or_else(|never| match never {});
         }
         let arrival = Arrival { arrived: Arrived::now(), method: req.method().clone(), uri: req.uri().clone() };
@@ -182,7 +182,10 @@ fn refuse(shared: &Shared, arrival: &Arrival, denial: Result<Denial, BoxError>) 
     if let Denial::RequestTimeout { after } = &denial {
         warn!(after = ?after, "Request not answered within limits.request_timeout; stopped");
     }
-    let answered = shared.refuse(&denial, id);
-    let logged = Logged { request_id: id, method: method.as_str(), path: uri.path(), wall: *wall, at: *at };
+    // The server the path names, for the log and the metrics (the request was never routed).
+    let servers = shared.servers.load();
+    let server = servers.find(uri.path()).map(|s| &**s);
+    let answered = shared.refuse(&denial, id, server);
+    let logged = Logged { server, request_id: id, method: method.as_str(), path: uri.path(), wall: *wall, at: *at };
     shared.record(Trail::refused(&denial), answered, &logged)
 }

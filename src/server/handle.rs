@@ -7,6 +7,7 @@
 //! gathered in one [`Trail`] as the phases run and written once, by [`Shared::record`]; a phase
 //! that answers the client returns an [`Answered`].
 
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use http::{Request, Response};
@@ -19,6 +20,7 @@ use crate::evidence::Evidence;
 use crate::finding::Finding;
 use crate::inbound::{Inbound, Peer};
 use crate::pipeline::{self, Refusal};
+use crate::servers::Server;
 use crate::stage::{stage_span, Stage, StageTimings};
 use crate::telemetry::{rfc3339, DecisionRecord};
 use portcullis_wire::UnixTime;
@@ -69,6 +71,8 @@ pub(super) struct Answered {
 
 /// The request line as the decision log names it, and its clock readings.
 pub(super) struct Logged<'a> {
+    /// The server its path chose (`None`: none, logged as `-`).
+    pub(super) server: Option<&'a Server>,
     pub(super) request_id: &'a str,
     pub(super) method: &'a str,
     pub(super) path: &'a str,
@@ -104,8 +108,9 @@ enum Route {
     Metadata(Response<ResponseBody>),
     /// An approval page: a person's browser, not an agent; outside the pipeline.
     ApprovalPage,
-    /// Everything else: the gateway's phases.
-    Gateway,
+    /// Everything else: the gateway's phases, for the server its path names (`None`: no
+    /// server serves it, refused 404 by admission).
+    Gateway(Option<Arc<Server>>),
 }
 
 /// A request whose path, authority and body were accepted and that holds an in-flight slot
@@ -133,7 +138,7 @@ impl Shared {
         let span = info_span!("request", request_id = %request_id, method = %req.method(), path = %span_path);
         let _in_flight = self.metrics.in_flight();
         async move {
-            match route {
+            let server = match route {
                 Route::Metadata(resp) => return with_request_id(resp, &request_id),
                 Route::ApprovalPage => {
                     // Boxed: the pages' futures are large and rare; inline they would swell every request's.
@@ -143,31 +148,31 @@ impl Shared {
                     }
                     return with_request_id(resp, &request_id);
                 }
-                Route::Gateway => {}
-            }
+                Route::Gateway(server) => server,
+            };
             let method = req.method().clone();
             let path = req.uri().path().to_owned();
             let mut trail = Trail::begin(req.headers(), self.log.is_on());
-            let answered = match self.admit(req, peer, is_tls, UnixTime::at(wall), &request_id, &mut trail).await {
+            let answered = match self.admit(server.as_deref(), req, peer, is_tls, UnixTime::at(wall), &request_id, &mut trail).await {
                 // Stage 1 is a resource bound, not a decision: a body the gateway refused to
                 // hold (or never fully received) cannot be forwarded, so it is refused in both
                 // modes and never reaches `apply_mode`. Likewise a path or authority the
                 // backend could read otherwise than the gateway.
                 Err(denial) => {
                     trail.findings.push(Finding::of(&denial));
-                    self.refuse(&denial, &request_id)
+                    self.refuse(&denial, &request_id, server.as_deref())
                 }
-                Ok(admitted) => {
+                Ok((admitted, server)) => {
                     let Admitted { inbound, _slot, _reservation } = admitted;
-                    match self.decide(&inbound, &mut trail).await {
+                    match self.decide(server, &inbound, &mut trail).await {
                         Verdict::Replay(fwd) => self.replay(fwd, &mut trail, &request_id),
-                        Verdict::Refuse(refusal) => self.refused(refusal, &mut trail, &request_id),
-                        Verdict::Respond(answer) => self.respond(answer, &mut trail, &request_id),
-                        Verdict::Forward(fwd) => self.forward(inbound, fwd, &mut trail).await,
+                        Verdict::Refuse(refusal) => self.refused(server, refusal, &mut trail, &request_id),
+                        Verdict::Respond(answer) => self.respond(server, answer, &mut trail, &request_id),
+                        Verdict::Forward(fwd) => self.forward(server, inbound, fwd, &mut trail).await,
                     }
                 }
             };
-            let logged = Logged { request_id: &request_id, method: method.as_str(), path: &path, wall, at };
+            let logged = Logged { server: server.as_deref(), request_id: &request_id, method: method.as_str(), path: &path, wall, at };
             self.record(trail, answered, &logged)
         }
         .instrument(span)
@@ -182,16 +187,27 @@ impl Shared {
         if self.stages.approvals.serves(req.uri().path()) {
             return Route::ApprovalPage;
         }
-        Route::Gateway
+        Route::Gateway(self.servers.load().find(req.uri().path()).cloned())
     }
 
     /// Admit: the path and the authority, read once (docs/design.md decisions 3 and 9), then the
     /// bounded body, then an in-flight slot. A request for another path, or one whose authority
     /// reads two ways, is refused before its body is read; one that finds no slot is shed.
-    async fn admit(&self, req: Request<Incoming>, peer: Peer, is_tls: bool, now: UnixTime, request_id: &str, trail: &mut Trail) -> Result<Admitted, Denial> {
+    async fn admit<'s>(
+        &self,
+        server: Option<&'s Server>,
+        req: Request<Incoming>,
+        peer: Peer,
+        is_tls: bool,
+        now: UnixTime,
+        request_id: &str,
+        trail: &mut Trail,
+    ) -> Result<(Admitted, &'s Server), Denial> {
         let (head, body) = req.into_parts();
-        let authority =
-            if self.routes.serves(head.uri.path()) { portcullis_wire::target::authority(&head, is_tls).map_err(Denial::from) } else { Err(Denial::NotFound) };
+        let authority = match server {
+            Some(_) => portcullis_wire::target::authority(&head, is_tls).map_err(Denial::from),
+            None => Err(Denial::NotFound),
+        };
         let read_started = Instant::now();
         let limits = &self.config.limits;
         let read = match &authority {
@@ -200,38 +216,40 @@ impl Shared {
         };
         trail.timings.record(Stage::Body, read_started.elapsed());
         let authority = authority?;
+        let server = server.expect("a server was found once the authority is read");
         // Some: the authority was read, so was the body.
         let (body, reservation) = read.expect("the body is read once the authority is")?;
-        // Admission (limits.max_in_flight): a slot is taken only once the body is read, so
-        // slow uploads, bounded by body_timeout and max_body_in_flight, cannot hold every
-        // slot; without one the request is shed at once.
-        let slot = self.slots.clone().try_acquire_owned().map_err(|_| Denial::Shed)?;
+        // Admission (the server's max_in_flight): a slot is taken only once the body is read,
+        // so slow uploads, bounded by body_timeout and max_body_in_flight, cannot hold every
+        // slot; without one the request is shed at once. Each server has its own: one whose
+        // backend is slow fills only its own.
+        let slot = server.slots.clone().try_acquire_owned().map_err(|_| Denial::Shed)?;
         let inbound = Inbound { head, body, now, peer, is_tls, request_id: request_id.to_owned(), authority };
-        Ok(Admitted { inbound, _slot: (slot, self.metrics.admitted()), _reservation: reservation })
+        Ok((Admitted { inbound, _slot: (slot, self.metrics.admitted()), _reservation: reservation }, server))
     }
 
     /// Decide: the pipeline's decision, then the mode ([`decision::apply_mode`], the only
     /// place a mode applies).
-    async fn decide(&self, inbound: &Inbound, trail: &mut Trail) -> Verdict {
-        let decision = pipeline::check(inbound, &self.stages, &mut trail.timings).await;
-        let verdict = decision::apply_mode(&self.config.mode, decision);
+    async fn decide(&self, server: &Server, inbound: &Inbound, trail: &mut Trail) -> Verdict {
+        let decision = pipeline::check(inbound, &self.stages, server, &mut trail.timings).await;
+        let verdict = decision::apply_mode(&server.mode, decision);
         trail.idempotency = decision::idempotency_log(&verdict);
         verdict
     }
 
     /// A refusal the mode kept: its response.
-    fn refused(&self, refusal: Refusal, trail: &mut Trail, request_id: &str) -> Answered {
+    fn refused(&self, server: &Server, refusal: Refusal, trail: &mut Trail, request_id: &str) -> Answered {
         let (denial, found, evidence) = refusal.into_parts();
         trail.seen = evidence;
         trail.findings = found;
-        self.refuse(&denial, request_id)
+        self.refuse(&denial, request_id, Some(server))
     }
 
     /// A call the gateway answers in the protocol (an approval link, a tool execution error):
     /// its JSON-RPC answer; logged like a refusal, with its own outcome.
-    fn respond(&self, answer: Refusal, trail: &mut Trail, request_id: &str) -> Answered {
+    fn respond(&self, server: &Server, answer: Refusal, trail: &mut Trail, request_id: &str) -> Answered {
         let outcome = Outcome::of_protocol_answer(answer.denial());
-        Answered { outcome, ..self.refused(answer, trail, request_id) }
+        Answered { outcome, ..self.refused(server, answer, trail, request_id) }
     }
 
     /// A call the journal already answered: that answer, and the backend is not called.
@@ -246,23 +264,23 @@ impl Shared {
 
     /// Forward: the backend's answer, filtered when it holds a list the caller sees in part,
     /// recorded in the journal for a first idempotent call, and its new session bound.
-    async fn forward(&self, mut inbound: Inbound, fwd: Forward, trail: &mut Trail) -> Answered {
+    async fn forward(&self, server: &Server, mut inbound: Inbound, fwd: Forward, trail: &mut Trail) -> Answered {
         trail.findings = fwd.findings().to_vec();
         let (mut outcome, mut summary) = forward_summary(&fwd);
-        let attach = match self.credential(&inbound.head.headers, &fwd, inbound.now, trail).await {
+        let attach = match self.credential(server, &inbound.head.headers, &fwd, inbound.now, trail).await {
             Ok(attach) => attach,
             Err(denial) => {
                 trail.seen = fwd.into_evidence();
                 crate::idempotency::release(&mut trail.seen.idempotency).await;
-                return self.refuse(&denial, &inbound.request_id);
+                return self.refuse(&denial, &inbound.request_id, Some(server));
             }
         };
         if let Some(f) = trail.findings.iter().find(|f| f.stage == Stage::UpstreamAuth) {
             outcome = Outcome::WouldDeny;
             summary = summary.or(Some((f.error, f.reason.clone())));
         }
-        let exchange = crate::session::Exchange::of(&inbound.head, inbound.peer.addr.ip());
-        let listing = pipeline::ListingAsk::of(&self.stages, &inbound, fwd.evidence());
+        let exchange = crate::session::Exchange::of(&inbound.head, inbound.peer.addr.ip(), server.name);
+        let listing = pipeline::ListingAsk::of(server, &inbound, fwd.evidence());
         // A list the gateway rewrites must come uncompressed: a compressed one could not be
         // read, so it would be withheld.
         if listing.is_some() {
@@ -270,13 +288,13 @@ impl Shared {
         }
         let request_id = inbound.request_id.clone();
         let started = Instant::now();
-        let result = self.upstream.forward(inbound, &fwd, &attach).instrument(stage_span(Stage::Upstream)).await;
+        let result = server.upstream.forward(inbound, &fwd, &attach).instrument(stage_span(Stage::Upstream)).await;
         trail.timings.record(Stage::Upstream, started.elapsed());
         let result = match (result, listing) {
             // The visible tools are worked out only for an answer that is read.
             (Ok(resp), Some(ask)) if ask.reads(resp.status(), resp.headers()) => {
-                match pipeline::list_filter(&self.stages, &ask, fwd.evidence(), self.config.limits.max_inspected_response) {
-                    Some(f) => self.filter_list(resp, crate::catalog::filter::ListFilter { cuts: Some(self.metrics.uninspectable_cuts()), ..f }).await,
+                match pipeline::list_filter(&self.stages, server, &ask, fwd.evidence(), self.config.limits.max_inspected_response) {
+                    Some(f) => self.filter_list(server, resp, crate::catalog::filter::ListFilter { cuts: Some(self.metrics.uninspectable_cuts()), ..f }).await,
                     None => Ok(resp),
                 }
             }
@@ -290,7 +308,7 @@ impl Shared {
                 crate::idempotency::release(&mut trail.seen.idempotency).await;
                 static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
                 if let Some(held) = THROTTLE.admit() {
-                    warn!(error.code = e.code(), error = %e, upstream = %self.config.upstream.url, similar_held_back = held, "Upstream request failed (each one is counted in portcullis_upstream_errors_total)");
+                    warn!(error.code = e.code(), error = %e, server = %server.config.name, upstream = %server.config.upstream.url, similar_held_back = held, "Upstream request failed (each one is counted in portcullis_upstream_errors_total)");
                 }
                 self.metrics.upstream_error(e.code());
                 let r = decision::respond_upstream(&e, &request_id);
@@ -298,14 +316,14 @@ impl Shared {
                 r
             }
         };
-        self.settle_session(&exchange, trail, Answered { outcome, summary, resp }, &request_id).await
+        self.settle_session(server, &exchange, trail, Answered { outcome, summary, resp }, &request_id).await
     }
 
     /// The backend's credential for a request the mode let through (`upstream.auth`). One that
     /// cannot be had is a refusal of the `upstream_auth` stage: returned when the default group
     /// enforces, else a finding, and the request goes on without a credential.
-    async fn credential(&self, headers: &http::HeaderMap, fwd: &Forward, now: UnixTime, trail: &mut Trail) -> Result<crate::upstream_auth::Attach, Denial> {
-        let credentials = self.upstream.credentials();
+    async fn credential(&self, server: &Server, headers: &http::HeaderMap, fwd: &Forward, now: UnixTime, trail: &mut Trail) -> Result<crate::upstream_auth::Attach, Denial> {
+        let credentials = server.credentials();
         // `none` does nothing: no stage span, no time in the log.
         if credentials.kind() == "none" {
             trail.upstream_auth = (Some("none"), None);
@@ -329,7 +347,7 @@ impl Shared {
         }
         let denial = Denial::from(error);
         let finding = Finding::new(Stage::UpstreamAuth, &denial);
-        let withheld = decision::withholds(&self.config.mode, &finding);
+        let withheld = decision::withholds(&server.mode, &finding);
         trail.findings.push(finding);
         if withheld {
             trail.upstream_auth = (Some(credentials.kind()), None);
@@ -342,14 +360,14 @@ impl Shared {
     /// Decision 9: binds a session id the backend just issued to the request's identity before
     /// the client sees it. A binding that cannot be made is a refusal like any other: the
     /// backend's answer is withheld in enforce mode, passed on and logged in monitor mode.
-    async fn settle_session(&self, exchange: &crate::session::Exchange, trail: &mut Trail, sent: Answered, request_id: &str) -> Answered {
+    async fn settle_session(&self, server: &Server, exchange: &crate::session::Exchange, trail: &mut Trail, sent: Answered, request_id: &str) -> Answered {
         let settled = pipeline::settle_session(&self.stages, exchange, sent.resp.status(), sent.resp.headers(), &trail.seen, &mut trail.timings).await;
         let Err(denial) = settled else { return sent };
         let finding = Finding::new(Stage::Session, &denial);
-        let withheld = decision::withholds(&self.config.mode, &finding);
+        let withheld = decision::withholds(&server.mode, &finding);
         trail.findings.push(finding);
         if withheld {
-            return self.refuse(&denial, request_id);
+            return self.refuse(&denial, request_id, Some(server));
         }
         Answered { outcome: Outcome::WouldDeny, summary: sent.summary.or(Some((denial.code(), denial.reason()))), resp: sent.resp }
     }
@@ -358,10 +376,10 @@ impl Shared {
     /// tools this caller could not call (the policy group enforcing); in monitor mode it passes
     /// whole and the count it would have lost is logged. An answer too large to inspect is
     /// withheld, never passed unfiltered.
-    async fn filter_list(&self, resp: Response<ResponseBody>, filter: crate::catalog::filter::ListFilter) -> Result<Response<ResponseBody>, UpstreamError> {
-        if !decision::filters_lists(&self.config.mode) {
+    async fn filter_list(&self, server: &Server, resp: Response<ResponseBody>, filter: crate::catalog::filter::ListFilter) -> Result<Response<ResponseBody>, UpstreamError> {
+        if !decision::filters_lists(&server.mode) {
             if filter.is_listing {
-                let known = self.stages.catalog.as_ref().and_then(|c| c.snapshot()).map_or(0, |s| s.len());
+                let known = server.catalog.as_ref().and_then(|c| c.snapshot()).map_or(0, |s| s.len());
                 info!(would_hide = known.saturating_sub(filter.visible.len()), "monitor mode: tools/list passed unfiltered");
             }
             return Ok(resp);
@@ -371,9 +389,10 @@ impl Shared {
 
     /// The refusal response for `denial`, with its log summary (the decision log and the
     /// metrics say it; no diagnostic line per refusal).
-    pub(super) fn refuse(&self, denial: &Denial, request_id: &str) -> Answered {
+    pub(super) fn refuse(&self, denial: &Denial, request_id: &str, server: Option<&Server>) -> Answered {
         tracing::debug!(error.code = denial.code(), "Request refused");
-        Answered { outcome: Outcome::Deny, summary: Some((denial.code(), denial.reason())), resp: decision::respond(denial, request_id, &self.challenge) }
+        let challenge = server.map_or(&self.fallback_challenge, |s| &s.challenge);
+        Answered { outcome: Outcome::Deny, summary: Some((denial.code(), denial.reason())), resp: decision::respond(denial, request_id, challenge) }
     }
 
     /// Record: the request's one decision-log line and its metrics, from its trail and its
@@ -381,8 +400,9 @@ impl Shared {
     pub(super) fn record(&self, trail: Trail, answered: Answered, req: &Logged<'_>) -> Response<ResponseBody> {
         let Trail { timings, seen, findings, idempotency, upstream_error, upstream_auth, claimed_agent, signed } = trail;
         let Answered { outcome, summary, resp } = answered;
+        let mode = req.server.map_or(&self.config.mode, |s| &s.mode);
         if matches!(outcome, Outcome::WouldDeny) {
-            monitor_notice(&self.config.mode, &self.config.log.decisions);
+            monitor_notice(mode, &self.config.log.decisions);
         }
         let total = req.at.elapsed();
         // Without a decision log only the metrics read the record: no timestamp to format.
@@ -413,10 +433,10 @@ impl Shared {
             upstream_auth: upstream_auth.0,
             upstream_auth_cached: upstream_auth.1,
             total_us: total.as_micros() as u64,
-            ..DecisionRecord::new(&self.config.mode, req.request_id, req.method, req.path, outcome.as_str(), resp.status().as_u16())
+            ..DecisionRecord::new(mode, req.server.map_or("-", |s| s.name), req.request_id, req.method, req.path, outcome.as_str(), resp.status().as_u16())
         };
         let record = if logged { record.with_timings(&timings) } else { record };
-        self.metrics.observe(&record, &timings, total);
+        self.metrics.observe(&record, &timings, total, req.server.map(Server::stage_series));
         self.log.write(&record);
         with_request_id(resp, req.request_id)
     }
@@ -436,7 +456,7 @@ impl Shared {
             sub: Some(sub.as_str()),
             approval_id: Some(id.as_str()),
             approved_by: matches!(event, PageEvent::Decided { choice: Choice::Approve, .. }).then_some(sub.as_str()),
-            ..DecisionRecord::new(&self.config.mode, request_id, "POST", &self.config.approvals.path, outcome, status)
+            ..DecisionRecord::new(&self.config.mode, "-", request_id, "POST", &self.config.approvals.path, outcome, status)
         };
         self.log.write(&record);
     }

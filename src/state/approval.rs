@@ -50,6 +50,14 @@ pub struct ApprovalRecord {
     pub message: String,
     /// Unix seconds after which the link is dead.
     pub expires: u64,
+    /// The MCP server the call is for (`default` in the single-server form; records stored
+    /// before servers existed read as that).
+    #[serde(default = "default_server")]
+    pub server: String,
+}
+
+fn default_server() -> String {
+    crate::config::DEFAULT_SERVER.to_owned()
 }
 
 /// The store key of one binding: base64url(SHA-256(sub, agent, call digest)), so the store
@@ -263,6 +271,7 @@ pub(crate) mod contract {
             arguments: "{\"amount\":500}".to_owned(),
             message: "Send 500 USD?".to_owned(),
             expires,
+            server: "default".to_owned(),
         }
     }
 

@@ -26,6 +26,9 @@ pub struct QuotaSpec {
     pub limit: u64,
     /// The refill period.
     pub per: Duration,
+    /// `"scope": "global"`: one bucket for every server (`[[servers]]`); else the key is
+    /// counted per server.
+    pub global: bool,
 }
 
 /// The result of one spend.

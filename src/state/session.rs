@@ -37,6 +37,21 @@ impl SessionKey {
         SessionKey(Sha256::digest(session_id).into())
     }
 
+    /// The key of `session_id` on the MCP server `server`: the single server's (`default`)
+    /// is [`SessionKey::of`], as it always was (bindings in Redis outlive an upgrade); another
+    /// server's hashes its length-prefixed name first, so no id names a session on two servers.
+    pub fn on(server: &str, session_id: &[u8]) -> SessionKey {
+        if server == crate::config::DEFAULT_SERVER {
+            return SessionKey::of(session_id);
+        }
+        let mut h = Sha256::new();
+        h.update(b"portcullis-session-server-v1");
+        h.update((server.len() as u64).to_be_bytes());
+        h.update(server.as_bytes());
+        h.update(session_id);
+        SessionKey(h.finalize().into())
+    }
+
     /// The first 12 hex digits: enough to follow one session through the logs, useless for
     /// using it. The only form of a session id that may be logged.
     pub fn log_prefix(&self) -> String {

@@ -20,11 +20,11 @@ async fn health_readiness_and_metrics_are_served() {
     let resp = client().get(gw.admin_url("/metrics")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     let text = resp.text().await.unwrap();
-    assert!(text.contains(r#"portcullis_requests_total{outcome="allow",status="200",error=""} 1"#), "{text}");
-    assert!(text.contains(r#"portcullis_requests_total{outcome="deny",status="413",error="body_too_large"} 1"#), "{text}");
-    assert!(text.contains(r#"portcullis_stage_duration_seconds_count{stage="body"} 2"#), "{text}");
-    assert!(text.contains(r#"portcullis_stage_duration_seconds_count{stage="digest"} 1"#), "{text}");
-    assert!(text.contains(r#"portcullis_stage_duration_seconds_count{stage="upstream"} 1"#), "{text}");
+    assert!(text.contains(r#"portcullis_requests_total{outcome="allow",status="200",error="",server="default"} 1"#), "{text}");
+    assert!(text.contains(r#"portcullis_requests_total{outcome="deny",status="413",error="body_too_large",server="default"} 1"#), "{text}");
+    assert!(text.contains(r#"portcullis_stage_duration_seconds_count{stage="body",server="default"} 2"#), "{text}");
+    assert!(text.contains(r#"portcullis_stage_duration_seconds_count{stage="digest",server="default"} 1"#), "{text}");
+    assert!(text.contains(r#"portcullis_stage_duration_seconds_count{stage="upstream",server="default"} 1"#), "{text}");
     assert!(text.contains("portcullis_request_duration_seconds_count 2"), "{text}");
     assert!(text.contains("# EOF"), "OpenMetrics text ends with # EOF");
 

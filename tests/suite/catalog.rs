@@ -56,7 +56,7 @@ async fn metric(gw: &Gateway, line_start: &str) -> f64 {
 }
 
 async fn good_refreshes(gw: &Gateway) -> f64 {
-    metric(gw, "portcullis_catalog_refreshes_total{result=\"ok\"}").await
+    metric(gw, "portcullis_catalog_refreshes_total{server=\"default\",result=\"ok\"}").await
 }
 
 /// Waits until a fetch that started after now has succeeded (one may be under way with the
@@ -126,7 +126,7 @@ async fn pinned_tool_whose_description_changes_is_403_and_tools_diff_exits_1() {
     assert_eq!(server.calls().len(), 1, "the changed tool was not called");
     // Other pinned tools still work.
     assert_eq!(call(&gw, Some(&session), "notes.add").await.status(), 200);
-    assert_eq!(metric(&gw, "portcullis_catalog_drift_total").await, 1.0, "drift is counted once per change");
+    assert_eq!(metric(&gw, "portcullis_catalog_drift_total{server=\"default\"}").await, 1.0, "drift is counted once per change");
 
     let (code, out, _) = tools_cli("diff", &path);
     assert_eq!(code, 1, "{out}");
@@ -230,10 +230,10 @@ async fn a_failed_refresh_keeps_the_last_good_catalog_and_says_it_is_stale() {
     assert_eq!(tools_cli("pin", &path).0, 0);
     let gw = Gateway::start(Config::load(&path).unwrap()).await;
     catalog_ready(&gw).await;
-    assert_eq!(metric(&gw, "portcullis_catalog_stale").await, 0.0);
+    assert_eq!(metric(&gw, "portcullis_catalog_stale{server=\"default\"}").await, 0.0);
 
     server.set_list_failing(true);
-    assert!(eventually(|| async { metric(&gw, "portcullis_catalog_stale").await == 1.0 }).await, "stale never reported");
+    assert!(eventually(|| async { metric(&gw, "portcullis_catalog_stale{server=\"default\"}").await == 1.0 }).await, "stale never reported");
     let (status, ready) = readyz(&gw).await;
     assert_eq!((status, ready["checks"]["catalog"]["status"].as_str()), (200, Some("stale")), "{ready}");
     assert_eq!(ready["checks"]["catalog"]["tools"], 3);
@@ -241,7 +241,7 @@ async fn a_failed_refresh_keeps_the_last_good_catalog_and_says_it_is_stale() {
     assert_eq!(call(&gw, Some(&session), "weather.get").await.status(), 200, "the last good catalog still vouches for the pinned tool");
 
     server.set_list_failing(false);
-    assert!(eventually(|| async { metric(&gw, "portcullis_catalog_stale").await == 0.0 }).await, "recovery never reported");
+    assert!(eventually(|| async { metric(&gw, "portcullis_catalog_stale{server=\"default\"}").await == 0.0 }).await, "recovery never reported");
     gw.shutdown().await;
 }
 

@@ -163,7 +163,7 @@ async fn another_agent_using_a_session_gets_404_and_the_backend_never_sees_it() 
 
     assert_eq!(send(&gw, a, "GET", Some(&session), "").await.status(), 200, "the owner's stream still opens");
     let metrics = common::metrics(&gw).await;
-    assert!(metrics.contains(r#"portcullis_requests_total{outcome="deny",status="404",error="session_not_found"} 4"#), "{metrics}");
+    assert!(metrics.contains(r#"portcullis_requests_total{outcome="deny",status="404",error="session_not_found",server="default"} 4"#), "{metrics}");
     // Judged by the stage it is timed as (one stage list for findings and latencies).
     assert!(metrics.contains(r#"portcullis_findings_total{stage="session",error="session_not_found"} 4"#), "{metrics}");
     gw.shutdown().await;

@@ -188,7 +188,7 @@ async fn redis_down_in_monitor_mode_forwards_and_logs_would_deny() {
     assert_eq!(seen.len(), 1);
     assert!(seen[0].headers.get("x-portcullis-agent").is_none(), "no identity without the replay check");
     let metrics = common::metrics(&p.a).await;
-    assert!(metrics.contains(r#"portcullis_requests_total{outcome="would_deny",status="200",error="state_unavailable"} 1"#), "{metrics}");
+    assert!(metrics.contains(r#"portcullis_requests_total{outcome="would_deny",status="200",error="state_unavailable",server="default"} 1"#), "{metrics}");
 }
 
 #[tokio::test]

@@ -238,8 +238,8 @@ mod token_exchange {
         let text = std::fs::read_to_string(&s.log).unwrap();
         assert!(!text.contains(&issued) && !text.contains(&user), "no token in the decision log");
         let metrics = common::metrics(&s.gw).await;
-        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{result=\"issued\"} 1"), "{metrics}");
-        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{result=\"cached\"} 1"), "{metrics}");
+        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{server=\"default\",result=\"issued\"} 1"), "{metrics}");
+        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{server=\"default\",result=\"cached\"} 1"), "{metrics}");
     }
 
     #[tokio::test]
@@ -278,7 +278,7 @@ mod token_exchange {
         assert_eq!(lines[0]["findings"][0]["stage"], "upstream_auth");
         assert_eq!(lines[0]["upstream_auth"], "token_exchange");
         let metrics = common::metrics(&s.gw).await;
-        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{result=\"refused\"} 5"), "{metrics}");
+        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{server=\"default\",result=\"refused\"} 5"), "{metrics}");
     }
 
     #[tokio::test]
@@ -316,7 +316,7 @@ mod token_exchange {
         assert!(s.upstream.seen().is_empty(), "the backend got nothing");
         assert!(s.issuer.exchanges().is_empty());
         let metrics = common::metrics(&s.gw).await;
-        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{result=\"unavailable\"} 1"), "{metrics}");
+        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{server=\"default\",result=\"unavailable\"} 1"), "{metrics}");
     }
 
     #[tokio::test]
@@ -347,7 +347,7 @@ mod token_exchange {
         assert_eq!(s.issuer.exchanges().len(), 1);
         assert_eq!(s.upstream.seen().len(), 2);
         let metrics = common::metrics(&s.gw).await;
-        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{result=\"over_budget\"} 1"), "{metrics}");
+        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{server=\"default\",result=\"over_budget\"} 1"), "{metrics}");
         tokio::time::sleep(Duration::from_millis(1100)).await;
         assert_eq!(s.call(&second).await.status(), 200, "the budget refills");
     }
@@ -366,7 +366,7 @@ mod token_exchange {
         let cached: Vec<_> = lines.iter().map(|l| l["upstream_auth_cached"].as_bool().unwrap()).collect();
         assert_eq!(cached, [false, false, false, true, false, true]);
         let metrics = common::metrics(&s.gw).await;
-        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{result=\"issued\"} 4"), "{metrics}");
+        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{server=\"default\",result=\"issued\"} 4"), "{metrics}");
     }
 
     #[tokio::test]

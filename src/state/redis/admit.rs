@@ -89,7 +89,7 @@ mod tests {
     }
 
     fn quota(key: &str, limit: u64) -> QuotaSpec {
-        QuotaSpec { key: key.into(), cost: 1, limit, per: Duration::from_secs(3600) }
+        QuotaSpec { key: key.into(), cost: 1, limit, per: Duration::from_secs(3600), global: false }
     }
 
     const NOW: UnixTime = UnixTime(Duration::from_secs(1_784_980_800));

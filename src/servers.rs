@@ -1,0 +1,278 @@
+//! The MCP servers behind the gateway, at run time: one [`Server`] per configured server
+//! (`[[servers]]`, or the single-server form's `default`), and the [`Table`] the route phase
+//! looks a request's path up in.
+//!
+//! A server is a value handed to every phase of a request: its mode, its token audience, its
+//! catalog, its upstream pool and credential, its in-flight bound. A request holds its server's
+//! `Arc` from routing to its log line, so a reload (`SIGHUP`) that replaces the table never
+//! changes the server a request is decided and forwarded under.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::Semaphore;
+
+use crate::catalog::Catalog;
+use crate::config::{self, Config, ConfigError, FieldError, Form, Modes};
+use crate::challenge::Challenge;
+use crate::pipeline::Stages;
+use crate::proxy::Upstream;
+use crate::upstream_auth::UpstreamCredentials;
+
+/// The RFC 9728 well-known path; a server's document is at this + its path (§3.1).
+pub(crate) const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+
+/// One MCP server behind the gateway.
+pub struct Server {
+    /// Its validated settings.
+    pub(crate) config: config::Server,
+    /// Its name, kept for the life of the process: a metric label value.
+    pub(crate) name: &'static str,
+    /// Enforce or monitor, per stage group, for this server.
+    pub(crate) mode: Modes,
+    /// Its backend: pool, timeouts, credential.
+    pub(crate) upstream: Upstream,
+    /// Its tool catalog (`tools.catalog = "fetch"`).
+    pub(crate) catalog: Option<Arc<Catalog>>,
+    /// What its 401s and 403s point to.
+    pub(crate) challenge: Challenge,
+    /// Its RFC 9728 document.
+    metadata: Bytes,
+    /// `max_in_flight`: its requests being decided or waiting for its backend.
+    pub(crate) slots: Arc<Semaphore>,
+    /// `input.server` (built once; the policy reads a shared reference).
+    pub(crate) input: regorus::Value,
+    /// The latency histograms of its stages, by stage: found once, then observed without a
+    /// lookup.
+    pub(crate) stage_series: crate::telemetry::StageSeries,
+    /// What [`Table::rebuild`] compares to keep a server unchanged across a reload.
+    fingerprint: String,
+    /// The catalog's refresh task: stops when the server is dropped (removed by a reload and
+    /// no request holds it any more).
+    _refresher: Option<AbortOnDrop>,
+}
+
+impl Server {
+    /// Builds `s` (one of `config.servers`) with the shared stages. Nothing is fetched yet;
+    /// [`Server::start`] starts the catalog's refreshes.
+    pub fn build(config: &Config, s: &config::Server, stages: &Stages) -> Result<Server, ConfigError> {
+        let s = &s.of_single_form(config);
+        let invalid = |e: FieldError| {
+            let field = match s.form {
+                Form::Single => e.field,
+                Form::Many => format!("servers[{}].{}", s.name, e.field),
+            };
+            ConfigError::Invalid { origin: config.origin.clone(), errors: vec![FieldError::new(field, e.reason)] }
+        };
+        let origin = config.listen.public_url.origin().ascii_serialization();
+        let credentials = UpstreamCredentials::new(&s.upstream.auth, &config.oauth, &origin).map_err(invalid)?;
+        let catalog = if s.tools.is_enabled() { Some(Arc::new(Catalog::new(&s.tools, &s.upstream, &s.endpoint).map_err(invalid)?)) } else { None };
+        let scopes = if s.form == Form::Single { &config.oauth.scopes_supported } else { &s.scopes_supported };
+        let challenge = Challenge {
+            resource_metadata: s.resource_metadata_url(),
+            scope: scopes.join(" "),
+            accept_signature: stages.accept_signature().to_owned(),
+            dpop_algs: if config.oauth.dpop.is_some() { portcullis_wire::dpop::ACCEPTED_ALGS.to_owned() } else { String::new() },
+        };
+        let resource = s.resource.as_str().trim_end_matches('/').to_owned();
+        let input = crate::policy::server_value(&s.name, &s.path, &resource);
+        Ok(Server {
+            name: intern(&s.name),
+            mode: s.mode,
+            upstream: Upstream::new(s, credentials),
+            metadata: metadata_document(config, &resource, scopes),
+            catalog,
+            challenge,
+            slots: Arc::new(Semaphore::new(s.max_in_flight)),
+            input,
+            stage_series: Default::default(),
+            fingerprint: format!("{s:?}|{:?}|{:?}", config.oauth, config.signatures.components),
+            config: s.clone(),
+            _refresher: None,
+        })
+    }
+
+    /// Starts fetching its catalog now and every `tools.refresh` (inside the runtime).
+    fn start(mut self) -> Server {
+        self._refresher = self.catalog.as_ref().map(|c| AbortOnDrop(c.spawn_refresher()));
+        self
+    }
+
+    /// Its RFC 9728 metadata paths: the path-suffixed one, and (single-server form, or a
+    /// server at `/`) the root one.
+    fn metadata_paths(&self) -> Vec<String> {
+        let suffix = self.config.path.trim_end_matches('/');
+        let mut paths = Vec::new();
+        if self.config.form == Form::Single || suffix.is_empty() {
+            paths.push(METADATA_PATH.to_owned());
+        }
+        if !suffix.is_empty() {
+            paths.push(format!("{METADATA_PATH}{suffix}"));
+        }
+        paths
+    }
+
+    /// Its RFC 9728 document.
+    pub(crate) fn metadata(&self) -> Bytes {
+        self.metadata.clone()
+    }
+
+    /// Its backend's credential source.
+    pub(crate) fn credentials(&self) -> &UpstreamCredentials {
+        self.upstream.credentials()
+    }
+
+    /// The latency histogram of `stage` for this server.
+    pub(crate) fn stage_series(&self) -> &crate::telemetry::StageSeries {
+        &self.stage_series
+    }
+}
+
+impl Server {
+    /// Registers its own counters with `metrics`, labelled `server`: its catalog's and its
+    /// token exchanges'.
+    pub(crate) fn register(&self, metrics: &mut crate::telemetry::Metrics) {
+        metrics.register_with(|registry| {
+            let sub = registry.sub_registry_with_label(("server".into(), self.name.into()));
+            if let Some(catalog) = &self.catalog {
+                let m = catalog.metrics();
+                sub.register("catalog_refreshes", "Tool catalog fetches by result (ok, error)", m.refreshes.clone());
+                sub.register("catalog_stale", "1 while there is no tool catalog or its last fetch failed (the last good one stays in use)", m.stale.clone());
+                sub.register("catalog_tools", "Tools in the catalog in use", m.tools.clone());
+                sub.register("catalog_drift", "Tool definitions seen drifting from their pin, once per change", m.drift.clone());
+            }
+            if let Some(m) = self.credentials().exchange_metrics() {
+                sub.register(
+                    "upstream_token_exchanges",
+                    "Token exchanges for the backend's credential (upstream.auth), by result: issued, cached, refused, unavailable, over_budget",
+                    m.exchanges.clone(),
+                );
+            }
+        });
+    }
+}
+
+/// Every server, and where each path goes. Replaced whole by a reload.
+pub(crate) struct Table {
+    servers: Vec<Arc<Server>>,
+    /// Each served path (a server's path and its extra paths) → its server: one hash lookup
+    /// whatever the number of servers.
+    by_path: HashMap<String, usize>,
+    /// Each RFC 9728 document's path → its server.
+    by_metadata: HashMap<String, usize>,
+}
+
+impl Table {
+    /// Builds every server of `config`. `keep` are the servers of the running table: one whose
+    /// settings did not change is kept as it is (its pool, catalog and streams go on).
+    pub(crate) fn build(config: &Config, stages: &Stages, keep: Option<&Table>) -> Result<(Table, Changes), ConfigError> {
+        let mut servers = Vec::new();
+        let mut changes = Changes::default();
+        for s in &config.servers {
+            let fresh = Server::build(config, s, stages)?;
+            let kept = keep.and_then(|t| t.servers.iter().find(|o| o.config.name == s.name));
+            match kept {
+                Some(old) if old.fingerprint == fresh.fingerprint => {
+                    changes.unchanged.push(s.name.clone());
+                    servers.push(old.clone());
+                }
+                Some(_) => {
+                    changes.changed.push(s.name.clone());
+                    servers.push(Arc::new(fresh.start()));
+                }
+                None => {
+                    if keep.is_some() {
+                        changes.added.push(s.name.clone());
+                    }
+                    servers.push(Arc::new(fresh.start()));
+                }
+            }
+        }
+        if let Some(old) = keep {
+            changes.removed = old.servers.iter().filter(|o| !config.servers.iter().any(|s| s.name == o.config.name)).map(|o| o.config.name.clone()).collect();
+        }
+        let mut by_path = HashMap::new();
+        let mut by_metadata = HashMap::new();
+        for (i, s) in servers.iter().enumerate() {
+            for p in s.config.paths() {
+                by_path.entry(p.to_owned()).or_insert(i);
+            }
+            for p in s.metadata_paths() {
+                by_metadata.entry(p).or_insert(i);
+            }
+        }
+        Ok((Table { servers, by_path, by_metadata }, changes))
+    }
+
+    /// The server serving `path` (exactly), if any.
+    pub(crate) fn find(&self, path: &str) -> Option<&Arc<Server>> {
+        self.by_path.get(path).map(|&i| &self.servers[i])
+    }
+
+    /// The server whose RFC 9728 document is at `path`, if any.
+    pub(crate) fn metadata_at(&self, path: &str) -> Option<&Arc<Server>> {
+        self.by_metadata.get(path).map(|&i| &self.servers[i])
+    }
+
+    /// Every server, in config order.
+    pub(crate) fn all(&self) -> &[Arc<Server>] {
+        &self.servers
+    }
+
+    /// The server named `name`.
+    pub(crate) fn named(&self, name: &str) -> Option<&Arc<Server>> {
+        self.servers.iter().find(|s| s.config.name == name)
+    }
+}
+
+/// What a reload did, by server name.
+#[derive(Debug, Default)]
+pub(crate) struct Changes {
+    pub(crate) added: Vec<String>,
+    pub(crate) removed: Vec<String>,
+    pub(crate) changed: Vec<String>,
+    pub(crate) unchanged: Vec<String>,
+}
+
+/// The RFC 9728 document of the resource `resource`.
+fn metadata_document(config: &Config, resource: &str, scopes: &[String]) -> Bytes {
+    let oauth = &config.oauth;
+    let mut doc = serde_json::json!({
+        "resource": resource,
+        "authorization_servers": oauth.issuer.iter().collect::<Vec<_>>(),
+        "bearer_methods_supported": ["header"],
+    });
+    if !scopes.is_empty() {
+        doc["scopes_supported"] = serde_json::json!(scopes);
+    }
+    // RFC 9728 §2: the proof algorithms accepted; tokens need not be DPoP-bound unless
+    // `oauth.require_sender_constrained` says so.
+    if oauth.dpop.is_some() {
+        doc["dpop_signing_alg_values_supported"] = serde_json::json!(portcullis_wire::dpop::ACCEPTED_ALGS.split(' ').collect::<Vec<_>>());
+        doc["dpop_bound_access_tokens_required"] = serde_json::json!(oauth.require_sender_constrained);
+    }
+    Bytes::from(doc.to_string())
+}
+
+/// `name` for the life of the process (a metric label must be `'static`). Each distinct name is
+/// kept once, so reloads do not grow it beyond the names ever configured.
+pub(crate) fn intern(name: &str) -> &'static str {
+    static NAMES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut names = NAMES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(n) = names.iter().find(|n| **n == name) {
+        return n;
+    }
+    let n: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.push(n);
+    n
+}
+
+/// A background task that ends when its owner is dropped.
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
