@@ -62,7 +62,7 @@ required = false
     );
     let config = Config::parse(&text, "bench", Path::new(".")).unwrap();
     let stages = Stages::build(&config).unwrap();
-    let server = portcullis::servers::Server::build(&config, &config.servers[0], &stages).unwrap();
+    let server = portcullis::servers::Server::build(&config, &config.servers[0], stages.accept_signature()).unwrap();
     let body = format!(r#"{{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{{"name":"payments.send","arguments":{{"memo":"{}"}}}}}}"#, "x".repeat(940));
     // Each iteration needs a fresh signature (the replay stage accepts each once); signing is
     // setup, not measured.
@@ -88,7 +88,7 @@ required = false
                 let server = &server;
                 async move {
                     let mut timings = StageTimings::default();
-                    let permit = pipeline::check(&req, stages, server, &mut timings).await.unwrap();
+                    let permit = pipeline::check(&req, stages, &server.scope(), &mut timings).await.unwrap();
                     black_box(permit.evidence().agent.is_some())
                 }
             },

@@ -242,7 +242,7 @@ pub fn respond(denial: &Denial, request_id: &str, challenge: &Challenge) -> Resp
         Denial::RateLimited { retry_after } | Denial::CallerLimitExceeded { retry_after, .. } => {
             headers.push((RETRY_AFTER, retry_after_secs(*retry_after).to_string()))
         }
-        Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed | Denial::HeadsOverloaded => {
+        Denial::StateUnavailable { .. } | Denial::IssuerUnavailable(_) | Denial::Overloaded | Denial::Shed | Denial::StreamsFull | Denial::HeadsOverloaded => {
             headers.push((RETRY_AFTER, "1".to_owned()))
         }
         // An issuer outage is rarely over in a second.

@@ -44,8 +44,14 @@ pub enum Denial {
     Overloaded,
     /// The gateway is already handling `limits.max_in_flight` requests: this one is shed,
     /// unread, before any stage; the client may retry shortly. Also `overloaded`.
-    #[error("the gateway is handling as many requests as it may (limits.max_in_flight); retry shortly")]
+    #[error(
+        "the gateway is handling as many requests for this server as it may (limits.max_in_flight, or the server's upstream.max_in_flight); retry shortly"
+    )]
     Shed,
+    /// The server already has `upstream.max_streams` event streams open: the backend's new
+    /// stream is closed and the client may retry shortly. Also `overloaded`.
+    #[error("this server has as many open event streams as it may (upstream.max_streams); retry shortly")]
+    StreamsFull,
     /// The heads of the requests being handled already add up to
     /// `limits.max_header_bytes_in_flight`: this one is refused unread. Also `overloaded`.
     #[error("the gateway is holding as many request head bytes as it may (limits.max_header_bytes_in_flight); retry shortly")]
@@ -205,7 +211,7 @@ impl Denial {
             Denial::BodyTooLarge { .. } => "body_too_large",
             Denial::BodyTimeout { .. } => "body_timeout",
             Denial::BodyUnreadable(_) => "body_unreadable",
-            Denial::Overloaded | Denial::Shed | Denial::HeadsOverloaded => "overloaded",
+            Denial::Overloaded | Denial::Shed | Denial::StreamsFull | Denial::HeadsOverloaded => "overloaded",
             Denial::RequestTimeout { .. } => "request_timeout",
             Denial::Digest(_) | Denial::Signature(_) | Denial::KeyResolution(_) => "invalid_agent_credentials",
             Denial::ReplayedSignature => "replayed_signature",
@@ -271,6 +277,7 @@ impl Denial {
             | Denial::IssuerUnavailable(_)
             | Denial::Overloaded
             | Denial::Shed
+            | Denial::StreamsFull
             | Denial::HeadsOverloaded
             | Denial::UpstreamCredentialsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             // The gateway, acting as a gateway, gave up waiting (RFC 9110 §15.6.5); as with

@@ -70,6 +70,7 @@ impl Stage {
             | Denial::Shed
             | Denial::HeadsOverloaded
             | Denial::RequestTimeout { .. }
+            | Denial::StreamsFull
             | Denial::NotFound
             | Denial::BadTarget(_) => Stage::Body,
             Denial::Digest(_) => Stage::Digest,

@@ -14,8 +14,8 @@
 
 pub(crate) mod approval;
 pub(crate) mod call_digest;
-pub(crate) mod challenge;
 pub mod catalog;
+pub(crate) mod challenge;
 pub mod config;
 pub(crate) mod decision;
 pub mod demo;

@@ -11,10 +11,12 @@
 //! Stage 1 (bounded body read) happens in `server`, before an [`Inbound`] exists; stage 11
 //! (forwarding) happens in `proxy`, after the mode is applied.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use prometheus_client::metrics::counter::Counter;
 
+use crate::catalog::Catalog;
 use crate::config::{Config, ConfigError, FieldError};
 use crate::config::{Group, Modes};
 use crate::denial::Denial;
@@ -26,7 +28,6 @@ use crate::oauth::{Binding, Presented, TokenVerifier};
 use crate::policy::{AgentView, CatalogView, Policy, PolicyError, PolicyInput, RequestView, TokenView};
 use crate::quota::{QuotaError, QuotaSpec, Quotas};
 use crate::replay::ReplayGuard;
-use crate::servers::Server;
 use crate::session::{self, SessionGuard};
 use crate::signature::{PendingSignature, SignatureError, SignatureVerifier, VerifiedSignature};
 use crate::stage::{stage_span, Stage, StageTimings};
@@ -114,6 +115,24 @@ impl Refusal {
     }
 }
 
+/// What the stages need of the MCP server a request is for (`servers::Server::scope`): one
+/// value, handed to every stage, so each decides for the server the request was routed to.
+#[derive(Clone, Copy)]
+pub struct ServerScope<'a> {
+    /// Its name (`default` in the single-server form).
+    pub name: &'static str,
+    /// Its mode.
+    pub mode: Modes,
+    /// The audience its tokens must name.
+    pub audience: &'a str,
+    /// Its tool catalog.
+    pub catalog: Option<&'a Arc<Catalog>>,
+    /// `input.server`.
+    pub input: &'a regorus::Value,
+    /// `[[servers]]`: quotas are counted per server.
+    pub is_many: bool,
+}
+
 /// Every stage, built once from the config at start.
 #[derive(Debug)]
 pub struct Stages {
@@ -183,8 +202,7 @@ impl Stages {
             Ok(s) => crate::approval::Approvals::new(&config.approvals, &config.oauth, s.approval.clone()).map_err(|e| errors.push(e)),
             Err(()) => Err(()),
         };
-        let (Ok(directory), Ok(stores), Ok(policy), Ok(approvals), true) = (directory, stores, policy, approvals, errors.is_empty())
-        else {
+        let (Ok(directory), Ok(stores), Ok(policy), Ok(approvals), true) = (directory, stores, policy, approvals, errors.is_empty()) else {
             return Err(ConfigError::Invalid { origin: config.origin.clone(), errors });
         };
         Ok(Stages {
@@ -249,7 +267,7 @@ impl Stages {
 /// Runs stages 2–10 of docs/design.md in order and judges each (see the module docs). The
 /// decision carries what was verified and, when a stage refused, every finding; `timings` gets
 /// each stage's latency.
-pub async fn check(req: &Inbound, stages: &Stages, server: &Server, timings: &mut StageTimings) -> Decision {
+pub async fn check(req: &Inbound, stages: &Stages, server: &ServerScope<'_>, timings: &mut StageTimings) -> Decision {
     let mut seen = Evidence::default();
     let mut judge = Judge::new(server.mode);
     let outcome = run(req, stages, server, &mut seen, timings, &mut judge).await;
@@ -261,7 +279,14 @@ pub async fn check(req: &Inbound, stages: &Stages, server: &Server, timings: &mu
 
 /// The stages in order. A refusal is noted by `judge`, which stops the run (`?`) when the
 /// stage's group is in enforce mode; otherwise the next stages run without what failed.
-async fn run(req: &Inbound, stages: &Stages, server: &Server, seen: &mut Evidence, timings: &mut StageTimings, judge: &mut Judge) -> Result<(), Denial> {
+async fn run(
+    req: &Inbound,
+    stages: &Stages,
+    server: &ServerScope<'_>,
+    seen: &mut Evidence,
+    timings: &mut StageTimings,
+    judge: &mut Judge,
+) -> Result<(), Denial> {
     let mut deferred = None;
     run_stages(req, stages, server, seen, timings, judge, &mut deferred).await?;
     // A request that got this far without reaching the admission point (policy off, or an
@@ -280,7 +305,7 @@ async fn run(req: &Inbound, stages: &Stages, server: &Server, seen: &mut Evidenc
 async fn run_stages(
     req: &Inbound,
     stages: &Stages,
-    server: &Server,
+    server: &ServerScope<'_>,
     seen: &mut Evidence,
     timings: &mut StageTimings,
     judge: &mut Judge,
@@ -339,7 +364,7 @@ async fn run_stages(
         let token = timings
             .timed_async(Stage::Token, async {
                 verifier.check_query(&req.head.uri)?;
-                verifier.check_for(&presented, Some(&server.config.audience)).await
+                verifier.check_for(&presented, Some(server.audience)).await
             })
             .await;
         if let Some(authenticated) = judge.judge(Stage::Token, token)?.flatten() {
@@ -373,7 +398,7 @@ async fn run_stages(
     seen.mcp = Some(parsed);
     judge.judge(Stage::Mcp, version)?;
     // The tool catalog, before policy: policy reads what the gateway knows of the tool.
-    if let (Some(catalog), Some(mcp)) = (&server.catalog, &seen.mcp) {
+    if let (Some(catalog), Some(mcp)) = (server.catalog, &seen.mcp) {
         let looked = timings.timed_async(Stage::Catalog, catalog.check(mcp, &req.head.headers)).await;
         let verdict = looked.verdict();
         seen.tool_definitions = looked.definitions;
@@ -392,7 +417,7 @@ async fn run_stages(
     let Some((mut quotas, key_use, approval)) = judge.judge(Stage::Policy, authorized)? else { return Ok(()) };
     // Section F: a quota counts per server unless it says `"scope": "global"` (the single
     // server's keys are as they always were).
-    if server.config.form == crate::config::Form::Many {
+    if server.is_many {
         for q in quotas.iter_mut().filter(|q| !q.global) {
             q.key = format!("{}/{}", server.name, q.key);
         }
@@ -484,8 +509,8 @@ pub struct ListingAsk {
 impl ListingAsk {
     /// `Some` when lists are filtered (`tools.filter_list`): every answer the client can read
     /// may carry one.
-    pub fn of(server: &Server, req: &Inbound, seen: &Evidence) -> Option<ListingAsk> {
-        server.catalog.as_ref().filter(|c| c.filter_list)?;
+    pub fn of(server: &ServerScope<'_>, req: &Inbound, seen: &Evidence) -> Option<ListingAsk> {
+        server.catalog.filter(|c| c.filter_list)?;
         let is_listing = seen.mcp.as_ref().is_some_and(|m| m.messages.iter().any(|m| m.method.as_deref() == Some("tools/list")));
         Some(ListingAsk { method: req.head.method.clone(), path: req.head.uri.path().to_owned(), host: req.authority.clone(), now: req.now, is_listing })
     }
@@ -507,8 +532,14 @@ impl ListingAsk {
 /// Worked out only for an answer [`ListingAsk::reads`] (the policy is asked once per catalogued
 /// tool). Without a catalog nothing is shown: the gateway cannot vouch for any tool; nor for a
 /// tool the catalog does not know.
-pub fn list_filter(stages: &Stages, server: &Server, ask: &ListingAsk, seen: &Evidence, max_inspected: usize) -> Option<crate::catalog::filter::ListFilter> {
-    let catalog = server.catalog.as_ref().filter(|c| c.filter_list)?;
+pub fn list_filter(
+    stages: &Stages,
+    server: &ServerScope<'_>,
+    ask: &ListingAsk,
+    seen: &Evidence,
+    max_inspected: usize,
+) -> Option<crate::catalog::filter::ListFilter> {
+    let catalog = server.catalog.filter(|c| c.filter_list)?;
     let no_messages = McpRequest::default();
     let mcp = seen.mcp.as_ref().unwrap_or(&no_messages);
     let listing = mcp.messages.iter().find(|m| m.method.as_deref() == Some("tools/list"));
@@ -542,7 +573,15 @@ pub fn list_filter(stages: &Stages, server: &Server, ask: &ListingAsk, seen: &Ev
         };
         let asked = McpRequest { messages: vec![call], session: mcp.session.clone(), protocol_version: mcp.protocol_version.clone(), ..McpRequest::default() };
         let definitions = [(name, view)];
-        let input = PolicyInput { request, server: &server.input, agent, token, mcp: &asked, catalog: CatalogView { definitions: &definitions, is_listing: true }, now: ask.now };
+        let input = PolicyInput {
+            request,
+            server: server.input,
+            agent,
+            token,
+            mcp: &asked,
+            catalog: CatalogView { definitions: &definitions, is_listing: true },
+            now: ask.now,
+        };
         let allowed = stages.policy.decide(&input).is_ok_and(|d| d.verdict.allow && check_scopes(&d.verdict.required_scopes, token.as_ref()).is_ok());
         if allowed {
             let [(name, _)] = definitions;
@@ -588,7 +627,7 @@ async fn yield_before_long_section() {
 /// whether the call uses the idempotency journal.
 type Authorized = (Vec<QuotaSpec>, Option<crate::policy::verdict::KeyUse>, Option<crate::policy::verdict::ApprovalAsk>);
 
-fn authorize(req: &Inbound, stages: &Stages, server: &Server, seen: &mut Evidence, timings: &mut StageTimings) -> Result<Authorized, Denial> {
+fn authorize(req: &Inbound, stages: &Stages, server: &ServerScope<'_>, seen: &mut Evidence, timings: &mut StageTimings) -> Result<Authorized, Denial> {
     let started = Instant::now();
     let empty = McpRequest::default();
     let (decided, scopes) = stage_span(Stage::Policy).in_scope(|| {
@@ -608,7 +647,7 @@ fn authorize(req: &Inbound, stages: &Stages, server: &Server, seen: &mut Evidenc
         });
         let request = RequestView { method: req.head.method.as_str(), path: req.head.uri.path(), host: &req.authority };
         let catalog = CatalogView { definitions: &seen.tool_definitions, is_listing: false };
-        let input = PolicyInput { request, server: &server.input, agent, token, mcp: seen.mcp.as_ref().unwrap_or(&empty), catalog, now: req.now };
+        let input = PolicyInput { request, server: server.input, agent, token, mcp: seen.mcp.as_ref().unwrap_or(&empty), catalog, now: req.now };
         let decided = stages.policy.decide(&input);
         let scopes = decided.as_ref().map(|d| check_scopes(&d.verdict.required_scopes, token.as_ref())).unwrap_or(Ok(()));
         (decided, scopes)

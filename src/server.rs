@@ -153,7 +153,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
 /// port before the config is final, e.g. to list `127.0.0.1:<port>` in `signatures.authority`.
 pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, StartError> {
     let stages = Stages::build(&config)?;
-    let (table, _) = Table::build(&config, &stages, None)?;
+    let (table, _) = Table::build(&config, stages.accept_signature(), None)?;
     let mut metrics = Metrics::new();
     metrics.register_policy_health(stages.policy.health().reload_errors.clone(), stages.policy.health().last_reload_ok.clone());
     let policy_reloader = stages.policy.spawn_reloader();
@@ -181,7 +181,8 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         server.register(&mut metrics);
     }
     let reloads = prometheus_client::metrics::family::Family::<ReloadLabels, prometheus_client::metrics::counter::Counter>::default();
-    metrics.register_with(|r| r.register("config_reloads", "Config reloads (SIGHUP) by result: applied, rejected (the running config stayed)", reloads.clone()));
+    metrics
+        .register_with(|r| r.register("config_reloads", "Config reloads (SIGHUP) by result: applied, rejected (the running config stayed)", reloads.clone()));
     metrics.register_with(|r| stages.approvals.metrics().register(r));
     metrics.register_with(|r| stages.policy.register_metrics(r));
     if let Some(errors) = stages.state_errors() {
@@ -386,7 +387,7 @@ impl Shared {
             warn!(section = %section, "Config reload: this setting cannot change live; it keeps its running value until a restart");
         }
         let current = self.servers.load_full();
-        let (table, changes) = Table::build(&fresh, &self.stages, Some(&current)).map_err(|e| e.to_string())?;
+        let (table, changes) = Table::build(&fresh, self.stages.accept_signature(), Some(&current)).map_err(|e| e.to_string())?;
         for server in table.all() {
             if changes.added.contains(&server.config.name) || changes.changed.contains(&server.config.name) {
                 let _ = server.upstream.warm().await;
@@ -465,7 +466,7 @@ fn with_request_id(mut resp: Response<ResponseBody>, request_id: &str) -> Respon
 pub fn check(config: &Config) -> Result<(), StartError> {
     let stages = Stages::build(config)?;
     for server in &config.servers {
-        crate::servers::Server::build(config, server, &stages)?;
+        crate::servers::Server::build(config, server, stages.accept_signature())?;
     }
     if let Some(files) = &config.listen.tls {
         tls::acceptor(files)?;

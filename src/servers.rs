@@ -14,9 +14,8 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 
 use crate::catalog::Catalog;
-use crate::config::{self, Config, ConfigError, FieldError, Form, Modes};
 use crate::challenge::Challenge;
-use crate::pipeline::Stages;
+use crate::config::{self, Config, ConfigError, FieldError, Form, Modes};
 use crate::proxy::Upstream;
 use crate::upstream_auth::UpstreamCredentials;
 
@@ -41,6 +40,9 @@ pub struct Server {
     metadata: Bytes,
     /// `max_in_flight`: its requests being decided or waiting for its backend.
     pub(crate) slots: Arc<Semaphore>,
+    /// `upstream.max_streams`: its open event streams (held by the response body until the
+    /// stream ends), counted apart from in-flight requests.
+    pub(crate) streams: Arc<Semaphore>,
     /// `input.server` (built once; the policy reads a shared reference).
     pub(crate) input: regorus::Value,
     /// The latency histograms of its stages, by stage: found once, then observed without a
@@ -54,9 +56,10 @@ pub struct Server {
 }
 
 impl Server {
-    /// Builds `s` (one of `config.servers`) with the shared stages. Nothing is fetched yet;
+    /// Builds `s` (one of `config.servers`); `accept_signature` is what its agent-credential
+    /// refusals offer (`pipeline::Stages::accept_signature`). Nothing is fetched yet;
     /// [`Server::start`] starts the catalog's refreshes.
-    pub fn build(config: &Config, s: &config::Server, stages: &Stages) -> Result<Server, ConfigError> {
+    pub fn build(config: &Config, s: &config::Server, accept_signature: &str) -> Result<Server, ConfigError> {
         let s = &s.of_single_form(config);
         let invalid = |e: FieldError| {
             let field = match s.form {
@@ -68,11 +71,12 @@ impl Server {
         let origin = config.listen.public_url.origin().ascii_serialization();
         let credentials = UpstreamCredentials::new(&s.upstream.auth, &config.oauth, &origin).map_err(invalid)?;
         let catalog = if s.tools.is_enabled() { Some(Arc::new(Catalog::new(&s.tools, &s.upstream, &s.endpoint).map_err(invalid)?)) } else { None };
-        let scopes = if s.form == Form::Single { &config.oauth.scopes_supported } else { &s.scopes_supported };
+        // A server that names no scopes of its own lists `oauth.scopes_supported`.
+        let scopes = if s.form == Form::Single || s.scopes_supported.is_empty() { &config.oauth.scopes_supported } else { &s.scopes_supported };
         let challenge = Challenge {
             resource_metadata: s.resource_metadata_url(),
             scope: scopes.join(" "),
-            accept_signature: stages.accept_signature().to_owned(),
+            accept_signature: accept_signature.to_owned(),
             dpop_algs: if config.oauth.dpop.is_some() { portcullis_wire::dpop::ACCEPTED_ALGS.to_owned() } else { String::new() },
         };
         let resource = s.resource.as_str().trim_end_matches('/').to_owned();
@@ -85,6 +89,7 @@ impl Server {
             catalog,
             challenge,
             slots: Arc::new(Semaphore::new(s.max_in_flight)),
+            streams: Arc::new(Semaphore::new(s.upstream.max_streams)),
             input,
             stage_series: Default::default(),
             fingerprint: format!("{s:?}|{:?}|{:?}", config.oauth, config.signatures.components),
@@ -111,6 +116,18 @@ impl Server {
             paths.push(format!("{METADATA_PATH}{suffix}"));
         }
         paths
+    }
+
+    /// What the stages need of it, for one request.
+    pub fn scope(&self) -> crate::pipeline::ServerScope<'_> {
+        crate::pipeline::ServerScope {
+            name: self.name,
+            mode: self.mode,
+            audience: &self.config.audience,
+            catalog: self.catalog.as_ref(),
+            input: &self.input,
+            is_many: self.config.form == Form::Many,
+        }
     }
 
     /// Its RFC 9728 document.
@@ -166,11 +183,11 @@ pub(crate) struct Table {
 impl Table {
     /// Builds every server of `config`. `keep` are the servers of the running table: one whose
     /// settings did not change is kept as it is (its pool, catalog and streams go on).
-    pub(crate) fn build(config: &Config, stages: &Stages, keep: Option<&Table>) -> Result<(Table, Changes), ConfigError> {
+    pub(crate) fn build(config: &Config, accept_signature: &str, keep: Option<&Table>) -> Result<(Table, Changes), ConfigError> {
         let mut servers = Vec::new();
         let mut changes = Changes::default();
         for s in &config.servers {
-            let fresh = Server::build(config, s, stages)?;
+            let fresh = Server::build(config, s, accept_signature)?;
             let kept = keep.and_then(|t| t.servers.iter().find(|o| o.config.name == s.name));
             match kept {
                 Some(old) if old.fingerprint == fresh.fingerprint => {
@@ -266,6 +283,42 @@ pub(crate) fn intern(name: &str) -> &'static str {
     let n: &'static str = Box::leak(name.to_owned().into_boxed_str());
     names.push(n);
     n
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that holds one of its server's stream permits until it ends or is
+    /// dropped (the client went away).
+    struct Holding {
+        #[pin]
+        inner: http_body_util::combinators::BoxBody<Bytes, hyper::Error>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    }
+}
+
+impl http_body::Body for Holding {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
+        self.project().inner.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// `resp` (an event stream) holding `permit` for as long as its body is read.
+pub(crate) fn holding(
+    resp: http::Response<http_body_util::combinators::BoxBody<Bytes, hyper::Error>>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> http::Response<http_body_util::combinators::BoxBody<Bytes, hyper::Error>> {
+    use http_body_util::BodyExt;
+    resp.map(|inner| Holding { inner, permit }.boxed())
 }
 
 /// A background task that ends when its owner is dropped.

@@ -18,8 +18,8 @@ mod approvals;
 mod idempotency;
 mod modes;
 mod raw;
-mod servers;
 mod sections;
+mod servers;
 mod tools;
 mod units;
 mod upstream_auth;
@@ -29,8 +29,8 @@ pub use idempotency::Idempotency;
 pub use modes::{Group, Modes, RawMode};
 pub use portcullis_wire::time::parse_duration;
 pub use raw::*;
-pub use servers::{Form, Server, DEFAULT_SERVER};
 pub use sections::{normalize_origin, Context, Directory, Dpop, Introspection, OAuth, PolicySettings, Signatures, StateSettings, StaticKey, Store};
+pub use servers::{Form, Server, DEFAULT_SERVER};
 pub use tools::{CatalogProtocol, CatalogSource, McpSettings, Tools, Unpinned};
 pub use units::{parse_size, ByteSize, HumanDuration};
 pub use upstream_auth::{read_secret_file, trim_newline, ActorKeys, ClientAuth, SecretSource, StaticAuth, TokenExchange, UpstreamAuth, MAX_CACHED};
@@ -381,7 +381,12 @@ impl Config {
         let single_upstream = if is_many {
             for (section, present) in [("upstream", raw.upstream.is_some()), ("tools", raw.tools.is_some())] {
                 if present {
-                    check(section, Err(format!("[{section}] and [[servers]] cannot be used together: move [{section}] into the [[servers]] table of the server it belongs to")));
+                    check(
+                        section,
+                        Err(format!(
+                            "[{section}] and [[servers]] cannot be used together: move [{section}] into the [[servers]] table of the server it belongs to"
+                        )),
+                    );
                 }
             }
             None
@@ -399,7 +404,10 @@ impl Config {
             let found = servers::upstream(raw_upstream, false, &shared, &mut found_errs, "upstream");
             if raw.upstream.is_none() {
                 found_errs.retain(|e| e.field != "upstream.url");
-                check("upstream", Err("is required: the MCP backend ([upstream] url = \"http://127.0.0.1:3001\"), or one [[servers]] table per backend".into()));
+                check(
+                    "upstream",
+                    Err("is required: the MCP backend ([upstream] url = \"http://127.0.0.1:3001\"), or one [[servers]] table per backend".into()),
+                );
             }
             for e in found_errs {
                 check(&e.field, Err(e.reason));
@@ -523,21 +531,38 @@ impl Config {
         let global_in_flight = raw.limits.max_in_flight.unwrap_or_else(default_max_in_flight);
         let servers = match (&single_upstream, &tools, &public_url, &oauth, &mode) {
             (Some(upstream), Ok(Some(tools)), Ok(public_url), Ok(oauth), Ok(mode)) => {
-                vec![Server::single(public_url, &oauth.audience, upstream.clone(), tools.clone(), *mode, &oauth.scopes_supported, upstream.max_in_flight.unwrap_or(global_in_flight))]
+                vec![Server::single(
+                    public_url,
+                    &oauth.audience,
+                    upstream.clone(),
+                    tools.clone(),
+                    *mode,
+                    &oauth.scopes_supported,
+                    upstream.max_in_flight.unwrap_or(global_in_flight),
+                )]
             }
             _ if is_many => {
                 if let Ok(u) = &public_url {
                     if !matches!(u.path(), "" | "/") {
-                        errs.push(FieldError::new("listen.public_url", "with [[servers]], the public URL is the gateway's origin only: each server's path is its own"));
+                        errs.push(FieldError::new(
+                            "listen.public_url",
+                            "with [[servers]], the public URL is the gateway's origin only: each server's path is its own",
+                        ));
                     }
                 }
                 if audience_set {
-                    errs.push(FieldError::new("oauth.audience", "with [[servers]], each server's tokens must name its own resource (public origin + its path): remove oauth.audience"));
+                    errs.push(FieldError::new(
+                        "oauth.audience",
+                        "with [[servers]], each server's tokens must name its own resource (public origin + its path): remove oauth.audience",
+                    ));
                 }
                 if let Ok(sig) = &signatures {
                     use portcullis_wire::signature::Component;
                     if !sig.components.iter().any(|c| matches!(c, Component::Path | Component::TargetUri)) {
-                        errs.push(FieldError::new("signatures.components", "with [[servers]], signatures must cover \"@path\", so a signature made for one server never verifies on another"));
+                        errs.push(FieldError::new(
+                            "signatures.components",
+                            "with [[servers]], signatures must cover \"@path\", so a signature made for one server never verifies on another",
+                        ));
                     }
                 }
                 let shared = servers::Shared {

@@ -742,4 +742,3 @@ pub struct RawServer {
     /// `[servers.tools]`: section B for this server.
     pub tools: Option<RawTools>,
 }
-

@@ -172,7 +172,9 @@ pub(super) fn many(raw: Vec<RawServer>, shared: &Shared<'_>, errs: &mut Vec<Fiel
             Some(m) => Modes::try_from(m).map_err(|e| errs.extend(e.into_iter().map(|f| FieldError::new(at(&f.field), f.reason)))).ok(),
             None => shared.mode,
         };
-        let tools = Tools::from_raw(s.tools.unwrap_or_default(), shared.ctx).map_err(|e| errs.extend(e.into_iter().map(|f| FieldError::new(at(&f.field), f.reason)))).ok();
+        let tools = Tools::from_raw(s.tools.unwrap_or_default(), shared.ctx)
+            .map_err(|e| errs.extend(e.into_iter().map(|f| FieldError::new(at(&f.field), f.reason))))
+            .ok();
         for scope in &s.scopes_supported {
             if scope.is_empty() || !scope.bytes().all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b)) {
                 errs.push(FieldError::new(at("scopes_supported"), format!("{scope:?} is not a valid scope token (RFC 6749 §3.3)")));
@@ -221,14 +223,18 @@ pub(super) fn upstream(raw: RawUpstream, health_default: bool, shared: &Shared<'
     if let Err(reason) = &url {
         bad("url", reason.clone());
     }
-    for (field, d) in [("connect_timeout", raw.connect_timeout.0), ("response_timeout", raw.response_timeout.0), ("pool_idle_timeout", raw.pool_idle_timeout.0)] {
+    for (field, d) in [("connect_timeout", raw.connect_timeout.0), ("response_timeout", raw.response_timeout.0), ("pool_idle_timeout", raw.pool_idle_timeout.0)]
+    {
         if d.is_zero() {
             bad(field, "must be greater than zero".into());
         }
     }
     for (i, p) in raw.extra_paths.iter().enumerate() {
         if !portcullis_wire::target::is_canonical_path(p) {
-            bad(&format!("extra_paths[{i}]"), format!("{p:?} is not a canonical absolute path (no empty, . or .. segment, trailing slash, %-encoding or query)"));
+            bad(
+                &format!("extra_paths[{i}]"),
+                format!("{p:?} is not a canonical absolute path (no empty, . or .. segment, trailing slash, %-encoding or query)"),
+            );
         }
     }
     if raw.max_in_flight.is_some_and(|n| !(1..=super::MAX_IN_FLIGHT).contains(&n)) {
@@ -245,7 +251,10 @@ pub(super) fn upstream(raw: RawUpstream, health_default: bool, shared: &Shared<'
         if !matches!(auth, super::UpstreamAuth::None) && u.scheme() == "http" && !is_loopback(u) {
             errs.push(FieldError::new(
                 format!("{prefix}.auth.kind"),
-                format!("a credential the gateway attaches is sent only to a loopback address over http ({} is neither https nor loopback)", u.host_str().unwrap_or("")),
+                format!(
+                    "a credential the gateway attaches is sent only to a loopback address over http ({} is neither https nor loopback)",
+                    u.host_str().unwrap_or("")
+                ),
             ));
         }
     }
@@ -287,7 +296,10 @@ fn is_loopback(u: &Url) -> bool {
 /// `[a-z0-9][a-z0-9-]{0,31}`.
 fn is_name(name: &str) -> bool {
     let b = name.as_bytes();
-    !b.is_empty() && b.len() <= MAX_NAME && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit()) && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+    !b.is_empty()
+        && b.len() <= MAX_NAME
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 /// A server path: canonical, and never where the gateway's own documents live.
@@ -322,7 +334,8 @@ mod tests {
     fn reserved_and_odd_paths_are_refused() {
         assert!(check_path("/weather/mcp", "/portcullis/approvals").is_ok());
         assert!(check_path("/", "/portcullis/approvals").is_ok());
-        for bad in ["/.well-known/oauth-protected-resource", "/.well-known", "/portcullis/approvals", "/portcullis/approvals/x", "/a/", "/a/../b", "a", "/a%2f"] {
+        for bad in ["/.well-known/oauth-protected-resource", "/.well-known", "/portcullis/approvals", "/portcullis/approvals/x", "/a/", "/a/../b", "a", "/a%2f"]
+        {
             assert!(check_path(bad, "/portcullis/approvals").is_err(), "{bad}");
         }
     }

@@ -306,7 +306,14 @@ impl Idempotency {
     /// `Ok(None)`: the key is optional and none was sent (or the journal is off), so the call
     /// goes on without the journal.
     /// `mcp` is the parsed request (stage 8).
-    pub(crate) async fn claim(&self, req: &Inbound, server: &str, caller: Caller<'_>, mcp: Option<&McpRequest>, key_use: KeyUse) -> Result<Option<Claim>, IdempotencyError> {
+    pub(crate) async fn claim(
+        &self,
+        req: &Inbound,
+        server: &str,
+        caller: Caller<'_>,
+        mcp: Option<&McpRequest>,
+        key_use: KeyUse,
+    ) -> Result<Option<Claim>, IdempotencyError> {
         let result = self.claim_inner(req, server, caller, mcp, key_use).await;
         match &result {
             Ok(Some(Claim::First(_))) => self.metrics.count("first"),
@@ -323,7 +330,14 @@ impl Idempotency {
         result
     }
 
-    async fn claim_inner(&self, req: &Inbound, server: &str, caller: Caller<'_>, mcp: Option<&McpRequest>, key_use: KeyUse) -> Result<Option<Claim>, IdempotencyError> {
+    async fn claim_inner(
+        &self,
+        req: &Inbound,
+        server: &str,
+        caller: Caller<'_>,
+        mcp: Option<&McpRequest>,
+        key_use: KeyUse,
+    ) -> Result<Option<Claim>, IdempotencyError> {
         let key = key::parse(&req.head.headers)?;
         let Some(journal) = &self.journal else {
             return match key_use {

@@ -67,7 +67,10 @@ fn bundled_policy_allows_a_read_tool_for_an_unknown_agent_with_a_rate_limit() {
     let d = decide_with(&bundled(), &one(call("search", json!({"q": "x"}))), None, None).expect("decided");
     assert!(d.verdict.allow, "{d:?}");
     assert_eq!(d.verdict.rule.as_deref(), Some("allow:unknown"));
-    assert_eq!(d.verdict.quotas, vec![crate::quota::QuotaSpec { key: "tool:anonymous:search".into(), cost: 1, limit: 120, per: Duration::from_secs(60), global: false }]);
+    assert_eq!(
+        d.verdict.quotas,
+        vec![crate::quota::QuotaSpec { key: "tool:anonymous:search".into(), cost: 1, limit: 120, per: Duration::from_secs(60), global: false }]
+    );
     assert_eq!(d.version.len(), 12);
 }
 
@@ -344,5 +347,4 @@ fn rvm_and_interpreter_agree_on_fetched_tool_annotations() {
 }
 
 /// `input.server` of the single-server form.
-static SERVER: std::sync::LazyLock<regorus::Value> =
-    std::sync::LazyLock::new(|| crate::policy::server_value("default", "/mcp", "https://mcp.example.com/mcp"));
+static SERVER: std::sync::LazyLock<regorus::Value> = std::sync::LazyLock::new(|| crate::policy::server_value("default", "/mcp", "https://mcp.example.com/mcp"));

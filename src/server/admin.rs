@@ -105,7 +105,8 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<ResponseBod
             let modes = &shared.config.mode;
             let mode: serde_json::Map<String, serde_json::Value> =
                 crate::config::Group::ALL.iter().map(|g| (g.as_str().to_owned(), modes.of(*g).as_str().into())).collect();
-            let servers: serde_json::Map<String, serde_json::Value> = judged.iter().zip(&states).map(|(s, (_, detail))| (s.config.name.clone(), detail.clone())).collect();
+            let servers: serde_json::Map<String, serde_json::Value> =
+                judged.iter().zip(&states).map(|(s, (_, detail))| (s.config.name.clone(), detail.clone())).collect();
             // The single-server form's checks, where they always were.
             let first = states.first().map(|(_, d)| d.clone()).unwrap_or_default();
             let body = serde_json::json!({

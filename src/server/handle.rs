@@ -231,7 +231,7 @@ impl Shared {
     /// Decide: the pipeline's decision, then the mode ([`decision::apply_mode`], the only
     /// place a mode applies).
     async fn decide(&self, server: &Server, inbound: &Inbound, trail: &mut Trail) -> Verdict {
-        let decision = pipeline::check(inbound, &self.stages, server, &mut trail.timings).await;
+        let decision = pipeline::check(inbound, &self.stages, &server.scope(), &mut trail.timings).await;
         let verdict = decision::apply_mode(&server.mode, decision);
         trail.idempotency = decision::idempotency_log(&verdict);
         verdict
@@ -280,7 +280,7 @@ impl Shared {
             summary = summary.or(Some((f.error, f.reason.clone())));
         }
         let exchange = crate::session::Exchange::of(&inbound.head, inbound.peer.addr.ip(), server.name);
-        let listing = pipeline::ListingAsk::of(server, &inbound, fwd.evidence());
+        let listing = pipeline::ListingAsk::of(&server.scope(), &inbound, fwd.evidence());
         // A list the gateway rewrites must come uncompressed: a compressed one could not be
         // read, so it would be withheld.
         if listing.is_some() {
@@ -290,10 +290,25 @@ impl Shared {
         let started = Instant::now();
         let result = server.upstream.forward(inbound, &fwd, &attach).instrument(stage_span(Stage::Upstream)).await;
         trail.timings.record(Stage::Upstream, started.elapsed());
+        // An event stream counts against its server's `upstream.max_streams` until it ends.
+        let result = match result {
+            Ok(resp) if is_event_stream(resp.headers()) => match server.streams.clone().try_acquire_owned() {
+                Ok(permit) => Ok(crate::servers::holding(resp, permit)),
+                Err(_) => {
+                    drop(resp);
+                    self.metrics.bound_reached("max_streams");
+                    trail.seen = fwd.into_evidence();
+                    crate::idempotency::release(&mut trail.seen.idempotency).await;
+                    trail.findings.push(Finding::of(&Denial::StreamsFull));
+                    return self.refuse(&Denial::StreamsFull, &request_id, Some(server));
+                }
+            },
+            other => other,
+        };
         let result = match (result, listing) {
             // The visible tools are worked out only for an answer that is read.
             (Ok(resp), Some(ask)) if ask.reads(resp.status(), resp.headers()) => {
-                match pipeline::list_filter(&self.stages, server, &ask, fwd.evidence(), self.config.limits.max_inspected_response) {
+                match pipeline::list_filter(&self.stages, &server.scope(), &ask, fwd.evidence(), self.config.limits.max_inspected_response) {
                     Some(f) => self.filter_list(server, resp, crate::catalog::filter::ListFilter { cuts: Some(self.metrics.uninspectable_cuts()), ..f }).await,
                     None => Ok(resp),
                 }
@@ -322,7 +337,14 @@ impl Shared {
     /// The backend's credential for a request the mode let through (`upstream.auth`). One that
     /// cannot be had is a refusal of the `upstream_auth` stage: returned when the default group
     /// enforces, else a finding, and the request goes on without a credential.
-    async fn credential(&self, server: &Server, headers: &http::HeaderMap, fwd: &Forward, now: UnixTime, trail: &mut Trail) -> Result<crate::upstream_auth::Attach, Denial> {
+    async fn credential(
+        &self,
+        server: &Server,
+        headers: &http::HeaderMap,
+        fwd: &Forward,
+        now: UnixTime,
+        trail: &mut Trail,
+    ) -> Result<crate::upstream_auth::Attach, Denial> {
         let credentials = server.credentials();
         // `none` does nothing: no stage span, no time in the log.
         if credentials.kind() == "none" {
@@ -376,7 +398,12 @@ impl Shared {
     /// tools this caller could not call (the policy group enforcing); in monitor mode it passes
     /// whole and the count it would have lost is logged. An answer too large to inspect is
     /// withheld, never passed unfiltered.
-    async fn filter_list(&self, server: &Server, resp: Response<ResponseBody>, filter: crate::catalog::filter::ListFilter) -> Result<Response<ResponseBody>, UpstreamError> {
+    async fn filter_list(
+        &self,
+        server: &Server,
+        resp: Response<ResponseBody>,
+        filter: crate::catalog::filter::ListFilter,
+    ) -> Result<Response<ResponseBody>, UpstreamError> {
         if !decision::filters_lists(&server.mode) {
             if filter.is_listing {
                 let known = server.catalog.as_ref().and_then(|c| c.snapshot()).map_or(0, |s| s.len());
@@ -468,4 +495,9 @@ fn forward_summary(fwd: &Forward) -> (Outcome, Option<(&'static str, String)>) {
         None => (Outcome::Allow, None),
         Some(d) => (Outcome::WouldDeny, Some((d.code(), d.reason()))),
     }
+}
+
+/// Whether an answer with `headers` is an event stream.
+fn is_event_stream(headers: &http::HeaderMap) -> bool {
+    portcullis_wire::tool_list::is_event_stream(headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()))
 }

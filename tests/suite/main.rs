@@ -43,6 +43,7 @@ mod reference_server;
 mod report;
 mod rollout;
 mod self_contained;
+mod servers;
 mod sessions;
 mod shared_state;
 mod shutdown;

@@ -58,7 +58,10 @@ async fn digest_mismatch_is_forwarded_and_logged_would_deny_in_monitor_mode() {
     assert_eq!(lines[0]["reason"], "Content-Digest sha-256 does not match the request body");
     assert_eq!(lines[1]["outcome"], "allow");
     assert!(lines[1]["error"].is_null());
-    assert!(metrics.contains(r#"portcullis_requests_total{outcome="would_deny",status="200",error="invalid_agent_credentials",server="default"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"portcullis_requests_total{outcome="would_deny",status="200",error="invalid_agent_credentials",server="default"} 1"#),
+        "{metrics}"
+    );
     assert!(metrics.contains(r#"portcullis_findings_total{stage="digest",error="invalid_agent_credentials"} 1"#), "each finding is counted: {metrics}");
 }
 

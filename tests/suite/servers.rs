@@ -1,0 +1,431 @@
+//! Section F: many MCP servers behind one gateway. Real backends on 127.0.0.1 (the test
+//! upstream and the example backend), a real HTTPS issuer minting tokens for different
+//! resources, the real gateway; every test checks what a client or a backend sees.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use crate::common;
+use common::backend::Backend;
+use common::issuer::Issuer;
+use common::pki::TestCa;
+use common::policy::{rego, PolicyDir};
+use common::{Gateway, Upstream};
+use portcullis::config::Config;
+use serde_json::Value;
+
+const PING: &str = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+const ORIGIN: &str = "https://mcp.example.com";
+
+/// A `[[servers]]` config: `servers` is the tables, `extra` any other section.
+fn servers_toml(servers: &str, extra: &str, log: &std::path::Path) -> String {
+    let signatures = if extra.contains("[signatures]") { "" } else { "[signatures]\nrequired = false\n" };
+    let oauth = if extra.contains("[oauth]") { "" } else { "[oauth]\nrequired = false\n" };
+    format!(
+        r#"
+mode = "enforce"
+[listen]
+addr = "127.0.0.1:0"
+public_url = "{ORIGIN}"
+[admin]
+addr = "127.0.0.1:0"
+[log]
+decisions = "{}"
+level = "debug"
+{signatures}{oauth}{extra}
+{servers}
+"#,
+        log.display()
+    )
+}
+
+fn parse(text: &str) -> Config {
+    Config::parse(text, "servers test", std::path::Path::new(".")).unwrap()
+}
+
+async fn post(gw: &Gateway, path: &str, token: Option<&str>) -> reqwest::Response {
+    let mut req = common::client().post(gw.url(path)).header("content-type", "application/json").body(PING);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    req.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn each_path_goes_to_exactly_its_own_backend_and_an_unknown_one_is_404() {
+    let weather = Upstream::start().await;
+    let payments = Backend::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let (_dir, log) = common::temp_path("decisions.log");
+    let servers = format!(
+        r#"
+[[servers]]
+name = "weather"
+path = "/weather/mcp"
+upstream = {{ url = "{}/backend/mcp", extra_paths = ["/weather/health"] }}
+
+[[servers]]
+name = "payments"
+path = "/payments/mcp"
+upstream = {{ url = "http://{}/mcp" }}
+"#,
+        weather.url(),
+        payments.addr
+    );
+    let gw = Gateway::start(parse(&servers_toml(&servers, "[policy]\nenabled = false\n", &log))).await;
+
+    let resp = common::client().post(gw.url("/weather/mcp?trace=1")).header("content-type", "application/json").body(PING).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let health = common::client().get(gw.url("/weather/health")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let seen = weather.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].path_and_query, "/backend/mcp?trace=1", "the server's path goes to exactly its endpoint, query unchanged");
+    assert_eq!(seen[1].path_and_query, "/weather/health", "an extra path goes to the upstream's origin + itself");
+    assert_eq!(seen[0].headers["host"], weather.addr.to_string(), "Host is the upstream's own authority");
+    assert_eq!(seen[0].headers["x-forwarded-host"], gw.addr.to_string(), "the gateway's public authority");
+
+    // The example backend answers a real MCP ping on its own endpoint.
+    let resp = post(&gw, "/payments/mcp", None).await;
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["id"], 1, "{body}");
+    assert_eq!(weather.seen().len(), 2, "nothing for payments reached weather");
+
+    for path in ["/mcp", "/weather/mcp/", "/WEATHER/mcp", "/payments"] {
+        let resp = post(&gw, path, None).await;
+        assert_eq!(resp.status(), 404, "{path}");
+    }
+    let lines = common::wait_for_decision_lines(&log, 7).await;
+    let servers: Vec<&str> = lines.iter().map(|l| l["server"].as_str().unwrap()).collect();
+    assert_eq!(servers, ["weather", "weather", "payments", "-", "-", "-", "-"]);
+    let metrics = common::metrics(&gw).await;
+    assert!(metrics.contains(r#"portcullis_requests_total{outcome="allow",status="200",error="",server="weather"} 2"#), "{metrics}");
+    assert!(metrics.contains(r#"portcullis_requests_total{outcome="deny",status="404",error="not_found",server="-"} 4"#), "{metrics}");
+    gw.shutdown().await;
+}
+
+/// Two servers protected by one issuer; `payments_mode` is payments' own mode.
+struct Protected {
+    _ca: TestCa,
+    issuer: Issuer,
+    weather: Upstream,
+    payments: Upstream,
+    gw: Gateway,
+    _dir: tempfile::TempDir,
+    log: std::path::PathBuf,
+}
+
+impl Protected {
+    async fn start(payments_mode: &str) -> Protected {
+        let ca = TestCa::new();
+        let issuer = Issuer::start(&ca).await;
+        let (weather, payments) = (Upstream::start().await, Upstream::start().await);
+        let (dir, log) = common::temp_path("decisions.log");
+        let oauth = format!("[oauth]\nrequired = true\nissuer = \"{}\"\nissuer_ca = {:?}\n[policy]\nenabled = false\n", issuer.url(), ca.ca_path());
+        let servers = format!(
+            r#"
+[[servers]]
+name = "weather"
+path = "/weather/mcp"
+scopes_supported = ["weather:read"]
+upstream = {{ url = "{}/mcp" }}
+
+[[servers]]
+name = "payments"
+path = "/payments/mcp"
+mode = "{payments_mode}"
+upstream = {{ url = "{}/mcp" }}
+"#,
+            weather.url(),
+            payments.url()
+        );
+        let gw = Gateway::start(parse(&servers_toml(&servers, &oauth, &log))).await;
+        Protected { _ca: ca, issuer, weather, payments, gw, _dir: dir, log }
+    }
+
+    fn token_for(&self, resource: &str) -> String {
+        self.issuer.ed.sign(&self.issuer.claims(resource))
+    }
+}
+
+#[tokio::test]
+async fn each_server_is_its_own_protected_resource_and_a_token_for_one_is_refused_on_another() {
+    let p = Protected::start("enforce").await;
+    let weather_token = p.token_for(&format!("{ORIGIN}/weather/mcp"));
+
+    // RFC 9728 §3.1: each server's document at the path-suffixed well-known URL.
+    for (name, path) in [("weather", "/weather/mcp"), ("payments", "/payments/mcp")] {
+        let doc: Value = common::client().get(p.gw.url(&format!("/.well-known/oauth-protected-resource{path}"))).send().await.unwrap().json().await.unwrap();
+        assert_eq!(doc["resource"], format!("{ORIGIN}{path}"), "{name}: {doc}");
+        assert_eq!(doc["authorization_servers"][0], p.issuer.url());
+    }
+    let doc: Value = common::client().get(p.gw.url("/.well-known/oauth-protected-resource/weather/mcp")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(doc["scopes_supported"], serde_json::json!(["weather:read"]));
+    let root = common::client().get(p.gw.url("/.well-known/oauth-protected-resource")).send().await.unwrap();
+    assert_eq!(root.status(), 404, "no server's resource is the bare origin");
+
+    let resp = post(&p.gw, "/weather/mcp", Some(&weather_token)).await;
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    assert_eq!(p.weather.seen().len(), 1);
+
+    // The weather token on payments: 401, pointing at payments' own metadata.
+    let resp = post(&p.gw, "/payments/mcp", Some(&weather_token)).await;
+    assert_eq!(resp.status(), 401);
+    let challenge = resp.headers()["www-authenticate"].to_str().unwrap().to_owned();
+    assert!(challenge.contains("error=\"invalid_token\""), "{challenge}");
+    assert!(challenge.contains(&format!("resource_metadata=\"{ORIGIN}/.well-known/oauth-protected-resource/payments/mcp\"")), "{challenge}");
+    assert!(!challenge.contains(&weather_token));
+    assert_eq!(p.payments.seen().len(), 0, "payments' backend received nothing");
+
+    // A token without any token: each server's 401 names its own metadata and scopes.
+    let resp = post(&p.gw, "/weather/mcp", None).await;
+    assert_eq!(resp.status(), 401);
+    let challenge = resp.headers()["www-authenticate"].to_str().unwrap().to_owned();
+    assert!(challenge.contains("resource_metadata=\"https://mcp.example.com/.well-known/oauth-protected-resource/weather/mcp\""), "{challenge}");
+    assert!(challenge.contains("scope=\"weather:read\""), "{challenge}");
+    let lines = common::wait_for_decision_lines(&p.log, 3).await;
+    let refused = lines.iter().find(|l| l["path"] == "/payments/mcp").unwrap();
+    assert_eq!(
+        (refused["server"].as_str(), refused["error"].as_str(), refused["status"].as_u64()),
+        (Some("payments"), Some("invalid_token"), Some(401)),
+        "{refused}"
+    );
+    p.gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_server_in_monitor_mode_forwards_what_its_enforcing_neighbour_refuses() {
+    let p = Protected::start("monitor").await;
+    let resp = post(&p.gw, "/weather/mcp", None).await;
+    assert_eq!(resp.status(), 401, "weather enforces");
+    let resp = post(&p.gw, "/payments/mcp", None).await;
+    assert_eq!(resp.status(), 200, "payments only watches");
+    assert_eq!((p.weather.seen().len(), p.payments.seen().len()), (0, 1));
+    let lines = common::wait_for_decision_lines(&p.log, 2).await;
+    let on = |server: &str| lines.iter().find(|l| l["server"] == server).unwrap().clone();
+    assert_eq!((on("weather")["outcome"].as_str(), on("weather")["mode"].as_str()), (Some("deny"), Some("enforce")));
+    assert_eq!((on("payments")["outcome"].as_str(), on("payments")["mode"].as_str()), (Some("would_deny"), Some("monitor")));
+    p.gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_session_opened_on_one_server_is_404_on_another_and_policy_sees_the_server() {
+    let (a, b) = (Upstream::start().await, Upstream::start().await);
+    let (_dir, log) = common::temp_path("decisions.log");
+    // One policy for both: tools/list only on "a" (a rule naming input.server).
+    let policy = PolicyDir::new(&rego(
+        r#"default decision := {"allow": true}
+decision := {"allow": false, "reason": "lists_only_on_a"} if { input.mcp.method == "tools/list"; input.server.name != "a" }
+decision := {"allow": false, "reason": "wrong_resource"} if { input.server.resource != concat("", ["https://mcp.example.com", input.server.path]) }"#,
+    ));
+    let servers = format!(
+        "[[servers]]\nname = \"a\"\npath = \"/a/mcp\"\nupstream = {{ url = \"{}/mcp\" }}\n[[servers]]\nname = \"b\"\npath = \"/b/mcp\"\nupstream = {{ url = \"{}/mcp\" }}\n",
+        a.url(),
+        b.url()
+    );
+    let gw = Gateway::start(parse(&servers_toml(&servers, &policy.toml(), &log))).await;
+    let init = |path: &'static str| common::client().post(gw.url(path)).header("content-type", "application/json").body(common::INITIALIZE).send();
+    let resp = init("/a/mcp").await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let session = resp.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let list = |path: &'static str| {
+        common::client()
+            .post(gw.url(path))
+            .header("content-type", "application/json")
+            .header("mcp-session-id", session.clone())
+            .body(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#)
+            .send()
+    };
+    assert_eq!(list("/a/mcp").await.unwrap().status(), 200, "its own server");
+    let resp = list("/b/mcp").await.unwrap();
+    assert_eq!(resp.status(), 404, "a session opened on a names nothing on b");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "session_not_found");
+    assert_eq!(b.seen().len(), 0);
+    // Without the session, b's policy decision is its own: the list is refused there.
+    let resp = common::client()
+        .post(gw.url("/b/mcp"))
+        .header("content-type", "application/json")
+        .body(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+    let lines = common::wait_for_decision_lines(&log, 4).await;
+    assert!(lines.iter().any(|l| l["server"] == "b" && l["status"] == 403 && l["reason"] == "lists_only_on_a"), "{lines:?}");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_down_or_stuck_backend_answers_only_its_own_path_while_the_others_are_served() {
+    let healthy = Upstream::start().await;
+    let stuck = Upstream::start().await;
+    let closed = common::closed_port().await;
+    let (_dir, log) = common::temp_path("decisions.log");
+    let servers = format!(
+        r#"
+[[servers]]
+name = "healthy"
+path = "/healthy/mcp"
+upstream = {{ url = "{}/mcp" }}
+
+[[servers]]
+name = "stuck"
+path = "/stuck/mcp"
+upstream = {{ url = "{}/slow", response_timeout = "4s", max_in_flight = 4 }}
+
+[[servers]]
+name = "down"
+path = "/down/mcp"
+upstream = {{ url = "http://{closed}/mcp", health_check = true }}
+"#,
+        healthy.url(),
+        stuck.url()
+    );
+    let text = servers_toml(&servers, "[policy]\nenabled = false\n[limits]\nmax_in_flight = 64\n", &log);
+    let gw = Gateway::start(parse(&text)).await;
+
+    // Fill the stuck server's in-flight bound with requests its backend never answers in time.
+    let mut stuck_calls = Vec::new();
+    for _ in 0..4 {
+        let url = gw.url("/stuck/mcp");
+        stuck_calls
+            .push(tokio::spawn(async move { common::client().post(url).header("content-type", "application/json").body(PING).send().await.unwrap().status() }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its fifth is shed at once; the down server fails fast; the healthy one answers every call
+    // while the stuck ones still wait.
+    assert_eq!(post(&gw, "/stuck/mcp", None).await.status(), 503, "the stuck server's own bound is full");
+    assert_eq!(post(&gw, "/down/mcp", None).await.status(), 502);
+    let mut healthy_done = 0;
+    for _ in 0..40 {
+        assert_eq!(post(&gw, "/healthy/mcp", None).await.status(), 200);
+        healthy_done += 1;
+    }
+    assert!(stuck_calls.iter().all(|c| !c.is_finished()), "the healthy server's {healthy_done} answers all came while the stuck ones waited");
+    for c in stuck_calls {
+        assert_eq!(c.await.unwrap(), 504, "the stuck backend's own timeout");
+    }
+    assert_eq!(healthy.seen().len(), 40);
+
+    // Readiness names each server; one server can be judged alone.
+    let ready = common::client().get(gw.admin_url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 503, "one server is down");
+    let body: Value = ready.json().await.unwrap();
+    assert_eq!(body["servers"]["healthy"]["ready"], true, "{body}");
+    assert_eq!(body["servers"]["down"]["ready"], false, "{body}");
+    assert!(body["servers"]["down"]["upstream"].as_str().unwrap().starts_with("unreachable"), "{body}");
+    let one = common::client().get(gw.admin_url("/readyz?server=healthy")).send().await.unwrap();
+    assert_eq!(one.status(), 200);
+    let unknown = common::client().get(gw.admin_url("/readyz?server=nope")).send().await.unwrap();
+    assert_eq!(unknown.status(), 404);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reload_adds_and_removes_servers_while_an_open_stream_on_a_kept_one_goes_on() {
+    let (a, b, c) = (Upstream::start().await, Upstream::start().await, Upstream::start().await);
+    let (dir, log) = common::temp_path("decisions.log");
+    let file = dir.path().join("portcullis.toml");
+    let table = |name: &str, up: &Upstream| {
+        // a also forwards /sse, where the test upstream streams.
+        let extra = if name == "a" { "\"/sse\"" } else { "" };
+        format!("[[servers]]\nname = \"{name}\"\npath = \"/{name}/mcp\"\nupstream = {{ url = \"{}/mcp\", extra_paths = [{extra}] }}\n", up.url())
+    };
+    let first = servers_toml(&(table("a", &a) + &table("b", &b)), "[policy]\nenabled = false\n", &log);
+    std::fs::write(&file, &first).unwrap();
+    let gw = Gateway::start(Config::load(&file).unwrap()).await;
+
+    // An event stream open on a (its extra path /sse goes to the backend's /sse).
+    let mut stream = common::client().get(gw.url("/sse")).send().await.unwrap();
+    assert_eq!(stream.status(), 200);
+    let first_event = stream.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first_event).contains("event 1"), "{first_event:?}");
+
+    // b removed, c added, a unchanged.
+    std::fs::write(&file, servers_toml(&(table("a", &a) + &table("c", &c)), "[policy]\nenabled = false\n", &log)).unwrap();
+    gw.running.as_ref().unwrap().reload_config().await.expect("reloaded");
+    assert_eq!(post(&gw, "/b/mcp", None).await.status(), 404, "b is gone");
+    assert_eq!(post(&gw, "/c/mcp", None).await.status(), 200, "c is served");
+    assert_eq!(post(&gw, "/a/mcp", None).await.status(), 200);
+    a.release();
+    let rest = tokio::time::timeout(Duration::from_secs(5), stream.chunk()).await.expect("the stream goes on").unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&rest).contains("event 2"), "{rest:?}");
+
+    // A file that does not validate is refused whole: the running servers stay.
+    std::fs::write(&file, first.replace("name = \"a\"", "name = \"A!\"")).unwrap();
+    let refused = gw.running.as_ref().unwrap().reload_config().await.unwrap_err();
+    assert!(refused.contains("servers[0].name"), "{refused}");
+    assert_eq!(post(&gw, "/c/mcp", None).await.status(), 200, "the last good config still serves");
+    let metrics = common::metrics(&gw).await;
+    assert!(metrics.contains(r#"portcullis_config_reloads_total{result="rejected"} 1"#), "{metrics}");
+    assert!(metrics.contains(r#"portcullis_config_reloads_total{result="applied"} 1"#), "{metrics}");
+    gw.shutdown().await;
+}
+
+#[test]
+fn a_config_that_can_be_read_two_ways_is_refused_naming_the_fields() {
+    let (_dir, log) = common::temp_path("decisions.log");
+    let one = "[[servers]]\nname = \"a\"\npath = \"/a/mcp\"\nupstream = { url = \"http://127.0.0.1:9/mcp\" }\n";
+    let fields = |text: &str| -> Vec<String> {
+        match Config::parse(text, "t", std::path::Path::new(".")) {
+            Err(portcullis::config::ConfigError::Invalid { errors, .. }) => errors.into_iter().map(|e| e.field).collect(),
+            other => panic!("expected field errors, got {other:?}"),
+        }
+    };
+    // Both forms at once.
+    let both = servers_toml(one, "[upstream]\nurl = \"http://127.0.0.1:9\"\n", &log);
+    assert_eq!(fields(&both), ["upstream"]);
+    // Two servers on one path; a path under /.well-known/; a bad name.
+    let twice = servers_toml(&format!("{one}{}", one.replace("name = \"a\"", "name = \"b\"")), "", &log);
+    assert_eq!(fields(&twice), ["servers[1].path"]);
+    let reserved = servers_toml(&one.replace("/a/mcp", "/.well-known/a"), "", &log);
+    assert_eq!(fields(&reserved), ["servers[0].path"]);
+    let named = servers_toml(&one.replace("name = \"a\"", "name = \"Weather\""), "", &log);
+    assert_eq!(fields(&named), ["servers[0].name"]);
+    // One audience for every server would let a token for one be used on all.
+    let audience = servers_toml(one, "[oauth]\nrequired = false\naudience = \"https://mcp.example.com\"\n", &log);
+    assert_eq!(fields(&audience), ["oauth.audience"]);
+    // A signature must cover the path it was made for.
+    let unsigned_path = servers_toml(one, "[signatures]\nrequired = false\ncomponents = [\"@method\", \"@authority\", \"signature-agent\"]\n", &log);
+    assert_eq!(fields(&unsigned_path), ["signatures.components"]);
+    // A credential the gateway attaches never travels in clear to a remote host.
+    let (_secret_dir, secret) = common::temp_path("secret");
+    std::fs::write(&secret, "s3cret\n").unwrap();
+    let clear = servers_toml(
+        &format!("[[servers]]\nname = \"a\"\npath = \"/a/mcp\"\n[servers.upstream]\nurl = \"http://10.0.0.5/mcp\"\n[servers.upstream.auth]\nkind = \"static\"\nvalue_file = {secret:?}\n"),
+        "",
+        &log,
+    );
+    assert_eq!(fields(&clear), ["servers[0].upstream.auth.kind"]);
+}
+
+#[tokio::test]
+async fn event_streams_count_against_their_servers_own_stream_bound() {
+    let (a, b) = (Upstream::start().await, Upstream::start().await);
+    let (_dir, log) = common::temp_path("decisions.log");
+    let servers = format!(
+        "[[servers]]\nname = \"a\"\npath = \"/a/mcp\"\nupstream = {{ url = \"{}/mcp\", extra_paths = [\"/sse\"], max_streams = 1, max_in_flight = 1 }}\n[[servers]]\nname = \"b\"\npath = \"/b/mcp\"\nupstream = {{ url = \"{}/mcp\" }}\n",
+        a.url(),
+        b.url()
+    );
+    let gw = Gateway::start(parse(&servers_toml(&servers, "[policy]\nenabled = false\n", &log))).await;
+    let mut open = common::client().get(gw.url("/sse")).send().await.unwrap();
+    assert_eq!(open.status(), 200);
+    assert!(open.chunk().await.unwrap().is_some());
+    // The open stream holds no in-flight slot (max_in_flight = 1): a's calls still go through.
+    assert_eq!(post(&gw, "/a/mcp", None).await.status(), 200);
+    let second = common::client().get(gw.url("/sse")).send().await.unwrap();
+    assert_eq!(second.status(), 503, "a's one stream is open");
+    let body: Value = second.json().await.unwrap();
+    assert_eq!(body["error"], "overloaded");
+    assert!(body["reason"].as_str().unwrap().contains("upstream.max_streams"), "{body}");
+    assert_eq!(post(&gw, "/b/mcp", None).await.status(), 200, "b is not affected");
+    // The stream ends: its slot is free again.
+    a.release();
+    while open.chunk().await.unwrap().is_some() {}
+    let third = common::client().get(gw.url("/sse")).send().await.unwrap();
+    assert_eq!(third.status(), 200);
+    drop(third);
+    gw.shutdown().await;
+}
