@@ -33,9 +33,10 @@ pub async fn run(args: &DemoArgs) -> Result<bool, DemoError> {
     println!("  gateway (enforce) {}", demo.enforce.url);
     println!("  gateway (monitor) {}", demo.monitor.url);
     println!("  rollout steps 2-3 {} (identity enforced), {} (identity and token)", demo.steps[0].url, demo.steps[1].url);
+    println!("  gateway, 2 servers {0}/weather/mcp, {0}/files/mcp", demo.platform.url);
     println!("  files             {}\n", demo.dir.display());
-    let tours = async { Ok::<_, DemoError>((tour::run(&demo).await?, tour::rollout(&demo).await?)) };
-    let (rows, rollout) = match tours.await {
+    let tours = async { Ok::<_, DemoError>((tour::run(&demo).await?, tour::rollout(&demo).await?, tour::servers(&demo).await?)) };
+    let (rows, rollout, servers) = match tours.await {
         Ok(r) => r,
         Err(e) => {
             demo.shutdown().await;
@@ -45,11 +46,13 @@ pub async fn run(args: &DemoArgs) -> Result<bool, DemoError> {
     print!("{}", render_table(&rows));
     println!("\nRolling out stage group by stage group (docs/rollout.md): the same requests at each step");
     print!("{}", render_rollout(&rollout));
+    println!("\nOne gateway in front of two MCP servers (docs/many-servers.md): each server is its own resource");
+    print!("{}", render_table(&servers));
     match tour::backend_token(&demo).await {
         Ok(claims) => println!("\nWhat the backend got instead of the user's token (token exchange, docs/upstream-credentials.md):\n  {claims}"),
         Err(e) => println!("\nThe backend's exchanged token could not be shown: {e}"),
     }
-    let ok = rows.iter().all(|r| r.status == r.expected) && rollout.iter().flat_map(|r| &r.steps).all(|s| s.status == s.expected);
+    let ok = rows.iter().chain(&servers).all(|r| r.status == r.expected) && rollout.iter().flat_map(|r| &r.steps).all(|s| s.status == s.expected);
     if !ok {
         println!("\nSome steps did not get the expected status (marked (!)).");
     }

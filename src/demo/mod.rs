@@ -133,6 +133,12 @@ pub struct Demo {
     pub stranger_key: SigningKey,
     /// The CA the HTTPS services' certificates chain to.
     pub ca: TestCa,
+    /// One gateway in front of two MCP servers (`[[servers]]`, docs/many-servers.md):
+    /// `weather` at `/weather/mcp` (the example backend) and `files` at `/files/mcp` (a second
+    /// example backend). Its `url` is its origin.
+    pub platform: DemoGateway,
+    /// The `files` server's backend.
+    pub files_backend: Backend,
 }
 
 fn write(path: &Path, text: &str) -> Result<(), DemoError> {
@@ -215,6 +221,50 @@ level = "warn"
     )
 }
 
+/// The platform gateway's config: the demo's identity and token checks, in front of two
+/// servers, each its own OAuth resource (`http://ADDR/weather/mcp`, `http://ADDR/files/mcp`).
+/// Written to `dir/gateway-platform.toml`: a user adds a third server there by adding six lines.
+fn platform_toml(addr: SocketAddr, weather: SocketAddr, files: SocketAddr, agent: &str, issuer: &str, log: &Path) -> String {
+    format!(
+        r#"# portcullis demo: one gateway, two MCP servers (docs/many-servers.md)
+mode = "enforce"
+[listen]
+addr = "{addr}"
+public_url = "http://{addr}"
+[signatures]
+required = true
+authority = ["{addr}"]
+trusted_agents = ["{agent}"]
+directory_ca = "ca.pem"
+[oauth]
+required = true
+issuer = "{issuer}"
+issuer_ca = "ca.pem"
+[policy]
+paths = ["policies"]
+watch = false
+[state]
+store = "memory"
+[admin]
+[log]
+decisions = {log:?}
+level = "warn"
+
+[[servers]]
+name = "weather"
+path = "/weather/mcp"
+scopes_supported = ["tools:read"]
+upstream = {{ url = "http://{weather}/mcp" }}
+
+[[servers]]
+name = "files"
+path = "/files/mcp"
+scopes_supported = ["tools:read"]
+upstream = {{ url = "http://{files}/mcp" }}
+"#
+    )
+}
+
 /// The audience of the backend's exchanged tokens.
 pub const DEMO_BACKEND_AUDIENCE: &str = "https://backend.demo.example";
 
@@ -261,7 +311,14 @@ impl Demo {
             .to_owned();
         let bound = services::mint_bound(&issuer, DEMO_RESOURCE, DEMO_USER, TOKEN_LIFETIME_SECS, &jkt)?;
         write_secret(&dir.join("token-dpop"), &bound)?;
-        Ok(Demo { dir, agent_key, directory, issuer, backend, enforce, monitor, steps, stranger, stranger_key, ca })
+        let files_backend = Backend::start(SocketAddr::from(([127, 0, 0, 1], 0))).await.map_err(DemoError::Backend)?;
+        let platform = Self::platform(&dir, backend.addr, files_backend.addr, directory.origin(), &issuer_url).await?;
+        // One token per server: each names its own resource (a token for one is refused on the other).
+        for server in ["weather", "files"] {
+            let token = services::mint(&issuer, &format!("{}/{server}/mcp", platform.url), DEMO_USER, TOKEN_LIFETIME_SECS)?;
+            write_secret(&dir.join(format!("token-{server}")), &token)?;
+        }
+        Ok(Demo { dir, agent_key, directory, issuer, backend, enforce, monitor, steps, stranger, stranger_key, ca, platform, files_backend })
     }
 
     async fn gateway(dir: &Path, mode: &'static str, mode_setting: &str, backend: SocketAddr, agent: &str, issuer: &str) -> Result<DemoGateway, DemoError> {
@@ -287,6 +344,25 @@ impl Demo {
         Ok(DemoGateway { mode, url: format!("http://{}/mcp", running.addr), log, running })
     }
 
+    /// Starts the platform gateway ([`platform_toml`]).
+    async fn platform(dir: &Path, weather: SocketAddr, files: SocketAddr, agent: &str, issuer: &str) -> Result<DemoGateway, DemoError> {
+        let mode = "platform";
+        let log = dir.join("decisions-platform.jsonl");
+        match std::fs::remove_file(&log) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(DemoError::Write { path: log, source: e }),
+            _ => {}
+        }
+        let bind = SocketAddr::from(([127, 0, 0, 1], 0));
+        let bind_err = |source| DemoError::Gateway { mode, source: crate::server::StartError::Bind { what: "listen.addr", addr: bind, source } };
+        let listener = tokio::net::TcpListener::bind(bind).await.map_err(bind_err)?;
+        let addr = listener.local_addr().map_err(bind_err)?;
+        let path = dir.join("gateway-platform.toml");
+        write(&path, &platform_toml(addr, weather, files, agent, issuer, &log))?;
+        let config = Config::load(&path)?;
+        let running = crate::server::start_on(config, listener).await.map_err(|source| DemoError::Gateway { mode, source })?;
+        Ok(DemoGateway { mode, url: format!("http://{}", running.addr), log, running })
+    }
+
     /// The agent URL (`Signature-Agent`): the key directory's origin.
     pub fn agent_url(&self) -> &str {
         self.directory.origin()
@@ -310,8 +386,13 @@ impl Demo {
              {bin} request --key {d}/agent.jwk --agent {agent} --token-file {d}/token --mcp tools/call --tool payments.send --args '{{\"to\":\"carol\",\"amount\":150}}' -H 'Idempotency-Key: \"big-1\"' {url}\n\
              Open the link in a browser on this machine, accept the warning about the demo's own CA (or import {d}/ca.pem),\n\
              log in as {user}, approve, then run the same command again: the payment is forwarded, once.\n\n\
-             Monitor mode (decides and logs, blocks nothing): {}\n",
+             Monitor mode (decides and logs, blocks nothing): {}\n\n\
+             One gateway, two MCP servers ({d}/gateway-platform.toml), each with its own token:\n  \
+             {bin} request --key {d}/agent.jwk --agent {agent} --token-file {d}/token-weather --mcp tools/call --tool weather.get --args '{{\"city\":\"Rome\"}}' {platform}/weather/mcp\n  \
+             {bin} request --key {d}/agent.jwk --agent {agent} --token-file {d}/token-files --mcp tools/list {platform}/files/mcp\n  \
+             {bin} request --key {d}/agent.jwk --agent {agent} --token-file {d}/token-weather --mcp tools/list {platform}/files/mcp   (401: weather's token)\n",
             self.monitor.url,
+            platform = self.platform.url,
             user = DEMO_USER,
         )
     }
@@ -324,10 +405,11 @@ impl Demo {
     /// Stops every gateway (draining in-flight requests) and the services.
     pub async fn shutdown(self) {
         let [identity, identity_token] = self.steps;
-        for gw in [self.enforce, self.monitor, identity, identity_token] {
+        for gw in [self.enforce, self.monitor, identity, identity_token, self.platform] {
             gw.running.shutdown().await;
         }
         self.backend.stop();
+        self.files_backend.stop();
     }
 }
 

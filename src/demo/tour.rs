@@ -116,6 +116,30 @@ pub async fn run(demo: &Demo) -> Result<Vec<TourRow>, DemoError> {
     Ok(rows)
 }
 
+/// The platform gateway (one gateway, two servers): a token is good on the server whose
+/// resource it names, and refused on the other. Rows' `mode` is the server's name.
+pub async fn servers(demo: &Demo) -> Result<Vec<TourRow>, DemoError> {
+    let gw = &demo.platform;
+    let agent = Agent::new(demo.agent_key.clone(), demo.agent_url()).map_err(tour_err("agent"))?;
+    let token = |server: &str| super::services::mint(&demo.issuer, &format!("{}/{server}/mcp", gw.url), TOUR_USER, 300);
+    let (weather_token, files_token) = (token("weather")?, token("files")?);
+    let http = reqwest::Client::builder().no_proxy().build().map_err(|e| DemoError::Tour { step: "client".to_owned(), detail: e.to_string() })?;
+    let mut step = Step { gw, http, rows: Vec::new() };
+    let mut headers = http::HeaderMap::new();
+    headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    let calls: [(&str, &str, &str, Value, u16); 3] = [
+        ("weather", "weather.get with weather's token", weather_token.as_str(), tool_call(1, "weather.get", json!({"city": "Rome"})), 200),
+        ("files", "tools/list with weather's token", weather_token.as_str(), json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}), 401),
+        ("files", "tools/list with files' token", files_token.as_str(), json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}), 200),
+    ];
+    for (server, label, token, body, status) in calls {
+        let url = format!("{}/{server}/mcp", gw.url);
+        let signed = agent.clone().with_token(token.to_owned()).sign(http::Method::POST, &url, &headers, body.to_string().into_bytes()).map_err(tour_err(label))?;
+        step.send(&format!("{server}: {label}"), status, &signed).await?;
+    }
+    Ok(step.rows)
+}
+
 /// What the backend got as its credential for one allowed `weather.get` through the enforce
 /// gateway: the claims of its exchanged token (`sub` the user, `aud` the backend, `act.sub` the
 /// agent), as the backend echoes them; `Null` when it got none.

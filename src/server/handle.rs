@@ -193,6 +193,9 @@ impl Shared {
     /// Admit: the path and the authority, read once (docs/design.md decisions 3 and 9), then the
     /// bounded body, then an in-flight slot. A request for another path, or one whose authority
     /// reads two ways, is refused before its body is read; one that finds no slot is shed.
+    // The request and where it came from, its arrival, and what it chose: each is one phase's
+    // input, and a struct for them would only be unpacked here.
+    #[allow(clippy::too_many_arguments)]
     async fn admit<'s>(
         &self,
         server: Option<&'s Server>,

@@ -33,6 +33,19 @@ async fn tour_gets_the_expected_statuses_in_enforce_and_monitor_mode() {
     let demo = Demo::start(dir.path()).await.unwrap();
     let rows = tour::run(&demo).await.unwrap();
     assert_eq!(rows.len(), 19, "{rows:#?}");
+    // One gateway, two servers: a token is good on the server whose resource it names only.
+    let servers = tour::servers(&demo).await.unwrap();
+    let got: Vec<(&str, u16, &str)> = servers.iter().map(|r| (r.request.as_str(), r.status, r.error.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            ("weather: weather.get with weather's token", 200, ""),
+            ("files: tools/list with weather's token", 401, "invalid_token"),
+            ("files: tools/list with files' token", 200, "")
+        ]
+    );
+    let platform_log = std::fs::read_to_string(dir.path().join("decisions-platform.jsonl")).unwrap();
+    assert!(platform_log.contains(r#""server":"files""#) && platform_log.contains(r#""server":"weather""#), "{platform_log}");
     let log = std::fs::read_to_string(dir.path().join("decisions-monitor.jsonl")).unwrap();
     assert!(!log.contains("earlier-run"), "each demo run starts with a fresh log");
     assert!(log.lines().count() >= 8, "this run's lines are there: {log}");
