@@ -337,6 +337,11 @@ pub enum UpstreamError {
     /// passed unfiltered.
     #[error("upstream answer withheld: {0}")]
     Uninspectable(String),
+    /// The backend answered 401 or 403 to a request that carried the credential the gateway
+    /// attached (`upstream.auth`): an operator's problem (a revoked or misconfigured
+    /// credential), never the client's; the backend's challenge is not passed on.
+    #[error("the backend refused the credential the gateway attached (HTTP {0})")]
+    CredentialsRejected(u16),
 }
 
 impl UpstreamError {
@@ -347,6 +352,7 @@ impl UpstreamError {
             UpstreamError::Timeout(_) => "upstream_timeout",
             UpstreamError::Failed(_) => "upstream_failed",
             UpstreamError::Uninspectable(_) => "upstream_answer_uninspectable",
+            UpstreamError::CredentialsRejected(_) => "upstream_credentials_rejected",
         }
     }
 
@@ -360,13 +366,16 @@ impl UpstreamError {
             UpstreamError::Uninspectable(_) => {
                 "the MCP server's answer could not be inspected to filter its tool list for this caller (larger than limits.max_inspected_response, or not JSON as a client reads it)".to_owned()
             }
+            UpstreamError::CredentialsRejected(_) => "the MCP server refused the gateway's own credential for it; the operator has been told".to_owned(),
         }
     }
 
     /// 502 or 504.
     pub fn status(&self) -> StatusCode {
         match self {
-            UpstreamError::Unreachable(_) | UpstreamError::Failed(_) | UpstreamError::Uninspectable(_) => StatusCode::BAD_GATEWAY,
+            UpstreamError::Unreachable(_) | UpstreamError::Failed(_) | UpstreamError::Uninspectable(_) | UpstreamError::CredentialsRejected(_) => {
+                StatusCode::BAD_GATEWAY
+            }
             UpstreamError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
         }
     }

@@ -69,24 +69,27 @@ pub struct Upstream {
 impl Upstream {
     /// A pooled HTTP client for `cfg.url`, sending the credentials of `credentials` (built from
     /// `cfg.auth`).
-    pub(crate) fn new(server: &config::Server, credentials: UpstreamCredentials) -> Upstream {
+    pub(crate) fn new(server: &config::Server, credentials: UpstreamCredentials) -> Result<Upstream, crate::tls::TlsError> {
         let cfg = &server.upstream;
         let host = cfg.url.host_str().unwrap_or_default();
+        let is_https = cfg.url.scheme() == "https";
         let connect_to = format!("{host}:{}", cfg.url.port_or_known_default().unwrap_or(80));
-        let pool = pool::Pool::new(connect_to, cfg.connect_timeout, cfg.pool_max_idle, cfg.pool_idle_timeout);
+        let tls = if is_https { Some(pool::PoolTls::new(host, cfg.ca.clone(), cfg.client_cert.clone())?) } else { None };
+        let pool = pool::Pool::new(connect_to, tls, cfg.connect_timeout, cfg.pool_max_idle, cfg.pool_idle_timeout);
         let authority = match cfg.url.port() {
             Some(p) => format!("{host}:{p}"),
             None => host.to_owned(),
         };
+        let default_port = if is_https { 443 } else { 80 };
         let host = http::uri::Authority::try_from(authority.as_str()).ok().and_then(|a| match a.port_u16() {
-            Some(80) => HeaderValue::from_str(a.host()).ok(),
+            Some(p) if p == default_port => HeaderValue::from_str(a.host()).ok(),
             _ => HeaderValue::from_str(a.as_str()).ok(),
         });
         let (base_path, endpoint) = match server.form {
             config::Form::Single => (cfg.url.path().trim_end_matches('/').to_owned(), None),
             config::Form::Many => (String::new(), Some((server.path.clone(), server.endpoint.path().to_owned()))),
         };
-        Upstream {
+        Ok(Upstream {
             pool,
             base_path,
             endpoint,
@@ -94,7 +97,7 @@ impl Upstream {
             host,
             response_timeout: cfg.response_timeout,
             credentials: std::sync::Arc::new(credentials),
-        }
+        })
     }
 
     /// This backend's credential source: the forward phase asks it for each request's
@@ -151,6 +154,15 @@ impl Upstream {
         // The authority the gateway decided on (the one the signature covers and policy saw).
         if let Ok(host) = HeaderValue::from_str(&authority) {
             headers.insert(const { HeaderName::from_static("x-forwarded-host") }, host);
+        }
+        // The same facts as RFC 7239 says them (an IPv6 node and the authority quoted, §6).
+        let node = match peer.addr.ip() {
+            std::net::IpAddr::V4(ip) => ip.to_string(),
+            std::net::IpAddr::V6(ip) => format!("\"[{ip}]\""),
+        };
+        let proto = if is_tls { "https" } else { "http" };
+        if let Ok(v) = HeaderValue::from_str(&format!("for={node};host=\"{authority}\";proto={proto}")) {
+            headers.insert(http::header::FORWARDED, v);
         }
         if self.identity_headers {
             if let Ok(v) = HeaderValue::from_str(&request_id) {
@@ -325,7 +337,7 @@ mod tests {
     fn upstream(url: &str) -> Upstream {
         let mut server = crate::config::Config::embedded_default().expect("embedded").servers.remove(0);
         server.upstream.url = url.parse().unwrap();
-        Upstream::new(&server, UpstreamCredentials::none())
+        Upstream::new(&server, UpstreamCredentials::none()).expect("upstream")
     }
 
     #[test]
@@ -344,7 +356,7 @@ mod tests {
             upstream = { url = "http://10.0.0.5:3001/mcp", extra_paths = ["/weather/health"] }
         "#;
         let config = crate::config::Config::parse(text, "test", std::path::Path::new(".")).expect("valid");
-        let u = Upstream::new(&config.servers[0], UpstreamCredentials::none());
+        let u = Upstream::new(&config.servers[0], UpstreamCredentials::none()).expect("upstream");
         assert_eq!(u.uri(&"/weather/mcp?a=1".parse().unwrap()).unwrap(), "/mcp?a=1");
         assert_eq!(u.uri(&"/weather/mcp".parse().unwrap()).unwrap(), "/mcp");
         assert_eq!(u.uri(&"/weather/health".parse().unwrap()).unwrap(), "/weather/health");

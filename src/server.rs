@@ -394,6 +394,18 @@ impl Shared {
             }
         }
         self.servers.store(Arc::new(table));
+        // A removed or changed server's open streams end once limits.shutdown_grace has passed
+        // (its requests in flight finish on it meanwhile).
+        let retired = current.retired_by(&changes);
+        if !retired.is_empty() {
+            let grace = self.config.limits.shutdown_grace;
+            tokio::spawn(async move {
+                tokio::time::sleep(grace).await;
+                for server in retired {
+                    server.retired.cancel();
+                }
+            });
+        }
         info!(added = ?changes.added, removed = ?changes.removed, changed = ?changes.changed, unchanged = ?changes.unchanged, "Config reloaded");
         Ok(())
     }

@@ -48,7 +48,10 @@ pub struct Server {
     /// The latency histograms of its stages, by stage: found once, then observed without a
     /// lookup.
     pub(crate) stage_series: crate::telemetry::StageSeries,
-    /// What [`Table::rebuild`] compares to keep a server unchanged across a reload.
+    /// Cancelled when a reload removed or changed this server and `limits.shutdown_grace` has
+    /// passed: its open event streams end then.
+    pub(crate) retired: tokio_util::sync::CancellationToken,
+    /// What [`Table::build`] compares to keep a server unchanged across a reload.
     fingerprint: String,
     /// The catalog's refresh task: stops when the server is dropped (removed by a reload and
     /// no request holds it any more).
@@ -84,7 +87,7 @@ impl Server {
         Ok(Server {
             name: intern(&s.name),
             mode: s.mode,
-            upstream: Upstream::new(s, credentials),
+            upstream: Upstream::new(s, credentials).map_err(|e| invalid(tls_field(e)))?,
             metadata: metadata_document(config, &resource, scopes),
             catalog,
             challenge,
@@ -92,6 +95,7 @@ impl Server {
             streams: Arc::new(Semaphore::new(s.upstream.max_streams)),
             input,
             stage_series: Default::default(),
+            retired: tokio_util::sync::CancellationToken::new(),
             fingerprint: format!("{s:?}|{:?}|{:?}", config.oauth, config.signatures.components),
             config: s.clone(),
             _refresher: None,
@@ -170,6 +174,15 @@ impl Server {
     }
 }
 
+/// A TLS error as the config error naming its `upstream.*` key.
+fn tls_field(e: crate::tls::TlsError) -> FieldError {
+    let field = match &e {
+        crate::tls::TlsError::Read { field, .. } | crate::tls::TlsError::Invalid { field, .. } => *field,
+        _ => "upstream.url",
+    };
+    FieldError::new(field, e.to_string())
+}
+
 /// Every server, and where each path goes. Replaced whole by a reload.
 pub(crate) struct Table {
     servers: Vec<Arc<Server>>,
@@ -243,6 +256,13 @@ impl Table {
     }
 }
 
+impl Table {
+    /// The servers of this table that `next` removed or changed: the ones to retire.
+    pub(crate) fn retired_by(&self, changes: &Changes) -> Vec<Arc<Server>> {
+        self.servers.iter().filter(|s| changes.removed.contains(&s.config.name) || changes.changed.contains(&s.config.name)).cloned().collect()
+    }
+}
+
 /// What a reload did, by server name.
 #[derive(Debug, Default)]
 pub(crate) struct Changes {
@@ -287,10 +307,12 @@ pub(crate) fn intern(name: &str) -> &'static str {
 
 pin_project_lite::pin_project! {
     /// A response body that holds one of its server's stream permits until it ends or is
-    /// dropped (the client went away).
+    /// dropped (the client went away); it ends early when a reload retires its server.
     struct Holding {
         #[pin]
         inner: http_body_util::combinators::BoxBody<Bytes, hyper::Error>,
+        #[pin]
+        retired: tokio_util::sync::WaitForCancellationFutureOwned,
         permit: tokio::sync::OwnedSemaphorePermit,
     }
 }
@@ -300,7 +322,11 @@ impl http_body::Body for Holding {
     type Error = hyper::Error;
 
     fn poll_frame(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
-        self.project().inner.poll_frame(cx)
+        let this = self.project();
+        if std::future::Future::poll(this.retired, cx).is_ready() {
+            return std::task::Poll::Ready(None);
+        }
+        this.inner.poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -312,13 +338,15 @@ impl http_body::Body for Holding {
     }
 }
 
-/// `resp` (an event stream) holding `permit` for as long as its body is read.
+/// `resp` (an event stream of `server`) holding `permit` for as long as its body is read.
 pub(crate) fn holding(
+    server: &Server,
     resp: http::Response<http_body_util::combinators::BoxBody<Bytes, hyper::Error>>,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) -> http::Response<http_body_util::combinators::BoxBody<Bytes, hyper::Error>> {
     use http_body_util::BodyExt;
-    resp.map(|inner| Holding { inner, permit }.boxed())
+    let retired = server.retired.clone().cancelled_owned();
+    resp.map(|inner| Holding { inner, retired, permit }.boxed())
 }
 
 /// A background task that ends when its owner is dropped.

@@ -97,3 +97,37 @@ pub(crate) fn outbound_client(field: &'static str, extra_ca: Option<&Path>, time
         .build()
         .map_err(|e| TlsError::Client(e.to_string()))
 }
+
+/// The rustls client config for an `https://` upstream: `ca` replaces the web PKI roots when
+/// set (`upstream.ca`); `client` is the certificate chain and key of mutual TLS
+/// (`upstream.client_cert`, `upstream.client_key`).
+pub(crate) fn upstream_client(ca: Option<&Path>, client: Option<(&Path, &Path)>) -> Result<rustls::ClientConfig, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    match ca {
+        Some(path) => {
+            for cert in load_certs("upstream.ca", path)? {
+                roots.add(cert).map_err(|e| TlsError::Invalid {
+                    field: "upstream.ca",
+                    path: path.to_owned(),
+                    reason: format!("unusable CA certificate: {e}"),
+                })?;
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?.with_root_certificates(roots);
+    let mut cfg = match client {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let certs = load_certs("upstream.client_cert", cert)?;
+            let pem = std::fs::read(key).map_err(|source| TlsError::Read { field: "upstream.client_key", path: key.to_owned(), source })?;
+            let key_der: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut pem.as_slice())
+                .map_err(|e| TlsError::Invalid { field: "upstream.client_key", path: key.to_owned(), reason: format!("bad PEM: {e}") })?
+                .ok_or_else(|| TlsError::Invalid { field: "upstream.client_key", path: key.to_owned(), reason: "no PRIVATE KEY block found".into() })?;
+            builder.with_client_auth_cert(certs, key_der)?
+        }
+    };
+    // The pool speaks HTTP/1.1 to backends.
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}

@@ -129,7 +129,13 @@ impl Fetcher {
     /// (`config::Server::endpoint`).
     pub(crate) fn new(upstream: &Upstream, endpoint: &Url, tools: &Tools) -> Result<Fetcher, String> {
         let endpoint = endpoint.clone();
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        // An `https://` backend is trusted as the proxy trusts it (`upstream.ca`, mutual TLS).
+        if endpoint.scheme() == "https" {
+            let client = upstream.client_cert.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+            builder = builder.use_preconfigured_tls(crate::tls::upstream_client(upstream.ca.as_deref(), client).map_err(|e| e.to_string())?);
+        }
+        let client = builder
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(upstream.connect_timeout)

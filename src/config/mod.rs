@@ -202,6 +202,10 @@ pub struct Upstream {
     pub max_in_flight: Option<usize>,
     /// Open event streams to this backend at once.
     pub max_streams: usize,
+    /// `https://` upstreams: the CA file that replaces the web PKI roots.
+    pub ca: Option<PathBuf>,
+    /// `https://` upstreams: the client certificate and key files (mutual TLS).
+    pub client_cert: Option<(PathBuf, PathBuf)>,
     /// The backend's own credential (`[upstream.auth]`).
     pub auth: UpstreamAuth,
 }

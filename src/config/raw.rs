@@ -119,6 +119,13 @@ pub struct RawUpstream {
     pub max_in_flight: Option<usize>,
     /// Open event streams to this backend at once (default 256).
     pub max_streams: Option<usize>,
+    /// `https://` upstreams: the CA certificates (PEM) that replace the web PKI roots.
+    pub ca: Option<PathBuf>,
+    /// `https://` upstreams: the client certificate chain (PEM) for mutual TLS, with
+    /// `client_key`; both re-read when they change.
+    pub client_cert: Option<PathBuf>,
+    /// The private key (PEM) of `client_cert`.
+    pub client_key: Option<PathBuf>,
     /// `[upstream.auth]`: the backend's own credential (docs/upstream-credentials.md).
     pub auth: Option<RawUpstreamAuth>,
 }
@@ -182,6 +189,9 @@ impl Default for RawUpstream {
             health_check: None,
             max_in_flight: None,
             max_streams: None,
+            ca: None,
+            client_cert: None,
+            client_key: None,
             auth: None,
         }
     }

@@ -209,7 +209,7 @@ pub(super) fn upstream(raw: RawUpstream, health_default: bool, shared: &Shared<'
     let url = if raw.url.is_empty() {
         Err("is required (the MCP backend, e.g. \"http://127.0.0.1:3001\")".to_owned())
     } else {
-        super::parse_url(&raw.url, &["http"])
+        super::parse_url(&raw.url, &["http", "https"])
     }
     .and_then(|u| {
         if u.query().is_some() || u.fragment().is_some() {
@@ -243,6 +243,15 @@ pub(super) fn upstream(raw: RawUpstream, health_default: bool, shared: &Shared<'
     if raw.max_streams.is_some_and(|n| !(1..=100_000).contains(&n)) {
         bad("max_streams", "must be between 1 and 100000".into());
     }
+    let is_https = url.as_ref().is_ok_and(|u| u.scheme() == "https");
+    for (field, set) in [("ca", raw.ca.is_some()), ("client_cert", raw.client_cert.is_some()), ("client_key", raw.client_key.is_some())] {
+        if set && !is_https && url.is_ok() {
+            bad(field, "needs an https:// upstream.url (it configures the TLS connection to the backend)".into());
+        }
+    }
+    if raw.client_cert.is_some() != raw.client_key.is_some() {
+        bad(if raw.client_cert.is_some() { "client_key" } else { "client_cert" }, "client_cert and client_key must be set together".into());
+    }
     let auth = upstream_auth::from_raw(raw.auth.clone(), shared.forward_token, shared.oauth_required, shared.ctx.base_dir)
         .map_err(|e| errs.extend(e.into_iter().map(|f| FieldError::new(reprefix(&f.field, prefix), f.reason))))
         .ok();
@@ -272,6 +281,8 @@ pub(super) fn upstream(raw: RawUpstream, health_default: bool, shared: &Shared<'
         health_check: raw.health_check.unwrap_or(health_default),
         max_in_flight: raw.max_in_flight,
         max_streams: raw.max_streams.unwrap_or(DEFAULT_MAX_STREAMS),
+        ca: raw.ca.map(|p| shared.ctx.base_dir.join(p)),
+        client_cert: raw.client_cert.zip(raw.client_key).map(|(c, k)| (shared.ctx.base_dir.join(c), shared.ctx.base_dir.join(k))),
         auth,
     })
 }

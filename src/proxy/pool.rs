@@ -44,6 +44,8 @@ pub(super) enum SendError {
 pub(super) struct Pool {
     /// `host:port` of `upstream.url`.
     authority: String,
+    /// `https://` upstreams: how the TLS connection is made.
+    tls: Option<PoolTls>,
     connect_timeout: Duration,
     max_idle: usize,
     idle_timeout: Duration,
@@ -59,8 +61,8 @@ struct Idle {
 impl Pool {
     /// A pool for `authority` (`host:port`). With a runtime running, a task closes connections
     /// that stay idle past `idle_timeout`; it ends with the pool.
-    pub(super) fn new(authority: String, connect_timeout: Duration, max_idle: usize, idle_timeout: Duration) -> Arc<Pool> {
-        let pool = Arc::new(Pool { authority, connect_timeout, max_idle, idle_timeout, idle: Mutex::new(VecDeque::new()) });
+    pub(super) fn new(authority: String, tls: Option<PoolTls>, connect_timeout: Duration, max_idle: usize, idle_timeout: Duration) -> Arc<Pool> {
+        let pool = Arc::new(Pool { authority, tls, connect_timeout, max_idle, idle_timeout, idle: Mutex::new(VecDeque::new()) });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(sweep(Arc::downgrade(&pool), idle_timeout));
         }
@@ -155,14 +157,91 @@ impl Pool {
             Ok(Ok(stream)) => stream,
         };
         let _ = stream.set_nodelay(true);
-        let (sender, connection) = http1::handshake(TokioIo::new(stream)).await.map_err(SendError::Exchange)?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "Upstream connection closed with an error");
-            }
-        });
-        Ok(sender)
+        let Some(tls) = &self.tls else { return handshake(stream).await };
+        // The TLS handshake counts against the connect timeout: a backend that accepts and
+        // never answers is a connect failure, not a hung request.
+        let connector = tls.connector();
+        match tokio::time::timeout(self.connect_timeout, connector.connect(tls.name.clone(), stream)).await {
+            Err(_) => Err(SendError::Connect(format!("TLS handshake with {} timed out after {:?}", self.authority, self.connect_timeout))),
+            Ok(Err(e)) => Err(SendError::Connect(format!("TLS handshake with {}: {e}", self.authority))),
+            Ok(Ok(stream)) => handshake(stream).await,
+        }
     }
+}
+
+/// HTTP/1.1 over `io`; the connection is driven by its own task.
+async fn handshake<T>(io: T) -> Result<SendRequest<Full<Bytes>>, SendError>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = http1::handshake(TokioIo::new(io)).await.map_err(SendError::Exchange)?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "Upstream connection closed with an error");
+        }
+    });
+    Ok(sender)
+}
+
+/// The TLS side of an `https://` upstream: the name checked in its certificate (and sent as
+/// SNI), and the client config, made again when the mutual-TLS files change.
+pub(super) struct PoolTls {
+    name: rustls::pki_types::ServerName<'static>,
+    ca: Option<std::path::PathBuf>,
+    client: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    current: Mutex<(tokio_rustls::TlsConnector, Option<Stamp>)>,
+}
+
+/// When the client certificate and key files were last changed.
+type Stamp = (std::time::SystemTime, std::time::SystemTime);
+
+impl std::fmt::Debug for PoolTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolTls").field("name", &self.name).field("ca", &self.ca).field("client", &self.client).finish_non_exhaustive()
+    }
+}
+
+impl PoolTls {
+    /// For the backend named `host`; fails naming the file that cannot be used.
+    pub(super) fn new(
+        host: &str,
+        ca: Option<std::path::PathBuf>,
+        client: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    ) -> Result<PoolTls, crate::tls::TlsError> {
+        let name = rustls::pki_types::ServerName::try_from(host.trim_start_matches('[').trim_end_matches(']').to_owned())
+            .map_err(|e| crate::tls::TlsError::Client(format!("{host:?} is not a TLS server name: {e}")))?;
+        let stamp = client.as_ref().and_then(|(c, k)| stamp(c, k));
+        let cfg = crate::tls::upstream_client(ca.as_deref(), client.as_ref().map(|(c, k)| (c.as_path(), k.as_path())))?;
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
+        Ok(PoolTls { name, ca, client, current: Mutex::new((connector, stamp)) })
+    }
+
+    /// The connector for a new connection: made again first when the client certificate or
+    /// key file changed (a failed reload keeps the last good one, and says why).
+    fn connector(&self) -> tokio_rustls::TlsConnector {
+        let mut current = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((cert, key)) = &self.client {
+            let now = stamp(cert, key);
+            if now.is_some() && now != current.1 {
+                match crate::tls::upstream_client(self.ca.as_deref(), Some((cert, key))) {
+                    Ok(cfg) => {
+                        tracing::info!(cert = %cert.display(), "Upstream client certificate changed: new connections use it");
+                        *current = (tokio_rustls::TlsConnector::from(Arc::new(cfg)), now);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Upstream client certificate changed but cannot be used; the previous one stays");
+                        current.1 = now;
+                    }
+                }
+            }
+        }
+        current.0.clone()
+    }
+}
+
+fn stamp(cert: &std::path::Path, key: &std::path::Path) -> Option<Stamp> {
+    let m = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    Some((m(cert)?, m(key)?))
 }
 
 /// Closes the connections idle past `every`, every `every`, until the pool is gone.

@@ -293,10 +293,26 @@ impl Shared {
         let started = Instant::now();
         let result = server.upstream.forward(inbound, &fwd, &attach).instrument(stage_span(Stage::Upstream)).await;
         trail.timings.record(Stage::Upstream, started.elapsed());
+        // Section F: a backend that refuses the credential the gateway attached is an operator's
+        // problem; the client gets 502, never the backend's challenge (it would send the client
+        // to the backend's issuer), and the credential is not used again.
+        let result = match result {
+            Ok(resp) if matches!(attach, crate::upstream_auth::Attach::Header(..)) && matches!(resp.status().as_u16(), 401 | 403) => {
+                let status = resp.status().as_u16();
+                drop(resp);
+                server.credentials().forget(&attach).await;
+                static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
+                if let Some(held) = THROTTLE.admit() {
+                    warn!(server = %server.config.name, status, similar_held_back = held, "The backend refused the credential the gateway attached (upstream.auth): check the credential and the backend's configuration; clients get 502 upstream_credentials_rejected");
+                }
+                Err(UpstreamError::CredentialsRejected(status))
+            }
+            other => other,
+        };
         // An event stream counts against its server's `upstream.max_streams` until it ends.
         let result = match result {
             Ok(resp) if is_event_stream(resp.headers()) => match server.streams.clone().try_acquire_owned() {
-                Ok(permit) => Ok(crate::servers::holding(resp, permit)),
+                Ok(permit) => Ok(crate::servers::holding(server, resp, permit)),
                 Err(_) => {
                     drop(resp);
                     self.metrics.bound_reached("max_streams");

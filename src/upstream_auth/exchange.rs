@@ -185,6 +185,14 @@ impl Exchanger {
         })
     }
 
+    /// Drops the cached token whose header is `header` (the backend refused it).
+    pub(super) async fn forget(&self, header: &HeaderValue) {
+        let refused: Vec<_> = self.cache.iter().filter(|(_, issued)| &issued.header == header).map(|(k, _)| k).collect();
+        for key in refused {
+            self.cache.invalidate(&*key).await;
+        }
+    }
+
     /// The backend's `Authorization` for `token` (presented as `subject`) and the agent
     /// `agent`, and whether it came from the cache. One exchange per key at a time: concurrent
     /// requests with the key wait for it. `narrowed`: the decision's `upstream_scopes`, when it

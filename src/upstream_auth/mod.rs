@@ -144,6 +144,15 @@ impl UpstreamCredentials {
         }
     }
 
+    /// Forgets the credential `attach` carried, after the backend refused it (401/403): the
+    /// next request gets a new one (an exchanged token is exchanged again; a static value is
+    /// read again from its file, when it has one).
+    pub async fn forget(&self, attach: &Attach) {
+        if let (Source::Exchange(x), Attach::Header(_, value)) = (&self.source, attach) {
+            x.forget(value).await;
+        }
+    }
+
     /// The credential for a request the mode let through with `seen` and `findings`: none
     /// unless the identity and token stages found nothing.
     /// `headers` are the inbound request's (the subject token of an exchange); `now` is the

@@ -83,6 +83,7 @@ upstream = {{ url = "http://{}/mcp" }}
     assert_eq!(seen[1].path_and_query, "/weather/health", "an extra path goes to the upstream's origin + itself");
     assert_eq!(seen[0].headers["host"], weather.addr.to_string(), "Host is the upstream's own authority");
     assert_eq!(seen[0].headers["x-forwarded-host"], gw.addr.to_string(), "the gateway's public authority");
+    assert_eq!(seen[0].headers["forwarded"], format!("for=127.0.0.1;host=\"{}\";proto=http", gw.addr), "RFC 7239");
 
     // The example backend answers a real MCP ping on its own endpoint.
     let resp = post(&gw, "/payments/mcp", None).await;
@@ -327,30 +328,34 @@ async fn a_reload_adds_and_removes_servers_while_an_open_stream_on_a_kept_one_go
     let (a, b, c) = (Upstream::start().await, Upstream::start().await, Upstream::start().await);
     let (dir, log) = common::temp_path("decisions.log");
     let file = dir.path().join("portcullis.toml");
-    let table = |name: &str, up: &Upstream| {
-        // a also forwards /sse, where the test upstream streams.
-        let extra = if name == "a" { "\"/sse\"" } else { "" };
-        format!("[[servers]]\nname = \"{name}\"\npath = \"/{name}/mcp\"\nupstream = {{ url = \"{}/mcp\", extra_paths = [{extra}] }}\n", up.url())
+    // a's and b's endpoints are their backends' /sse, which streams: event 1, then event 2 once
+    // released.
+    let table = |name: &str, up: &Upstream, endpoint: &str| {
+        format!("[[servers]]\nname = \"{name}\"\npath = \"/{name}/mcp\"\nupstream = {{ url = \"{}{endpoint}\" }}\n", up.url())
     };
-    let first = servers_toml(&(table("a", &a) + &table("b", &b)), "[policy]\nenabled = false\n", &log);
+    let extra = "[policy]\nenabled = false\n[limits]\nshutdown_grace = \"1s\"\n";
+    let first = servers_toml(&(table("a", &a, "/sse") + &table("b", &b, "/sse")), extra, &log);
     std::fs::write(&file, &first).unwrap();
     let gw = Gateway::start(Config::load(&file).unwrap()).await;
-
-    // An event stream open on a (its extra path /sse goes to the backend's /sse).
-    let mut stream = common::client().get(gw.url("/sse")).send().await.unwrap();
-    assert_eq!(stream.status(), 200);
-    let first_event = stream.chunk().await.unwrap().unwrap();
-    assert!(String::from_utf8_lossy(&first_event).contains("event 1"), "{first_event:?}");
+    let open = |path: &'static str| common::client().get(gw.url(path)).send();
+    let (mut on_a, mut on_b) = (open("/a/mcp").await.unwrap(), open("/b/mcp").await.unwrap());
+    for stream in [&mut on_a, &mut on_b] {
+        assert_eq!(stream.status(), 200);
+        let first_event = stream.chunk().await.unwrap().unwrap();
+        assert!(String::from_utf8_lossy(&first_event).contains("event 1"), "{first_event:?}");
+    }
 
     // b removed, c added, a unchanged.
-    std::fs::write(&file, servers_toml(&(table("a", &a) + &table("c", &c)), "[policy]\nenabled = false\n", &log)).unwrap();
+    std::fs::write(&file, servers_toml(&(table("a", &a, "/sse") + &table("c", &c, "/mcp")), extra, &log)).unwrap();
     gw.running.as_ref().unwrap().reload_config().await.expect("reloaded");
-    assert_eq!(post(&gw, "/b/mcp", None).await.status(), 404, "b is gone");
+    assert_eq!(post(&gw, "/b/mcp", None).await.status(), 404, "b is gone for new requests");
     assert_eq!(post(&gw, "/c/mcp", None).await.status(), 200, "c is served");
-    assert_eq!(post(&gw, "/a/mcp", None).await.status(), 200);
+    // a's stream goes on across the reload; b's ends once limits.shutdown_grace has passed.
     a.release();
-    let rest = tokio::time::timeout(Duration::from_secs(5), stream.chunk()).await.expect("the stream goes on").unwrap().unwrap();
+    let rest = tokio::time::timeout(Duration::from_secs(5), on_a.chunk()).await.expect("a's stream goes on").unwrap().unwrap();
     assert!(String::from_utf8_lossy(&rest).contains("event 2"), "{rest:?}");
+    let ended = tokio::time::timeout(Duration::from_secs(5), on_b.chunk()).await.expect("b's stream is closed after the grace");
+    assert!(matches!(ended, Ok(None)), "b's stream ends cleanly: {ended:?}");
 
     // A file that does not validate is refused whole: the running servers stay.
     std::fs::write(&file, first.replace("name = \"a\"", "name = \"A!\"")).unwrap();
@@ -427,5 +432,147 @@ async fn event_streams_count_against_their_servers_own_stream_bound() {
     let third = common::client().get(gw.url("/sse")).send().await.unwrap();
     assert_eq!(third.status(), 200);
     drop(third);
+    gw.shutdown().await;
+}
+
+/// What an HTTPS backend saw: (Host, path, whether an identity header came, Authorization).
+type SeenTls = std::sync::Arc<std::sync::Mutex<Vec<(String, String, bool, Option<String>)>>>;
+
+/// An HTTPS MCP backend with a certificate from `ca`: answers every request with a JSON-RPC
+/// result, or 401 with its own challenge when the `Authorization` it gets is `Bearer revoked`.
+fn https_handler(
+    seen: SeenTls,
+) -> impl Fn(http::Request<hyper::body::Incoming>) -> std::pin::Pin<Box<dyn std::future::Future<Output = http::Response<common::pki::Body>> + Send>> + Clone {
+    use http_body_util::{BodyExt, Full};
+    move |req: http::Request<hyper::body::Incoming>| {
+        let seen = seen.clone();
+        Box::pin(async move {
+            let host = req.headers().get("host").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+            let auth = req.headers().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let identity = req.headers().keys().any(|k| k.as_str().starts_with("x-portcullis-"));
+            seen.lock().unwrap().push((host, req.uri().path().to_owned(), identity, auth.clone()));
+            if auth.as_deref() == Some("Bearer revoked") {
+                return http::Response::builder()
+                    .status(401)
+                    .header("www-authenticate", "Bearer resource_metadata=\"https://backend-issuer.example/.well-known/oauth-protected-resource\"")
+                    .body(Full::new(bytes::Bytes::new()).boxed())
+                    .unwrap();
+            }
+            let body = r#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
+            http::Response::builder().header("content-type", "application/json").body(Full::new(bytes::Bytes::from_static(body.as_bytes())).boxed()).unwrap()
+        })
+    }
+}
+
+#[tokio::test]
+async fn an_https_backend_is_reached_with_its_own_ca_and_gets_no_identity_headers() {
+    let ca = TestCa::new();
+    let seen = SeenTls::default();
+    let backend = common::pki::HttpsServer::start(&ca, https_handler(seen.clone())).await;
+    let (_dir, log) = common::temp_path("decisions.log");
+    let servers = format!(
+        "[[servers]]\nname = \"vendor\"\npath = \"/vendor/mcp\"\nupstream = {{ url = \"https://127.0.0.1:{port}/rpc\", ca = {ca:?} }}\n\
+         [[servers]]\nname = \"untrusted\"\npath = \"/untrusted/mcp\"\nupstream = {{ url = \"https://127.0.0.1:{port}/rpc\" }}\n",
+        port = backend.addr.port(),
+        ca = ca.ca_path()
+    );
+    let gw = Gateway::start(parse(&servers_toml(&servers, "[policy]\nenabled = false\n", &log))).await;
+    assert_eq!(post(&gw, "/vendor/mcp", None).await.status(), 200);
+    let got = seen.lock().unwrap().clone();
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].0.as_str(), got[0].1.as_str()), (format!("127.0.0.1:{}", backend.addr.port()).as_str(), "/rpc"), "Host and SNI are the backend's own");
+    assert!(!got[0].2, "an https:// backend gets no x-portcullis-* identity headers by default");
+    // Without `ca` the web PKI roots do not trust the test CA: the gateway refuses to talk.
+    let resp = post(&gw, "/untrusted/mcp", None).await;
+    assert_eq!(resp.status(), 502);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "upstream_unavailable");
+    assert_eq!(seen.lock().unwrap().len(), 1, "no request reached the backend over an untrusted connection");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn mutual_tls_sends_the_client_certificate_the_backend_requires() {
+    let ca = TestCa::new();
+    let seen = SeenTls::default();
+    // A backend that requires a client certificate from the test CA.
+    let server_cfg = {
+        let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_pemfile::certs(&mut ca.ca_pem.as_bytes()) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(std::sync::Arc::new(roots), provider.clone()).build().unwrap();
+        let leaf = ca.leaf(&["localhost", "127.0.0.1"]);
+        let chain: Vec<_> = rustls_pemfile::certs(&mut leaf.cert_pem.as_bytes()).map(Result::unwrap).collect();
+        let key = rustls_pemfile::private_key(&mut leaf.key_pem.as_bytes()).unwrap().unwrap();
+        let cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)
+            .unwrap();
+        std::sync::Arc::new(cfg)
+    };
+    let listener = common::pki::bind().await.unwrap();
+    let backend = common::pki::HttpsServer::serve(listener, server_cfg, https_handler(seen.clone()));
+    let client = ca.leaf(&["portcullis-gateway"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("client.pem"), dir.path().join("client-key.pem"));
+    std::fs::write(&cert, &client.cert_pem).unwrap();
+    std::fs::write(&key, &client.key_pem).unwrap();
+    let log = dir.path().join("decisions.log");
+    let servers = format!(
+        "[[servers]]\nname = \"mtls\"\npath = \"/mtls/mcp\"\nupstream = {{ url = \"https://127.0.0.1:{port}/mcp\", ca = {ca:?}, client_cert = {cert:?}, client_key = {key:?} }}\n\
+         [[servers]]\nname = \"anonymous\"\npath = \"/anonymous/mcp\"\nupstream = {{ url = \"https://127.0.0.1:{port}/mcp\", ca = {ca:?} }}\n",
+        port = backend.addr.port(),
+        ca = ca.ca_path()
+    );
+    let gw = Gateway::start(parse(&servers_toml(&servers, "[policy]\nenabled = false\n", &log))).await;
+    assert_eq!(post(&gw, "/mtls/mcp", None).await.status(), 200, "the client certificate was accepted");
+    assert_eq!(post(&gw, "/anonymous/mcp", None).await.status(), 502, "the same backend refuses a connection without one");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_backend_refusing_the_gateways_credential_is_502_without_its_challenge() {
+    let ca = TestCa::new();
+    let seen = SeenTls::default();
+    let backend = common::pki::HttpsServer::start(&ca, https_handler(seen.clone())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("vendor-token");
+    std::fs::write(&secret, "revoked\n").unwrap();
+    let log = dir.path().join("decisions.log");
+    let servers = format!(
+        "[[servers]]\nname = \"vendor\"\npath = \"/vendor/mcp\"\n[servers.upstream]\nurl = \"https://127.0.0.1:{port}/mcp\"\nca = {ca:?}\n[servers.upstream.auth]\nkind = \"static\"\nvalue_file = {secret:?}\n",
+        port = backend.addr.port(),
+        ca = ca.ca_path()
+    );
+    let gw = Gateway::start(parse(&servers_toml(&servers, "[policy]\nenabled = false\n", &log))).await;
+    let resp = post(&gw, "/vendor/mcp", None).await;
+    assert_eq!(resp.status(), 502);
+    assert!(resp.headers().get("www-authenticate").is_none(), "the backend's challenge would send the client to the backend's issuer");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "upstream_credentials_rejected");
+    assert!(!body.to_string().contains("revoked"), "the credential is never quoted");
+    assert_eq!(seen.lock().unwrap()[0].3.as_deref(), Some("Bearer revoked"), "the backend got the gateway's credential, not the client's");
+    let line = common::wait_for_decision_lines(&log, 1).await.remove(0);
+    assert_eq!(
+        (line["error"].as_str(), line["upstream_error"].as_str(), line["server"].as_str()),
+        (Some("upstream_credentials_rejected"), Some("upstream_credentials_rejected"), Some("vendor"))
+    );
+    // The operator replaces the secret: the next requests carry the new one.
+    std::fs::write(&secret, "fresh\n").unwrap();
+    let mut status = 0;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        status = post(&gw, "/vendor/mcp", None).await.status().as_u16();
+        if status == 200 {
+            break;
+        }
+    }
+    assert_eq!(status, 200);
+    assert_eq!(seen.lock().unwrap().last().unwrap().3.as_deref(), Some("Bearer fresh"));
     gw.shutdown().await;
 }
