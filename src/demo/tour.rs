@@ -134,7 +134,8 @@ pub async fn servers(demo: &Demo) -> Result<Vec<TourRow>, DemoError> {
     ];
     for (server, label, token, body, status) in calls {
         let url = format!("{}/{server}/mcp", gw.url);
-        let signed = agent.clone().with_token(token.to_owned()).sign(http::Method::POST, &url, &headers, body.to_string().into_bytes()).map_err(tour_err(label))?;
+        let signed =
+            agent.clone().with_token(token.to_owned()).sign(http::Method::POST, &url, &headers, body.to_string().into_bytes()).map_err(tour_err(label))?;
         step.send(&format!("{server}: {label}"), status, &signed).await?;
     }
     Ok(step.rows)
