@@ -548,8 +548,11 @@ fn reason_entry<'a>(map: &'a mut BTreeMap<(String, String), Counts>, code: &str,
     map.entry(key).or_default()
 }
 
-/// Refusal reasons, most frequent first: (error code, reason, counts).
-fn rank_reasons(map: &BTreeMap<(String, String), Counts>, n: usize) -> Vec<(&str, &str, &Counts)> {
+/// One refusal reason: (error code, reason, counts).
+pub(crate) type ReasonRow<'a> = (&'a str, &'a str, &'a Counts);
+
+/// Refusal reasons, most frequent first.
+fn rank_reasons(map: &BTreeMap<(String, String), Counts>, n: usize) -> Vec<ReasonRow<'_>> {
     let mut v: Vec<_> = map.iter().map(|((c, r), n)| (c.as_str(), r.as_str(), n)).collect();
     v.sort_by(|a, b| b.2.total().cmp(&a.2.total()).then(a.0.cmp(b.0)).then(a.1.cmp(b.1)));
     v.truncate(n);

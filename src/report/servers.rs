@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{bounded_entry, counted, counts_table, rank_reasons, reason_entry, Counts, Report};
+use super::{bounded_entry, counted, counts_table, rank_reasons, reason_entry, Counts, ReasonRow, Report};
 
 /// The server of a record without a `server` field: such a log was written by a gateway with
 /// one server, which the single-server form names `default`.
@@ -66,7 +66,7 @@ impl Servers {
     }
 
     /// The servers, most requests first, each with its most frequent refusal reasons.
-    pub(crate) fn ranked(&self) -> Vec<(&str, &Counts, Vec<(&str, &str, &Counts)>)> {
+    pub(crate) fn ranked(&self) -> Vec<(&str, &Counts, Vec<ReasonRow<'_>>)> {
         Report::ranked(&self.requests, MAX_SERVERS + 1)
             .into_iter()
             .map(|(name, c)| (name, c, self.reasons.get(name).map(|r| rank_reasons(r, TOP_REASONS)).unwrap_or_default()))
