@@ -42,6 +42,10 @@ enum Command {
         /// Also write a self-contained HTML page here.
         #[arg(long)]
         html: Option<PathBuf>,
+        /// Report only this server's records (the log's `server` field; `default` in the
+        /// single-server form).
+        #[arg(long, value_name = "NAME")]
+        server: Option<String>,
     },
     /// Run the example MCP backend (tools weather.get, payments.send, files.read) for demos and tests.
     ExampleBackend {
@@ -142,13 +146,13 @@ fn load(path: Option<&PathBuf>) -> Result<Config, portcullis::config::ConfigErro
     }
 }
 
-fn summarise_log(log: &std::path::Path, html: Option<&std::path::Path>) -> Result<String, String> {
+fn summarise_log(log: &std::path::Path, html: Option<&std::path::Path>, server: Option<&str>) -> Result<String, String> {
     use portcullis::report::{render_html, Report};
     let r = if log.as_os_str() == "-" {
-        Report::from_reader(std::io::stdin().lock())
+        Report::from_reader_for(std::io::stdin().lock(), server)
     } else {
         let f = std::fs::File::open(log).map_err(|e| format!("cannot open {}: {e}", log.display()))?;
-        Report::from_reader(std::io::BufReader::new(f))
+        Report::from_reader_for(std::io::BufReader::new(f), server)
     }
     .map_err(|e| format!("cannot read {}: {e}", log.display()))?;
     if let Some(out) = html {
@@ -240,7 +244,7 @@ fn main() -> ExitCode {
             print!("{}", portcullis::config::EMBEDDED_DEFAULT);
             ExitCode::SUCCESS
         }
-        Command::Report { log, html } => match summarise_log(&log, html.as_deref()) {
+        Command::Report { log, html, server } => match summarise_log(&log, html.as_deref(), server.as_deref()) {
             Ok(text) => {
                 print!("{text}");
                 ExitCode::SUCCESS

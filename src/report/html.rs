@@ -138,6 +138,28 @@ fn outcome_row(label: &str, c: &Counts) -> Row {
     }
 }
 
+/// The text report's table by server, with each server's top refusal reasons.
+fn servers_table(r: &Report) -> String {
+    let mut t = String::from(
+        r#"<h2>By server</h2><div class="scroll"><table id="servers"><tr><th>server</th><th>requests</th><th>allow</th><th>would_deny</th><th>deny</th><th>top refusal reasons (sent or would-be)</th></tr>"#,
+    );
+    for (name, c, reasons) in r.servers.ranked() {
+        let reasons: Vec<String> = reasons.iter().map(|(code, reason, n)| format!("{} {}: {}", n.total(), escape(code), escape(reason))).collect();
+        let _ = write!(
+            t,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(name),
+            c.total(),
+            c.allow,
+            c.would_deny,
+            c.deny,
+            if reasons.is_empty() { "none".to_owned() } else { reasons.join("<br>") }
+        );
+    }
+    t.push_str("</table></div>");
+    t
+}
+
 /// Renders the whole page.
 pub fn render_html(r: &Report) -> String {
     let mut body = String::new();
@@ -145,9 +167,10 @@ pub fn render_html(r: &Report) -> String {
     let pct = |n: u64| if r.requests == 0 { 0.0 } else { 100.0 * n as f64 / r.requests as f64 };
     let _ = write!(
         body,
-        r#"<h1>Portcullis rollout report</h1><p class="meta">{}{}</p>
+        r#"<h1>Portcullis rollout report{}</h1><p class="meta">{}{}</p>
 <div class="cards"><div class="card"><b>{:.1}%</b>allowed</div><div class="card warn"><b>{:.1}%</b>would be denied</div><div class="card bad"><b>{:.1}%</b>denied</div><div class="card"><b>{:.1}%</b>unsigned</div><div class="card"><b>{:.1}%</b>signed, unverified</div></div>
 <p class="legend"><span style="background:{ALLOW}"></span>allow <span style="background:{WOULD_DENY}"></span>would_deny <span style="background:{DENY}"></span>deny <span style="background:{HELD}"></span>waiting for approval</p>"#,
+        escape(&r.servers.title()),
         escape(&r.counted()),
         match (&r.first_time, &r.last_time) {
             (Some(a), Some(b)) => format!(", {} – {}", escape(a), escape(b)),
@@ -159,8 +182,14 @@ pub fn render_html(r: &Report) -> String {
         100.0 * r.unsigned_share(),
         if r.requests == 0 { 0.0 } else { 100.0 * r.identity.unverified_total() as f64 / r.requests as f64 },
     );
+    if let Some(none) = r.servers.nothing_matched() {
+        let _ = write!(body, r#"<p class="next">{}</p>"#, escape(&none));
+    }
     let _ = write!(body, r#"<p class="next">{}</p>"#, escape(&r.next_step()));
     body.push_str(&bar_chart("outcomes", "Outcomes", &[outcome_row("all requests", o)]));
+    if r.servers.is_many() {
+        body.push_str(&servers_table(r));
+    }
     if !r.approvals.is_empty() {
         let a = &r.approvals;
         let _ = write!(

@@ -1,7 +1,8 @@
 //! The rollout report: reads a decision log and answers the questions a team brings to a
 //! monitor-mode rollout (docs/rollout.md): how many requests are signed, and of those how many
 //! verify (and why the others fail); which agents call; which tools are called; which rules
-//! would block; and what enforcing the next stage group would refuse.
+//! would block; and what enforcing the next stage group would refuse. Behind a gateway with many
+//! servers it says so per server, or reports one server alone (`servers.rs`).
 //!
 //! Input is untrusted text (a log file may be truncated or mixed with other output): lines that
 //! are not decision records are counted and skipped. Memory is bounded whatever the log size:
@@ -10,6 +11,7 @@
 
 mod histogram;
 mod html;
+mod servers;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::BufRead;
@@ -19,6 +21,7 @@ pub use html::render_html;
 
 use crate::config::Group;
 use crate::stage::Stage;
+use servers::{Servers, DEFAULT_SERVER};
 
 /// Most distinct values kept per dimension (agents, tools, reasons); the rest count as "(other)".
 pub(crate) const MAX_KEYS: usize = 10_000;
@@ -163,6 +166,8 @@ pub struct Report {
     pub total_latency: Histogram,
     /// Human approval outcomes.
     pub approvals: ApprovalCounts,
+    /// Requests and refusal reasons per server, and the server the report is limited to.
+    pub(crate) servers: Servers,
     verified_agents: HashSet<String>,
     latest_time: Option<String>,
 }
@@ -173,8 +178,15 @@ fn text<'a>(rec: &'a serde_json::Map<String, serde_json::Value>, key: &str) -> O
 
 impl Report {
     /// Reads a whole decision log.
-    pub fn from_reader(reader: impl BufRead) -> std::io::Result<Report> {
-        let mut r = Report::default();
+    #[cfg(test)]
+    pub(crate) fn from_reader(reader: impl BufRead) -> std::io::Result<Report> {
+        Report::from_reader_for(reader, None)
+    }
+
+    /// Reads a whole decision log, counting only the records of server `only` when it is given
+    /// (a record without a `server` field is the `default` server's).
+    pub fn from_reader_for(reader: impl BufRead, only: Option<&str>) -> std::io::Result<Report> {
+        let mut r = Report { servers: Servers { only: only.map(str::to_owned), ..Servers::default() }, ..Report::default() };
         for line in reader.lines() {
             r.add_line(&line?);
         }
@@ -196,6 +208,10 @@ impl Report {
             self.skipped_lines += 1;
             return;
         };
+        let server = text(&rec, "server").unwrap_or(DEFAULT_SERVER);
+        if !self.servers.admits(server) {
+            return;
+        }
         // What a person did on an approval page: not an agent's request.
         match outcome {
             "approval_approved" | "approval_denied" | "approval_wrong_user" => {
@@ -262,19 +278,18 @@ impl Report {
             let ruled = if matches!(outcome, "deny" | "would_deny") && !by_policy { "allow" } else { outcome };
             bump(&mut self.by_rule, rule).add(ruled);
         }
-        if outcome != "allow" {
-            // A monitored refusal's would-be reason is its first finding: `error` says what the
-            // client was answered, which is the upstream's error when the forward failed.
+        // A monitored refusal's would-be reason is its first finding: `error` says what the
+        // client was answered, which is the upstream's error when the forward failed.
+        let refusal = (outcome != "allow").then(|| {
             let first = rec.get("findings").and_then(|f| f.get(0)).filter(|_| outcome == "would_deny");
             let code = first.and_then(|f| f.get("error")).and_then(|v| v.as_str()).or(text(&rec, "error")).unwrap_or("unknown");
             let reason = first.and_then(|f| f.get("reason")).and_then(|v| v.as_str()).or(text(&rec, "reason")).unwrap_or("");
-            let key = if self.reasons.len() < MAX_KEYS || self.reasons.contains_key(&(code.to_owned(), reason.to_owned())) {
-                (code.to_owned(), reason.to_owned())
-            } else {
-                (code.to_owned(), OTHER.to_owned())
-            };
-            self.reasons.entry(key).or_default().add(outcome);
+            (code, reason)
+        });
+        if let Some((code, reason)) = refusal {
+            reason_entry(&mut self.reasons, code, reason, MAX_KEYS).add(outcome);
         }
+        self.servers.add(server, outcome, refusal);
         let mut groups_found: Vec<Group> = Vec::new();
         for (stage, _) in &findings {
             if self.by_stage.len() < 64 || self.by_stage.contains_key(*stage) {
@@ -353,10 +368,7 @@ impl Report {
 
     /// Refusal reasons, most frequent first: (error code, reason, counts).
     pub(crate) fn top_reasons(&self, n: usize) -> Vec<(&str, &str, &Counts)> {
-        let mut v: Vec<_> = self.reasons.iter().map(|((c, r), n)| (c.as_str(), r.as_str(), n)).collect();
-        v.sort_by(|a, b| b.2.total().cmp(&a.2.total()).then(a.0.cmp(b.0)).then(a.1.cmp(b.1)));
-        v.truncate(n);
-        v
+        rank_reasons(&self.reasons, n)
     }
 
     /// Rows of a per-key table, most requests first.
@@ -403,7 +415,10 @@ impl Report {
         use std::fmt::Write;
         let mut s = String::new();
         let pct = |n: u64| 100.0 * self.share(n);
-        let _ = writeln!(s, "Portcullis decision report: {}", self.counted());
+        let _ = writeln!(s, "Portcullis decision report{}: {}", self.servers.title(), self.counted());
+        if let Some(none) = self.servers.nothing_matched() {
+            let _ = writeln!(s, "{none}");
+        }
         if let (Some(a), Some(b)) = (&self.first_time, &self.last_time) {
             let _ = writeln!(s, "from {a} to {b}");
         }
@@ -423,6 +438,10 @@ impl Report {
         }
         let enforcing: Vec<&str> = self.enforcing.iter().map(|g| g.as_str()).collect();
         let _ = writeln!(s, "Enforcing: {}", if enforcing.is_empty() { "nothing (monitor mode)".to_owned() } else { enforcing.join(", ") });
+        if self.servers.is_many() {
+            s.push('\n');
+            s.push_str(&self.servers.render_text());
+        }
 
         let id = &self.identity;
         let _ = writeln!(s, "\nIdentity:");
@@ -509,13 +528,35 @@ fn counted(n: u64, one: &str, many: &str) -> String {
 }
 
 fn bump<'a>(map: &'a mut BTreeMap<String, Counts>, key: &str) -> &'a mut Counts {
-    let key = if map.len() >= MAX_KEYS && !map.contains_key(key) { OTHER } else { key };
-    map.entry(key.to_owned()).or_default()
+    bounded_entry(map, key, MAX_KEYS)
 }
 
 fn bump_count<'a>(map: &'a mut BTreeMap<String, u64>, key: &str) -> &'a mut u64 {
-    let key = if map.len() >= MAX_KEYS && !map.contains_key(key) { OTHER } else { key };
+    bounded_entry(map, key, MAX_KEYS)
+}
+
+/// The entry for `key`, or for "(other)" once `map` holds `max` keys and `key` is not one.
+fn bounded_entry<'a, V: Default>(map: &'a mut BTreeMap<String, V>, key: &str, max: usize) -> &'a mut V {
+    let key = if map.len() >= max && !map.contains_key(key) { OTHER } else { key };
     map.entry(key.to_owned()).or_default()
+}
+
+/// The counts of one refusal reason, or of its code's "(other)" once `map` holds `max` reasons.
+fn reason_entry<'a>(map: &'a mut BTreeMap<(String, String), Counts>, code: &str, reason: &str, max: usize) -> &'a mut Counts {
+    let key = (code.to_owned(), reason.to_owned());
+    let key = if map.len() < max || map.contains_key(&key) { key } else { (key.0, OTHER.to_owned()) };
+    map.entry(key).or_default()
+}
+
+/// One refusal reason: (error code, reason, counts).
+pub(crate) type ReasonRow<'a> = (&'a str, &'a str, &'a Counts);
+
+/// Refusal reasons, most frequent first.
+fn rank_reasons(map: &BTreeMap<(String, String), Counts>, n: usize) -> Vec<ReasonRow<'_>> {
+    let mut v: Vec<_> = map.iter().map(|((c, r), n)| (c.as_str(), r.as_str(), n)).collect();
+    v.sort_by(|a, b| b.2.total().cmp(&a.2.total()).then(a.0.cmp(b.0)).then(a.1.cmp(b.1)));
+    v.truncate(n);
+    v
 }
 
 #[cfg(test)]

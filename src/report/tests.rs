@@ -247,3 +247,121 @@ fn a_rule_is_blamed_only_for_what_the_policy_refused_and_the_counts_read_as_engl
     let text = one.render_text();
     assert!(text.starts_with("Portcullis decision report: 1 request, 1 approval-page event (0 other lines skipped)"), "{text}");
 }
+
+/// `line` with a `server` field (`None`: a line written before the field existed).
+fn on(server: Option<&str>, outcome: &str, error: Option<&str>, reason: Option<&str>) -> String {
+    let mut rec = serde_json::from_str::<serde_json::Value>(&line(outcome, None, Some("weather.get"), error, reason, 5)).expect("json");
+    if let Some(s) = server {
+        rec["server"] = s.into();
+    }
+    rec.to_string()
+}
+
+fn many_servers() -> Vec<String> {
+    let missing = (Some("invalid_agent_credentials"), Some("signature is missing"));
+    vec![
+        on(Some("payments"), "would_deny", missing.0, missing.1),
+        on(Some("payments"), "would_deny", missing.0, missing.1),
+        on(Some("payments"), "deny", Some("agent_access_denied"), Some("payments_blocked")),
+        on(Some("payments"), "allow", None, None),
+        on(Some("weather"), "allow", None, None),
+        on(Some("weather"), "would_deny", Some("oauth_required"), Some("no token")),
+        on(Some("-"), "deny", Some("not_found"), Some("no server at this path")),
+        // Written before the field existed: the single server, `default`.
+        on(None, "allow", None, None),
+        on(Some("default"), "would_deny", missing.0, missing.1),
+        "not a record".into(),
+    ]
+}
+
+#[test]
+fn requests_and_refusal_reasons_are_counted_per_server() {
+    let r = report(&many_servers());
+    assert_eq!(r.requests, 9);
+    let s = &r.servers;
+    assert_eq!(s.requests["payments"], Counts { allow: 1, deny: 1, would_deny: 2, held: 0 });
+    assert_eq!(s.requests["weather"], Counts { allow: 1, deny: 0, would_deny: 1, held: 0 });
+    assert_eq!(s.requests["-"].deny, 1, "a request that matched no server");
+    assert_eq!(s.requests["default"], Counts { allow: 1, deny: 0, would_deny: 1, held: 0 }, "a line without the field is the default server's");
+    let ranked = s.ranked();
+    assert_eq!(ranked[0].0, "payments", "most requests first");
+    assert_eq!(
+        ranked[0].2,
+        vec![
+            ("invalid_agent_credentials", "signature is missing", &Counts { allow: 0, deny: 0, would_deny: 2, held: 0 }),
+            ("agent_access_denied", "payments_blocked", &Counts { allow: 0, deny: 1, would_deny: 0, held: 0 }),
+        ]
+    );
+    let text = r.render_text();
+    let table: Vec<String> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("By server:"))
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(table, ["By server: total allow would_deny deny", "payments 4 1 2 1", "default 2 1 1 0", "weather 2 1 1 0", "- 1 0 0 1"], "{text}");
+    assert!(
+        text.contains(
+            "Top refusal reasons by server (sent or would-be):\n  payments:\n           2  invalid_agent_credentials: signature is missing\n           1  agent_access_denied: payments_blocked\n"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("\n  weather:\n           1  oauth_required: no token\n"), "{text}");
+    // The log-wide sections are unchanged: the same reasons, all servers together.
+    assert_eq!(r.top_reasons(1)[0].2.would_deny, 3);
+    let html = render_html(&r);
+    assert!(html.contains(r#"<table id="servers">"#), "the HTML page has the table too");
+    assert!(html.contains("<tr><td>payments</td><td>4</td><td>1</td><td>2</td><td>1</td><td>2 invalid_agent_credentials: signature is missing<br>1 agent_access_denied: payments_blocked</td></tr>"), "{html}");
+}
+
+#[test]
+fn one_server_has_no_table_by_server() {
+    let one = report(&[on(Some("default"), "allow", None, None), on(None, "deny", Some("body_too_large"), Some("too big"))]);
+    assert_eq!(one.servers.requests["default"].total(), 2);
+    let text = one.render_text();
+    assert!(!text.contains("By server") && !text.contains("by server"), "{text}");
+    assert!(text.starts_with("Portcullis decision report: 2 requests (0 other lines skipped)\n"), "{text}");
+    assert!(!render_html(&one).contains("By server"));
+}
+
+#[test]
+fn server_names_from_the_log_are_escaped_and_bounded() {
+    let r = report(&[on(Some("<script>x</script>"), "deny", Some("e"), Some("<img src=x>")), on(Some("weather"), "allow", None, None)]);
+    let html = render_html(&r);
+    assert!(html.contains("<td>&lt;script&gt;x&lt;/script&gt;</td>") && html.contains("e: &lt;img src=x&gt;"), "{html}");
+    assert!(!html.contains("<script>") && !html.contains("<img"), "{html}");
+    let lines: Vec<String> = (0..1_050).map(|i| on(Some(&format!("s{i}")), "allow", None, None)).collect();
+    let r = report(&lines);
+    assert_eq!(r.servers.requests.len(), 1_001, "the rest fold into (other)");
+    assert_eq!(r.servers.requests[OTHER].allow, 50);
+}
+
+#[test]
+fn a_report_for_one_server_counts_only_its_records() {
+    let read = |only: &str| Report::from_reader_for(many_servers().join("\n").as_bytes(), Some(only)).expect("in-memory read");
+    let r = read("payments");
+    assert_eq!(r.requests, 4);
+    assert_eq!(r.outcomes, Counts { allow: 1, deny: 1, would_deny: 2, held: 0 });
+    assert_eq!(r.skipped_lines, 1, "a line that is no record is still skipped");
+    assert_eq!(r.top_reasons(5).len(), 2, "only its reasons: {:?}", r.top_reasons(5));
+    let text = r.render_text();
+    assert!(text.starts_with("Portcullis decision report for server payments: 4 requests (1 other line skipped)\n"), "{text}");
+    assert!(!text.contains("By server") && !text.contains("No lines matched"), "one server: no table: {text}");
+    assert!(render_html(&r).contains("<h1>Portcullis rollout report for server payments</h1>"));
+
+    let default = read("default");
+    assert_eq!(default.requests, 2, "a line without the field is the default server's");
+
+    let none = read("billing");
+    assert_eq!(none.requests, 0);
+    let text = none.render_text();
+    assert!(
+        text.starts_with(
+            "Portcullis decision report for server billing: 0 requests (1 other line skipped)\nNo lines matched server billing. Servers in the log: - (1 record), default (2 records), payments (4 records), weather (2 records).\n"
+        ),
+        "{text}"
+    );
+    assert!(render_html(&none).contains("No lines matched server billing."));
+    let empty = Report::from_reader_for("".as_bytes(), Some("billing")).expect("in-memory read");
+    assert!(empty.render_text().contains("No lines matched server billing: the log has no decision records."), "{}", empty.render_text());
+}

@@ -1,6 +1,7 @@
 //! `portcullis report` end to end: a real gateway in monitor mode (real HTTPS key directory,
 //! signed, unsigned, unknown-agent and refused requests) writes its decision log; the binary
 //! summarises it as text and as one HTML page, and headless Chromium renders the page's charts.
+//! A log of two servers is reported by server, and one server alone with `--server`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 use crate::common;
 
@@ -118,15 +119,109 @@ async fn report_of_a_real_monitor_run_counts_what_enforcement_would_do() {
     chromium_renders_the_charts(&page, dir.path());
 }
 
+/// The headless Chromium to render with; `None` (outside CI only) skips the render check.
+fn chromium() -> Option<&'static str> {
+    let found = ["chromium", "chromium-browser"].into_iter().find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()));
+    if found.is_none() {
+        assert!(std::env::var_os("CI").is_none(), "CI runs the Chromium render check: scripts/test.sh installs chromium");
+        println!("SKIPPED the headless Chromium render check: chromium is not installed (scripts/test.sh installs it: apt-get install -y chromium)");
+    }
+    found
+}
+
+/// A decision-log line of `server` (`None`: written before the field existed).
+fn record(server: Option<&str>, outcome: &str, refusal: Option<(&str, &str)>) -> String {
+    let mut rec = serde_json::json!({"time": "2026-12-06T10:00:00.000Z", "request_id": "r", "mode": "monitor", "enforcing": [], "outcome": outcome,
+        "status": 200, "error": refusal.map(|r| r.0), "reason": refusal.map(|r| r.1), "signed": false, "tool": "weather.get", "total_us": 40});
+    if let Some(s) = server {
+        rec["server"] = s.into();
+    }
+    rec.to_string()
+}
+
+#[test]
+fn report_of_two_servers_counts_each_and_reports_one_alone() {
+    let (dir, log) = common::temp_path("decisions.log");
+    let missing = Some(("invalid_agent_credentials", "signature is missing"));
+    let lines = [
+        record(Some("payments"), "would_deny", missing),
+        record(Some("payments"), "would_deny", missing),
+        record(Some("payments"), "deny", Some(("agent_access_denied", "payments_blocked"))),
+        record(Some("weather"), "allow", None),
+        record(Some("weather"), "allow", None),
+        record(Some("<b>odd</b>"), "would_deny", Some(("oauth_required", "<i>no token</i>"))),
+        record(None, "allow", None),
+    ];
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_portcullis")).arg("report").arg(&log).args(args).output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(out.status.success(), "{args:?}: {text}{}", String::from_utf8_lossy(&out.stderr));
+        text
+    };
+    let html = dir.path().join("report.html");
+    let text = run(&["--html", html.to_str().unwrap()]);
+    let row =
+        |text: &str, name: &str| text.lines().find_map(|l| l.strip_prefix(&format!("  {name} "))).map(|r| r.split_whitespace().collect::<Vec<_>>().join(" "));
+    assert_eq!(row(&text, "payments").as_deref(), Some("3 0 2 1"), "total allow would_deny deny\n{text}");
+    assert_eq!(row(&text, "weather").as_deref(), Some("2 2 0 0"), "{text}");
+    assert_eq!(row(&text, "default").as_deref(), Some("1 1 0 0"), "a line without the field is the default server's\n{text}");
+    assert!(
+        text.contains("\n  payments:\n           2  invalid_agent_credentials: signature is missing\n           1  agent_access_denied: payments_blocked\n"),
+        "{text}"
+    );
+
+    let payments = run(&["--server", "payments"]);
+    assert!(payments.starts_with("Portcullis decision report for server payments: 3 requests (0 other lines skipped)\n"), "{payments}");
+    assert!(payments.contains("Outcomes: allow 0 (0.0%), would_deny 2 (66.7%), deny 1 (33.3%)"), "{payments}");
+    assert!(!payments.contains("By server"), "{payments}");
+
+    let unknown = run(&["--server", "billing"]);
+    assert!(
+        unknown.contains(
+            "No lines matched server billing. Servers in the log: <b>odd</b> (1 record), default (1 record), payments (3 records), weather (2 records)."
+        ),
+        "{unknown}"
+    );
+
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<td>&lt;b&gt;odd&lt;/b&gt;</td>") && page.contains("oauth_required: &lt;i&gt;no token&lt;/i&gt;"), "log text is escaped");
+    assert!(!page.contains("<b>odd") && !page.contains("<i>no"), "no markup from the log");
+    let Some(chromium) = chromium() else { return };
+    let probe = r#"<script>
+var t = document.getElementById('servers');
+var b = t ? t.getBoundingClientRect() : {width: 0, height: 0};
+var out = document.createElement('pre');
+out.id = 'servers-probe';
+out.textContent = t ? Math.round(b.width) + ' ' + Math.round(b.height) + ' ' + Array.from(t.rows).map(function (r) { return r.cells[0].textContent + '=' + r.cells[1].textContent; }).join(',') : 'missing';
+document.body.appendChild(out);
+</script>"#;
+    let probed = dir.path().join("probed.html");
+    std::fs::write(&probed, page.replace("</body>", &format!("{probe}</body>"))).unwrap();
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new(chromium)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run", "--disable-dev-shm-usage"])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", probed.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let probe = dom.split("<pre id=\"servers-probe\">").nth(1).and_then(|s| s.split("</pre>").next()).unwrap_or_else(|| panic!("probe not rendered: {dom}"));
+    println!("chromium servers probe: {probe}");
+    let f: Vec<&str> = probe.splitn(3, ' ').collect();
+    assert_eq!(f.len(), 3, "the table by server renders: {probe}");
+    let (w, h): (u32, u32) = (f[0].parse().unwrap(), f[1].parse().unwrap());
+    assert!(w > 100 && h > 50, "table laid out at {w}x{h}");
+    // The DOM dump escapes text again: the name from the log is text, not markup.
+    assert_eq!(f[2], "server=requests,payments=3,weather=2,&lt;b&gt;odd&lt;/b&gt;=1,default=1", "{probe}");
+}
+
 /// Loads the page in headless Chromium with a probe script appended that measures each chart's
 /// layout box and its drawn bars, then reads the probe back from the dumped DOM.
 fn chromium_renders_the_charts(page: &str, dir: &Path) {
-    let Some(chromium) = ["chromium", "chromium-browser"].into_iter().find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
-    else {
-        assert!(std::env::var_os("CI").is_none(), "CI runs the Chromium render check: scripts/test.sh installs chromium");
-        println!("SKIPPED the headless Chromium render check: chromium is not installed (scripts/test.sh installs it: apt-get install -y chromium)");
-        return;
-    };
+    let Some(chromium) = chromium() else { return };
     let probe = r#"<script>
 var out = document.createElement('pre');
 out.id = 'layout-probe';
