@@ -205,6 +205,8 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         is_shutting_down: AtomicBool::new(false),
         config,
     });
+    // Before the startup line: a SIGHUP sent the moment it is printed is not missed.
+    let reloader = spawn_config_reloader(&shared);
     let (stop, stop_rx) = watch::channel(false);
     // The admin listener outlives the drain, so probes see /readyz answer 503 meanwhile.
     let (admin_stop, admin_stop_rx) = watch::channel(false);
@@ -239,7 +241,6 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         }
     }
     let admin_task = admin_listener.map(|l| tokio::spawn(admin::serve(l, shared.clone(), admin_stop_rx)));
-    let reloader = spawn_config_reloader(&shared);
     let task_shared = shared.clone();
     let task = tokio::spawn(async move {
         let shared = task_shared;

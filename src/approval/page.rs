@@ -49,6 +49,8 @@ pub enum PageEvent {
         approval_id: String,
         /// Who logged in.
         login_sub: String,
+        /// The MCP server the call is for.
+        server: String,
     },
     /// The person decided (`approval_approved` / `approval_denied`).
     Decided {
@@ -58,6 +60,8 @@ pub enum PageEvent {
         choice: Choice,
         /// The approver.
         by: String,
+        /// The MCP server the call is for.
+        server: String,
     },
 }
 
@@ -121,7 +125,10 @@ impl Approvals {
             self.metrics.decision("wrong_user");
             let body =
                 "<p>This link was made for another account.</p><p>Nothing was approved or denied. Ask the person who started the request to open it.</p>";
-            return Err((page(StatusCode::FORBIDDEN, "Another account", body), Some(PageEvent::WrongUser { approval_id: record.id, login_sub: session.sub })));
+            return Err((
+                page(StatusCode::FORBIDDEN, "Another account", body),
+                Some(PageEvent::WrongUser { approval_id: record.id, login_sub: session.sub, server: record.server }),
+            ));
         }
         if !self.is_fresh(session.auth_time, now) {
             return Err((self.start_login(code, true, now).await, None));
@@ -202,7 +209,7 @@ impl Approvals {
             Choice::Deny => ("deny", "Denied", "<p>Denied. The call will not be made. Return to your agent.</p>"),
         };
         self.metrics.decision(name);
-        (page(StatusCode::OK, title, text), Some(PageEvent::Decided { approval_id: record.id, choice, by: record.sub }))
+        (page(StatusCode::OK, title, text), Some(PageEvent::Decided { approval_id: record.id, choice, by: record.sub, server: record.server }))
     }
 
     /// Redirects to the issuer's authorization endpoint with a fresh state, nonce and PKCE

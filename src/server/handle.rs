@@ -492,17 +492,20 @@ impl Shared {
     fn log_approval_event(&self, event: &crate::approval::page::PageEvent, wall: SystemTime, request_id: &str) {
         use crate::approval::page::PageEvent;
         use crate::state::approval::Choice;
-        let (outcome, status, id, sub) = match event {
-            PageEvent::WrongUser { approval_id, login_sub } => ("approval_wrong_user", 403, approval_id, login_sub),
-            PageEvent::Decided { approval_id, choice: Choice::Approve, by } => ("approval_approved", 200, approval_id, by),
-            PageEvent::Decided { approval_id, choice: Choice::Deny, by } => ("approval_denied", 200, approval_id, by),
+        let (outcome, status, id, sub, server) = match event {
+            PageEvent::WrongUser { approval_id, login_sub, server } => ("approval_wrong_user", 403, approval_id, login_sub, server),
+            PageEvent::Decided { approval_id, choice: Choice::Approve, by, server } => ("approval_approved", 200, approval_id, by, server),
+            PageEvent::Decided { approval_id, choice: Choice::Deny, by, server } => ("approval_denied", 200, approval_id, by, server),
         };
+        // The server the approved call is for (a name from the config; an approval stored before
+        // a reload removed its server still names it).
+        let server = crate::servers::intern(server);
         let record = DecisionRecord {
             time: rfc3339(wall),
             sub: Some(sub.as_str()),
             approval_id: Some(id.as_str()),
             approved_by: matches!(event, PageEvent::Decided { choice: Choice::Approve, .. }).then_some(sub.as_str()),
-            ..DecisionRecord::new(&self.config.mode, "-", request_id, "POST", &self.config.approvals.path, outcome, status)
+            ..DecisionRecord::new(&self.config.mode, server, request_id, "POST", &self.config.approvals.path, outcome, status)
         };
         self.log.write(&record);
     }

@@ -51,7 +51,9 @@ async fn post_is_forwarded_with_path_query_and_clean_headers() {
     assert!(s.headers.get("x-portcullis-agent").is_none() && s.headers.get("x-portcullis-subject").is_none(), "client-set identity headers are stripped");
     assert!(s.headers.get("x-hop").is_none() && s.headers.get("connection").is_none(), "hop-by-hop headers are stripped");
     assert_eq!(s.headers["x-forwarded-for"], "127.0.0.1", "client-supplied forwarding claims are replaced by what the gateway saw");
-    assert!(s.headers.get("forwarded").is_none() && s.headers.get("x-real-ip").is_none());
+    assert_eq!(s.headers.get_all("forwarded").iter().count(), 1, "the client's Forwarded is replaced, not appended to");
+    assert_eq!(s.headers["forwarded"], format!("for=127.0.0.1;host=\"127.0.0.1:{}\";proto=http", gw.addr.port()));
+    assert!(s.headers.get("x-real-ip").is_none());
     assert_eq!(s.headers["x-forwarded-proto"], "http");
     assert_eq!(s.headers["x-forwarded-host"], format!("127.0.0.1:{}", gw.addr.port()));
     assert_eq!(s.headers["host"], upstream.addr.to_string(), "Host names the upstream");

@@ -576,3 +576,116 @@ async fn a_backend_refusing_the_gateways_credential_is_502_without_its_challenge
     assert_eq!(seen.lock().unwrap().last().unwrap().3.as_deref(), Some("Bearer fresh"));
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn sighup_to_the_running_binary_applies_a_new_server_and_names_what_needs_a_restart() {
+    use std::io::BufRead;
+    let (a, b) = (Upstream::start().await, Upstream::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("decisions.log");
+    let file = dir.path().join("portcullis.toml");
+    let table = |name: &str, up: &Upstream| format!("[[servers]]\nname = \"{name}\"\npath = \"/{name}/mcp\"\nupstream = {{ url = \"{}/mcp\" }}\n", up.url());
+    std::fs::write(&file, servers_toml(&table("a", &a), "[policy]\nenabled = false\n", &log)).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["run", "--config"])
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .env("RUST_LOG", "info")
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let wait_for = |needle: &str| loop {
+        let line = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| panic!("no log line with {needle:?} within 10 s"));
+        if line.contains(needle) {
+            break line;
+        }
+    };
+    let addr = wait_for("Portcullis listening addr=").split("Portcullis listening addr=").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
+    let post_to = |path: &str| common::client().post(format!("http://{addr}{path}")).header("content-type", "application/json").body(PING).send();
+    assert_eq!(post_to("/b/mcp").await.unwrap().status(), 404);
+
+    // b added, and [limits] changed (which needs a restart).
+    let next = servers_toml(&(table("a", &a) + &table("b", &b)), "[policy]\nenabled = false\n[limits]\nmax_batch = 7\n", &log);
+    std::fs::write(&file, next).unwrap();
+    assert!(std::process::Command::new("kill").args(["-HUP", &child.id().to_string()]).status().unwrap().success());
+    let frozen = wait_for("cannot change live");
+    assert!(frozen.contains("limits"), "{frozen}");
+    let applied = wait_for("Config reloaded");
+    assert!(applied.contains("added=[\"b\"]"), "{applied}");
+    assert_eq!(post_to("/b/mcp").await.unwrap().status(), 200, "b is served after SIGHUP");
+    assert_eq!(b.seen().len(), 1);
+    let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = child.wait();
+}
+
+#[tokio::test]
+async fn quotas_count_per_server_unless_a_quota_says_global() {
+    let (a, b) = (Upstream::start().await, Upstream::start().await);
+    let (_dir, log) = common::temp_path("decisions.log");
+    // "per" is counted per server; "shared" once for all servers.
+    let policy = PolicyDir::new(&rego(
+        r#"default decision := {"allow": true}
+decision := {"allow": true, "quotas": [{"key": "per", "limit": 2, "per": "1h"}]} if input.mcp.method == "ping"
+decision := {"allow": true, "quotas": [{"key": "shared", "limit": 3, "per": "1h", "scope": "global"}]} if input.mcp.method == "tools/list""#,
+    ));
+    let servers = format!(
+        "[[servers]]\nname = \"a\"\npath = \"/a/mcp\"\nupstream = {{ url = \"{}/mcp\" }}\n[[servers]]\nname = \"b\"\npath = \"/b/mcp\"\nupstream = {{ url = \"{}/mcp\" }}\n",
+        a.url(),
+        b.url()
+    );
+    let gw =
+        Gateway::start(parse(&servers_toml(&servers, &format!("{}\n[oauth]\nrequired = false\n[signatures]\nrequired = false\n", policy.toml()), &log))).await;
+    let send = |path: &'static str, body: &'static str| common::client().post(gw.url(path)).header("content-type", "application/json").body(body).send();
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    // Per server: two pings on a, then a's third is over, b still has its own two.
+    let mut statuses = Vec::new();
+    for path in ["/a/mcp", "/a/mcp", "/a/mcp", "/b/mcp", "/b/mcp"] {
+        statuses.push(send(path, PING).await.unwrap().status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 429, 200, 200]);
+    // Global: three lists in all, whichever server.
+    let mut global = Vec::new();
+    for path in ["/a/mcp", "/b/mcp", "/a/mcp", "/b/mcp"] {
+        global.push(send(path, list).await.unwrap().status().as_u16());
+    }
+    assert_eq!(global, [200, 200, 200, 429]);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn tools_pin_reads_the_server_it_is_told_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools.json");
+    std::fs::write(&tools, r#"[{"name":"files.list","description":"Lists files","inputSchema":{"type":"object"}}]"#).unwrap();
+    let weather = Backend::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let files = Backend::start_with_tools("127.0.0.1:0".parse().unwrap(), Some(tools)).await.unwrap();
+    let log = dir.path().join("decisions.log");
+    let servers = format!(
+        "[[servers]]\nname = \"weather\"\npath = \"/weather/mcp\"\nupstream = {{ url = \"http://{}/mcp\" }}\n[[servers]]\nname = \"files\"\npath = \"/files/mcp\"\nupstream = {{ url = \"http://{}/mcp\" }}\n",
+        weather.addr, files.addr
+    );
+    let file = dir.path().join("portcullis.toml");
+    std::fs::write(&file, servers_toml(&servers, "", &log)).unwrap();
+    let pins = dir.path().join("files-pins.json");
+    let run = |args: Vec<std::ffi::OsString>| async move {
+        tokio::task::spawn_blocking(move || std::process::Command::new(env!("CARGO_BIN_EXE_portcullis")).args(args).output().unwrap()).await.unwrap()
+    };
+    let out =
+        run(vec!["tools".into(), "pin".into(), "--config".into(), file.clone().into(), "--server".into(), "files".into(), "--out".into(), pins.clone().into()])
+            .await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(&pins).unwrap()).unwrap();
+    let names: Vec<&String> = written["tools"].as_object().unwrap().keys().collect();
+    assert_eq!(names, ["files.list"], "the files server's tools, not weather's");
+    let unnamed = run(vec!["tools".into(), "pin".into(), "--config".into(), file.clone().into(), "--out".into(), pins.clone().into()]).await;
+    assert!(!unnamed.status.success());
+    let said = String::from_utf8_lossy(&unnamed.stderr).into_owned() + &String::from_utf8_lossy(&unnamed.stdout);
+    assert!(said.contains("--server") && said.contains("weather, files"), "{said}");
+}
