@@ -104,7 +104,7 @@ addr = "nowhere"
 public_url = "ftp://x/mcp"
 tls_cert = "c.pem"
 [upstream]
-url = "https://backend"
+url = "ftp://backend"
 connect_timeout = "0s"
 "#;
     let Err(ConfigError::Invalid { errors, .. }) = parse(text) else { panic!("expected invalid") };

@@ -187,7 +187,7 @@ impl Exchanger {
 
     /// Drops the cached token whose header is `header` (the backend refused it).
     pub(super) async fn forget(&self, header: &HeaderValue) {
-        let refused: Vec<_> = self.cache.iter().filter(|(_, issued)| &issued.header == header).map(|(k, _)| k).collect();
+        let refused: Vec<_> = self.cache.iter().filter(|(_, issued)| issued.header == header).map(|(k, _)| k).collect();
         for key in refused {
             self.cache.invalidate(&*key).await;
         }
