@@ -387,8 +387,12 @@ impl Shared {
         for section in &frozen {
             warn!(section = %section, "Config reload: this setting cannot change live; it keeps its running value until a restart");
         }
+        // The servers (and the modes and single-server sections they are made of) from the new
+        // file; everything the running stages were built from stays as it is, so a server's
+        // documents and challenges match the checks that run.
+        let merged = Config { servers: fresh.servers, mode: fresh.mode, upstream: fresh.upstream, tools: fresh.tools, ..self.config.clone() };
         let current = self.servers.load_full();
-        let (table, changes) = Table::build(&fresh, self.stages.accept_signature(), Some(&current)).map_err(|e| e.to_string())?;
+        let (table, changes) = Table::build(&merged, self.stages.accept_signature(), Some(&current)).map_err(|e| e.to_string())?;
         for server in table.all() {
             if changes.added.contains(&server.config.name) || changes.changed.contains(&server.config.name) {
                 let _ = server.upstream.warm().await;

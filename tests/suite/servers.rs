@@ -689,3 +689,20 @@ async fn tools_pin_reads_the_server_it_is_told_to() {
     let said = String::from_utf8_lossy(&unnamed.stderr).into_owned() + &String::from_utf8_lossy(&unnamed.stdout);
     assert!(said.contains("--server") && said.contains("weather, files"), "{said}");
 }
+
+#[test]
+fn check_validates_every_server_and_names_the_one_that_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("decisions.log");
+    let servers = "[[servers]]\nname = \"weather\"\npath = \"/weather/mcp\"\nupstream = { url = \"http://127.0.0.1:9/mcp\" }\n\
+                   [[servers]]\nname = \"vendor\"\npath = \"/vendor/mcp\"\nupstream = { url = \"https://127.0.0.1:9/mcp\", ca = \"missing-ca.pem\" }\n";
+    let file = dir.path().join("portcullis.toml");
+    std::fs::write(&file, servers_toml(servers, "", &log)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis")).args(["check", "--config"]).arg(&file).output().unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("servers[vendor].upstream.ca") && said.contains("missing-ca.pem"), "{said}");
+    std::fs::write(&file, servers_toml(&servers.replace(", ca = \"missing-ca.pem\"", ""), "", &log)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis")).args(["check", "--config"]).arg(&file).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
