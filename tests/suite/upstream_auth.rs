@@ -665,3 +665,69 @@ scopes := ["weather:admin"] if input.mcp.tool == "reset""#,
         }
     }
 }
+
+mod per_server {
+    //! `[servers.upstream.auth]`: each backend behind one gateway gets its own credential — a
+    //! token exchanged for its own audience, a static key, or nothing.
+    use super::*;
+    use common::issuer::{self, Issuer};
+    use common::pki::TestCa;
+    use serde_json::Value;
+
+    fn claims_of(jwt: &str) -> Value {
+        let payload = jwt.split('.').nth(1).unwrap();
+        serde_json::from_slice(&base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, payload).unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn each_server_exchanges_for_its_own_audience_and_caches_apart() {
+        let ca = TestCa::new();
+        let issuer = Issuer::start(&ca).await;
+        let (weather, payments, plain) = (Upstream::start().await, Upstream::start().await, Upstream::start().await);
+        let (dir, log) = temp_path("decisions.log");
+        let secret = dir.path().join("client-secret");
+        std::fs::write(&secret, format!("{}\n", issuer::CLIENT_SECRET)).unwrap();
+        let exchange = |audience: &str, scope: &str| {
+            format!("kind = \"token_exchange\"\nclient_id = \"{}\"\nclient_secret_file = {secret:?}\naudience = \"{audience}\"\nscope = \"{scope}\"\n", issuer::CLIENT_ID)
+        };
+        let text = format!(
+            "mode = \"enforce\"\n[listen]\naddr = \"127.0.0.1:0\"\npublic_url = \"https://mcp.example.com\"\n[admin]\naddr = \"127.0.0.1:0\"\n[log]\ndecisions = {log:?}\n\
+             [signatures]\nrequired = false\n[oauth]\nrequired = true\nissuer = \"{}\"\nissuer_ca = {:?}\n[policy]\nenabled = false\n\
+             [[servers]]\nname = \"weather\"\npath = \"/weather/mcp\"\n[servers.upstream]\nurl = \"{}/mcp\"\n[servers.upstream.auth]\n{}\n\
+             [[servers]]\nname = \"payments\"\npath = \"/payments/mcp\"\n[servers.upstream]\nurl = \"{}/mcp\"\n[servers.upstream.auth]\n{}\n\
+             [[servers]]\nname = \"plain\"\npath = \"/plain/mcp\"\nupstream = {{ url = \"{}/mcp\" }}\n",
+            issuer.url(),
+            ca.ca_path(),
+            weather.url(),
+            exchange("https://weather.internal", "weather:read"),
+            payments.url(),
+            exchange("https://payments.internal", "payments:write"),
+            plain.url(),
+        );
+        let gw = Gateway::start(portcullis::config::Config::parse(&text, "per-server exchange", std::path::Path::new(".")).unwrap()).await;
+        let call = |path: &str, token: &str| {
+            client().post(gw.url(path)).header("content-type", "application/json").bearer_auth(token).body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).send()
+        };
+        let token_for = |path: &str| issuer.rsa.sign(&issuer.claims(&format!("https://mcp.example.com{path}")));
+        let (w, p, n) = (token_for("/weather/mcp"), token_for("/payments/mcp"), token_for("/plain/mcp"));
+        for _ in 0..2 {
+            assert_eq!(call("/weather/mcp", &w).await.unwrap().status(), 200);
+            assert_eq!(call("/payments/mcp", &p).await.unwrap().status(), 200);
+        }
+        assert_eq!(call("/plain/mcp", &n).await.unwrap().status(), 200);
+        let bearer = |u: &Upstream, i: usize| u.seen()[i].headers["authorization"].to_str().unwrap().strip_prefix("Bearer ").unwrap().to_owned();
+        let (to_weather, to_payments) = (claims_of(&bearer(&weather, 0)), claims_of(&bearer(&payments, 0)));
+        assert_eq!((to_weather["aud"].as_str(), to_weather["scope"].as_str()), (Some("https://weather.internal"), Some("weather:read")));
+        assert_eq!((to_payments["aud"].as_str(), to_payments["scope"].as_str()), (Some("https://payments.internal"), Some("payments:write")));
+        assert_eq!(bearer(&weather, 1), bearer(&weather, 0), "weather's second call is cached");
+        assert_eq!(issuer.exchanges().len(), 2, "one exchange per server for two calls each");
+        assert!(plain.seen()[0].headers.get("authorization").is_none(), "a server without upstream.auth gets no token at all");
+        let lines = wait_for_decision_lines(&log, 5).await;
+        let on = |server: &str| lines.iter().filter(|l| l["server"] == server).map(|l| (l["upstream_auth"].clone(), l["upstream_auth_cached"].clone())).collect::<Vec<_>>();
+        assert_eq!(on("weather"), [(Value::from("token_exchange"), Value::from(false)), (Value::from("token_exchange"), Value::from(true))]);
+        assert_eq!(on("plain"), [(Value::from("none"), Value::Null)]);
+        let metrics = common::metrics(&gw).await;
+        assert!(metrics.contains("portcullis_upstream_token_exchanges_total{server=\"payments\",result=\"issued\"} 1"), "{metrics}");
+        gw.shutdown().await;
+    }
+}
