@@ -228,7 +228,14 @@ impl Exchanger {
         }
         // A caller holding its share of the cache still gets its credential, exchanged for this
         // call and not kept: the issuer stays behind `max_per_second`, the others keep theirs.
-        if !self.slots.take(caller, self.per_caller) {
+        // Expired entries free their slots when the cache gets round to evicting them: at its
+        // share, a caller first lets it, so a slot whose token expired is not held on to.
+        let mut has_slot = self.slots.take(caller, self.per_caller);
+        if !has_slot {
+            self.cache.run_pending_tasks().await;
+            has_slot = self.slots.take(caller, self.per_caller);
+        }
+        if !has_slot {
             let issued = self.exchange(subject, agent, scope.as_deref(), now, left).await;
             return self.counted(issued.map(|i| (i.header, false)));
         }

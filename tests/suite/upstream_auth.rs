@@ -370,6 +370,24 @@ mod token_exchange {
     }
 
     #[tokio::test]
+    async fn a_callers_slot_comes_back_when_its_cached_token_expires() {
+        let s = Setup::start("mode = \"enforce\"", "max_cached_per_caller = 1").await;
+        let now = issuer::unix_now();
+        // The first token lives 2 s: its exchanged token is cached no longer than that.
+        let short = s.issuer.rsa.sign(&s.issuer.claims_with(AUD, json!({"jti": "short", "iat": now, "exp": now + 2})));
+        let long = s.issuer.rsa.sign(&s.issuer.claims_with(AUD, json!({"jti": "long"})));
+        assert_eq!(s.call(&short).await.status(), 200);
+        assert_eq!(s.call(&long).await.status(), 200, "at its share: exchanged, not kept");
+        tokio::time::sleep(Duration::from_millis(3200)).await;
+        for _ in 0..2 {
+            assert_eq!(s.call(&long).await.status(), 200);
+        }
+        let lines = wait_for_decision_lines(&s.log, 4).await;
+        let cached: Vec<_> = lines.iter().map(|l| l["upstream_auth_cached"].as_bool().unwrap()).collect();
+        assert_eq!(cached, [false, false, false, true], "the expired entry's slot went back: the long token is kept now");
+    }
+
+    #[tokio::test]
     async fn max_cached_per_caller_is_checked_at_start() {
         let upstream = Upstream::start().await;
         let text = common::config_toml(
