@@ -70,9 +70,9 @@ impl Stage {
             | Denial::Shed
             | Denial::HeadsOverloaded
             | Denial::RequestTimeout { .. }
-            | Denial::StreamsFull
             | Denial::NotFound
             | Denial::BadTarget(_) => Stage::Body,
+            Denial::StreamsFull => Stage::Upstream,
             Denial::Digest(_) => Stage::Digest,
             Denial::Signature(_) => Stage::Signature,
             Denial::KeyResolution(_) => Stage::Key,

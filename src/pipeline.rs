@@ -419,7 +419,8 @@ async fn run_stages(
     // server's keys are as they always were).
     if server.is_many {
         for q in quotas.iter_mut().filter(|q| !q.global) {
-            q.key = format!("{}/{}", server.name, q.key);
+            // The unit separator keeps a server's buckets apart from every global key.
+            q.key = format!("{}\u{1f}{}", server.name, q.key);
         }
     }
     // The admission point of a deferred replay check (see `run_stages`).

@@ -85,6 +85,8 @@ pub(crate) struct Shared {
     body_budget: Arc<BodyBudget>,
     /// `limits.max_header_bytes_in_flight`: the heads of the requests being handled.
     head_budget: Arc<BodyBudget>,
+    /// Held while a reload replaces the table.
+    reloading: tokio::sync::Mutex<()>,
     /// Config reloads by result (`applied`, `rejected`).
     reloads: prometheus_client::metrics::family::Family<ReloadLabels, prometheus_client::metrics::counter::Counter>,
     pub(crate) is_shutting_down: AtomicBool,
@@ -202,6 +204,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
         body_budget: BodyBudget::new(config.limits.max_body_in_flight),
         head_budget: BodyBudget::new(config.limits.max_header_bytes_in_flight),
         reloads,
+        reloading: tokio::sync::Mutex::new(()),
         is_shutting_down: AtomicBool::new(false),
         config,
     });
@@ -344,11 +347,7 @@ impl Shared {
         }
         let table = self.servers.load();
         // The actor keys (`upstream.auth.actor`), for the issuer to trust the actor tokens.
-        let doc = if path == crate::upstream_auth::JWKS_PATH {
-            Bytes::copy_from_slice(table.all().iter().find_map(|s| s.credentials().actor_jwks())?.as_bytes())
-        } else {
-            table.metadata_at(path)?.metadata()
-        };
+        let doc = if path == crate::upstream_auth::JWKS_PATH { actor_jwks(&table)? } else { table.metadata_at(path)?.metadata() };
         let mut resp = if req.method() == Method::GET || req.method() == Method::HEAD {
             let mut r = Response::new(decision::full(doc));
             r.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -390,7 +389,16 @@ impl Shared {
         // The servers (and the modes and single-server sections they are made of) from the new
         // file; everything the running stages were built from stays as it is, so a server's
         // documents and challenges match the checks that run.
-        let merged = Config { servers: fresh.servers, mode: fresh.mode, upstream: fresh.upstream, tools: fresh.tools, ..self.config.clone() };
+        let running_form = self.config.servers.first().map(|s| s.form);
+        if fresh.servers.first().map(|s| s.form) != running_form {
+            return Err("the file changes between [upstream] and [[servers]]: the token audiences and signature checks of the other form are set at start, so this needs a restart".to_owned());
+        }
+        // Each server's resource and default in-flight bound from the running listen and
+        // limits (which did not change), not the file's.
+        let servers = self.config.rebase(fresh.servers);
+        let merged = Config { servers, mode: fresh.mode, upstream: fresh.upstream, tools: fresh.tools, ..self.config.clone() };
+        // One reload at a time: two at once could each replace the table and retire nothing.
+        let _one = self.reloading.lock().await;
         let current = self.servers.load_full();
         let (table, changes) = Table::build(&merged, self.stages.accept_signature(), Some(&current)).map_err(|e| e.to_string())?;
         for server in table.all() {
@@ -414,6 +422,21 @@ impl Shared {
         info!(added = ?changes.added, removed = ?changes.removed, changed = ?changes.changed, unchanged = ?changes.unchanged, "Config reloaded");
         Ok(())
     }
+}
+
+/// Every server's actor keys (`upstream.auth.actor`) as one JWK set, each key once (by `kid`):
+/// the issuer trusts the actor tokens of every server. `None` when no server signs any.
+fn actor_jwks(table: &Table) -> Option<Bytes> {
+    let mut keys: Vec<serde_json::Value> = Vec::new();
+    for doc in table.all().iter().filter_map(|s| s.credentials().actor_jwks()) {
+        let parsed: serde_json::Value = serde_json::from_str(doc).ok()?;
+        for key in parsed["keys"].as_array().into_iter().flatten() {
+            if !keys.iter().any(|k| k["kid"] == key["kid"]) {
+                keys.push(key.clone());
+            }
+        }
+    }
+    (!keys.is_empty()).then(|| Bytes::from(serde_json::json!({ "keys": keys }).to_string()))
 }
 
 /// Reloads the config on SIGHUP (when it came from a file); ends with the gateway.

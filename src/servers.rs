@@ -96,7 +96,12 @@ impl Server {
             input,
             stage_series: Default::default(),
             retired: tokio_util::sync::CancellationToken::new(),
-            fingerprint: format!("{s:?}|{:?}|{:?}", config.oauth, config.signatures.components),
+            // A default in-flight bound (a share of the global one) moves when servers are added
+            // or removed: that alone does not make a server changed (it keeps its bound).
+            fingerprint: {
+                let set = if s.upstream.max_in_flight.is_some() { s.max_in_flight } else { 0 };
+                format!("{:?}|{:?}|{:?}", config::Server { max_in_flight: set, ..s.clone() }, config.oauth, config.signatures.components)
+            },
             config: s.clone(),
             _refresher: None,
         })

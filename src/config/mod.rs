@@ -287,6 +287,29 @@ impl Config {
         Ok(Config { file: Some(path.to_owned()), ..config })
     }
 
+    /// `servers` (from a reloaded file) as this running config would have made them: each
+    /// `[[servers]]` resource and audience from the running `listen.public_url`, and the
+    /// default in-flight bound from the running `limits.max_in_flight`.
+    pub fn rebase(&self, servers: Vec<Server>) -> Vec<Server> {
+        let n = servers.len().max(1);
+        let origin = self.listen.public_url.origin().ascii_serialization();
+        servers
+            .into_iter()
+            .map(|mut s| {
+                if s.form == Form::Many {
+                    if let Ok(resource) = Url::parse(&format!("{origin}{}", s.path.trim_end_matches('/'))) {
+                        s.audience = resource.as_str().trim_end_matches('/').to_owned();
+                        s.resource = resource;
+                    }
+                    if s.upstream.max_in_flight.is_none() {
+                        s.max_in_flight = servers::default_in_flight(self.limits.max_in_flight, n);
+                    }
+                }
+                s
+            })
+            .collect()
+    }
+
     /// The sections of `fresh` that differ from this running config but cannot change live
     /// (a reload applies the servers, their modes and the policy files; these keep their
     /// running value until a restart).
@@ -311,9 +334,13 @@ impl Config {
     /// `portcullis check` prints them and the gateway logs them at start, and both go on.
     pub fn warnings(&self) -> Vec<FieldError> {
         let mut out = Vec::new();
-        if matches!(self.upstream.auth, UpstreamAuth::Forward) {
+        for server in self.servers.iter().map(|s| s.of_single_form(self)).filter(|s| matches!(s.upstream.auth, UpstreamAuth::Forward)) {
+            let field = match server.form {
+                Form::Single => "upstream.auth.kind".to_owned(),
+                Form::Many => format!("servers[{}].upstream.auth.kind", server.name),
+            };
             out.push(FieldError::new(
-                "upstream.auth.kind",
+                field,
                 "\"forward\" (or oauth.forward_token = true) passes the user's token to the backend: the MCP specification forbids token passthrough; prefer \"token_exchange\"",
             ));
         }

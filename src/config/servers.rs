@@ -74,6 +74,7 @@ impl Server {
             p => p.to_owned(),
         };
         let endpoint = Url::parse(&format!("{}{}", upstream.url.as_str().trim_end_matches('/'), public_url.path())).unwrap_or_else(|_| upstream.url.clone());
+        let identity_headers = upstream.url.scheme() == "http";
         Server {
             name: DEFAULT_SERVER.to_owned(),
             path,
@@ -84,7 +85,9 @@ impl Server {
             tools,
             mode,
             scopes_supported: scopes.to_vec(),
-            identity_headers: true,
+            // As it always was for http://; an https:// backend (a vendor's) gets no internal
+            // identities.
+            identity_headers,
             max_in_flight,
             form: Form::Single,
         }
@@ -124,6 +127,12 @@ impl Server {
     }
 }
 
+/// A server's in-flight bound when it sets none: an even share of `global`, at least
+/// [`MIN_DEFAULT_IN_FLIGHT`].
+pub(super) fn default_in_flight(global: usize, servers: usize) -> usize {
+    (global / servers.max(1)).max(MIN_DEFAULT_IN_FLIGHT)
+}
+
 /// What the servers form needs from the rest of the file.
 pub(super) struct Shared<'a> {
     pub ctx: Context<'a>,
@@ -136,8 +145,7 @@ pub(super) struct Shared<'a> {
 
 /// Validates every `[[servers]]` table, naming each bad key as `servers[I].key`.
 pub(super) fn many(raw: Vec<RawServer>, shared: &Shared<'_>, errs: &mut Vec<FieldError>) -> Vec<Server> {
-    let n = raw.len();
-    let default_in_flight = (shared.global_in_flight / n.max(1)).max(MIN_DEFAULT_IN_FLIGHT);
+    let default_in_flight = default_in_flight(shared.global_in_flight, raw.len());
     let mut out = Vec::new();
     let mut names: Vec<String> = Vec::new();
     let mut paths: Vec<(String, String)> = Vec::new();
@@ -146,6 +154,8 @@ pub(super) fn many(raw: Vec<RawServer>, shared: &Shared<'_>, errs: &mut Vec<Fiel
         let mut bad = |field: &str, reason: String| errs.push(FieldError::new(at(field), reason));
         if !is_name(&s.name) {
             bad("name", format!("{:?} is not a server name ([a-z0-9][a-z0-9-]{{0,31}})", s.name));
+        } else if s.name == DEFAULT_SERVER {
+            bad("name", format!("{DEFAULT_SERVER:?} is the name of the single-server form's server ([upstream]); give this one its own"));
         } else if names.contains(&s.name) {
             bad("name", format!("{:?} names two servers", s.name));
         }
@@ -185,7 +195,8 @@ pub(super) fn many(raw: Vec<RawServer>, shared: &Shared<'_>, errs: &mut Vec<Fiel
         let max_in_flight = upstream.max_in_flight.unwrap_or(default_in_flight);
         out.push(Server {
             name: s.name,
-            audience: resource.as_str().to_owned(),
+            // The resource as its metadata names it: no trailing slash for a server at `/`.
+            audience: resource.as_str().trim_end_matches('/').to_owned(),
             path: s.path,
             resource,
             endpoint: upstream.url.clone(),
@@ -317,6 +328,11 @@ fn is_name(name: &str) -> bool {
 fn check_path(path: &str, approvals_path: &str) -> Result<(), String> {
     if !portcullis_wire::target::is_canonical_path(path) {
         return Err(format!("{path:?} is not a canonical absolute path (no empty, . or .. segment, trailing slash, %-encoding or query)"));
+    }
+    // Only what a URL carries as it is: a character `Url` would percent-encode would make the
+    // resource (and its metadata URL) differ from the path the gateway routes on.
+    if !path.bytes().all(|b| b.is_ascii_alphanumeric() || b"/-._~!$&'()*+,;=:@".contains(&b)) {
+        return Err(format!("{path:?} holds a character a URL path carries only percent-encoded (use letters, digits and -._~!$&'()*+,;=:@)"));
     }
     if path == "/.well-known" || path.starts_with("/.well-known/") {
         return Err(format!("{path:?} lies under /.well-known/, where the gateway serves its own documents (protected resource metadata, actor keys)"));

@@ -420,7 +420,7 @@ impl TokenVerifier {
             return if self.is_required { Err(TokenError::Missing) } else { Ok(None) };
         };
         let verified = self.verify(token, req.now).await?;
-        if let Some(audience) = audience.filter(|_| self.rules.audience.is_empty()) {
+        if let Some(audience) = audience {
             if !verified.aud().iter().any(|a| a == audience) {
                 return Err(TokenError::WrongAudience { audience: short(audience) });
             }

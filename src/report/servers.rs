@@ -3,7 +3,8 @@
 //! reasons, and `portcullis report --server NAME` reports one server's records alone.
 //!
 //! A record's server is its `server` field: the config's name, `default` in the single-server
-//! form, `-` for a request whose path matched no server (and for approval-page events). Like
+//! form, `-` for a request whose path matched no server (approval-page events name the server
+//! of the call they decide). Like
 //! every field it is untrusted log text: the names kept are bounded here and escaped in HTML.
 
 use std::collections::BTreeMap;

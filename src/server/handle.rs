@@ -114,12 +114,12 @@ enum Route {
 }
 
 /// A request whose path, authority and body were accepted and that holds an in-flight slot
-/// (the admit phase's output). The slot and the body's reservation are held until it is
-/// answered.
+/// (the admit phase's output). The slot is held until it is answered; the body's reservation
+/// until it is answered or forwarded.
 struct Admitted {
     inbound: Inbound,
     _slot: (tokio::sync::OwnedSemaphorePermit, crate::telemetry::InFlight),
-    _reservation: body::Reservation,
+    reservation: body::Reservation,
 }
 
 impl Shared {
@@ -163,12 +163,18 @@ impl Shared {
                     self.refuse(&denial, &request_id, server.as_deref())
                 }
                 Ok((admitted, server)) => {
-                    let Admitted { inbound, _slot, _reservation } = admitted;
+                    let Admitted { inbound, _slot, reservation } = admitted;
                     match self.decide(server, &inbound, &mut trail).await {
                         Verdict::Replay(fwd) => self.replay(fwd, &mut trail, &request_id),
                         Verdict::Refuse(refusal) => self.refused(server, refusal, &mut trail, &request_id),
                         Verdict::Respond(answer) => self.respond(server, answer, &mut trail, &request_id),
-                        Verdict::Forward(fwd) => self.forward(server, inbound, fwd, &mut trail).await,
+                        Verdict::Forward(fwd) => {
+                            // The body goes to the backend now: it no longer counts against
+                            // limits.max_body_in_flight, so a backend that is slow to answer
+                            // cannot hold every other server's bodies out (section F isolation).
+                            drop(reservation);
+                            self.forward(server, inbound, fwd, &mut trail).await
+                        }
                     }
                 }
             };
@@ -228,7 +234,7 @@ impl Shared {
         // backend is slow fills only its own.
         let slot = server.slots.clone().try_acquire_owned().map_err(|_| Denial::Shed)?;
         let inbound = Inbound { head, body, now, peer, is_tls, request_id: request_id.to_owned(), authority };
-        Ok((Admitted { inbound, _slot: (slot, self.metrics.admitted()), _reservation: reservation }, server))
+        Ok((Admitted { inbound, _slot: (slot, self.metrics.admitted()), reservation }, server))
     }
 
     /// Decide: the pipeline's decision, then the mode ([`decision::apply_mode`], the only
@@ -282,6 +288,23 @@ impl Shared {
             outcome = Outcome::WouldDeny;
             summary = summary.or(Some((f.error, f.reason.clone())));
         }
+        // A GET opens a long-lived stream (standalone or resumed): it needs one of its server's
+        // `upstream.max_streams` before the backend is asked, so nothing is dropped after the
+        // backend acted.
+        let stream_permit = if inbound.head.method == http::Method::GET {
+            match server.streams.clone().try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    self.metrics.bound_reached("max_streams");
+                    trail.seen = fwd.into_evidence();
+                    crate::idempotency::release(&mut trail.seen.idempotency).await;
+                    trail.findings.push(Finding::of(&Denial::StreamsFull));
+                    return self.refuse(&Denial::StreamsFull, &inbound.request_id, Some(server));
+                }
+            }
+        } else {
+            None
+        };
         let exchange = crate::session::Exchange::of(&inbound.head, inbound.peer.addr.ip(), server.name);
         let listing = pipeline::ListingAsk::of(&server.scope(), &inbound, fwd.evidence());
         // A list the gateway rewrites must come uncompressed: a compressed one could not be
@@ -309,20 +332,11 @@ impl Shared {
             }
             other => other,
         };
-        // An event stream counts against its server's `upstream.max_streams` until it ends.
-        let result = match result {
-            Ok(resp) if is_event_stream(resp.headers()) => match server.streams.clone().try_acquire_owned() {
-                Ok(permit) => Ok(crate::servers::holding(server, resp, permit)),
-                Err(_) => {
-                    drop(resp);
-                    self.metrics.bound_reached("max_streams");
-                    trail.seen = fwd.into_evidence();
-                    crate::idempotency::release(&mut trail.seen.idempotency).await;
-                    trail.findings.push(Finding::of(&Denial::StreamsFull));
-                    return self.refuse(&Denial::StreamsFull, &request_id, Some(server));
-                }
-            },
-            other => other,
+        // A standalone stream (GET) counts against its server's `upstream.max_streams` until it
+        // ends; the permit was taken before anything was sent.
+        let result = match (result, stream_permit) {
+            (Ok(resp), Some(permit)) if is_event_stream(resp.headers()) => Ok(crate::servers::holding(server, resp, permit)),
+            (other, _) => other,
         };
         let result = match (result, listing) {
             // The visible tools are worked out only for an answer that is read.
@@ -499,7 +513,10 @@ impl Shared {
         };
         // The server the approved call is for (a name from the config; an approval stored before
         // a reload removed its server still names it).
-        let server = crate::servers::intern(server);
+        // Looked up in the running table (never interned from the store: a stored name this
+        // config does not have is logged as `-`).
+        let table = self.servers.load();
+        let server = table.named(server).map_or("-", |s| s.name);
         let record = DecisionRecord {
             time: rfc3339(wall),
             sub: Some(sub.as_str()),

@@ -361,9 +361,14 @@ async fn a_reload_adds_and_removes_servers_while_an_open_stream_on_a_kept_one_go
     std::fs::write(&file, first.replace("name = \"a\"", "name = \"A!\"")).unwrap();
     let refused = gw.running.as_ref().unwrap().reload_config().await.unwrap_err();
     assert!(refused.contains("servers[0].name"), "{refused}");
+    // Nor is a switch to the single-server form made live: audiences and signature checks are
+    // set at start.
+    std::fs::write(&file, common::config_toml(&a.url(), "[signatures]\nrequired = false\n[oauth]\nrequired = false\n")).unwrap();
+    let refused = gw.running.as_ref().unwrap().reload_config().await.unwrap_err();
+    assert!(refused.contains("needs a restart"), "{refused}");
     assert_eq!(post(&gw, "/c/mcp", None).await.status(), 200, "the last good config still serves");
     let metrics = common::metrics(&gw).await;
-    assert!(metrics.contains(r#"portcullis_config_reloads_total{result="rejected"} 1"#), "{metrics}");
+    assert!(metrics.contains(r#"portcullis_config_reloads_total{result="rejected"} 2"#), "{metrics}");
     assert!(metrics.contains(r#"portcullis_config_reloads_total{result="applied"} 1"#), "{metrics}");
     gw.shutdown().await;
 }
@@ -388,6 +393,10 @@ fn a_config_that_can_be_read_two_ways_is_refused_naming_the_fields() {
     assert_eq!(fields(&reserved), ["servers[0].path"]);
     let named = servers_toml(&one.replace("name = \"a\"", "name = \"Weather\""), "", &log);
     assert_eq!(fields(&named), ["servers[0].name"]);
+    let reserved_name = servers_toml(&one.replace("name = \"a\"", "name = \"default\""), "", &log);
+    assert_eq!(fields(&reserved_name), ["servers[0].name"], "default is the single-server form's name");
+    let odd = servers_toml(&one.replace("/a/mcp", "/a/{mcp}"), "", &log);
+    assert_eq!(fields(&odd), ["servers[0].path"], "a path the resource URL would spell otherwise");
     // One audience for every server would let a token for one be used on all.
     let audience = servers_toml(one, "[oauth]\nrequired = false\naudience = \"https://mcp.example.com\"\n", &log);
     assert_eq!(fields(&audience), ["oauth.audience"]);
@@ -422,6 +431,7 @@ async fn event_streams_count_against_their_servers_own_stream_bound() {
     assert_eq!(post(&gw, "/a/mcp", None).await.status(), 200);
     let second = common::client().get(gw.url("/sse")).send().await.unwrap();
     assert_eq!(second.status(), 503, "a's one stream is open");
+    assert_eq!(a.seen().iter().filter(|r| r.path_and_query == "/sse").count(), 1, "refused before the backend was asked");
     let body: Value = second.json().await.unwrap();
     assert_eq!(body["error"], "overloaded");
     assert!(body["reason"].as_str().unwrap().contains("upstream.max_streams"), "{body}");

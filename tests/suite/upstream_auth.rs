@@ -706,7 +706,10 @@ mod per_server {
         let secret = dir.path().join("client-secret");
         std::fs::write(&secret, format!("{}\n", issuer::CLIENT_SECRET)).unwrap();
         let exchange = |audience: &str, scope: &str| {
-            format!("kind = \"token_exchange\"\nclient_id = \"{}\"\nclient_secret_file = {secret:?}\naudience = \"{audience}\"\nscope = \"{scope}\"\n", issuer::CLIENT_ID)
+            format!(
+                "kind = \"token_exchange\"\nclient_id = \"{}\"\nclient_secret_file = {secret:?}\naudience = \"{audience}\"\nscope = \"{scope}\"\n",
+                issuer::CLIENT_ID
+            )
         };
         let text = format!(
             "mode = \"enforce\"\n[listen]\naddr = \"127.0.0.1:0\"\npublic_url = \"https://mcp.example.com\"\n[admin]\naddr = \"127.0.0.1:0\"\n[log]\ndecisions = {log:?}\n\
@@ -741,7 +744,9 @@ mod per_server {
         assert_eq!(issuer.exchanges().len(), 2, "one exchange per server for two calls each");
         assert!(plain.seen()[0].headers.get("authorization").is_none(), "a server without upstream.auth gets no token at all");
         let lines = wait_for_decision_lines(&log, 5).await;
-        let on = |server: &str| lines.iter().filter(|l| l["server"] == server).map(|l| (l["upstream_auth"].clone(), l["upstream_auth_cached"].clone())).collect::<Vec<_>>();
+        let on = |server: &str| {
+            lines.iter().filter(|l| l["server"] == server).map(|l| (l["upstream_auth"].clone(), l["upstream_auth_cached"].clone())).collect::<Vec<_>>()
+        };
         assert_eq!(on("weather"), [(Value::from("token_exchange"), Value::from(false)), (Value::from("token_exchange"), Value::from(true))]);
         assert_eq!(on("plain"), [(Value::from("none"), Value::Null)]);
         let metrics = common::metrics(&gw).await;
