@@ -99,15 +99,50 @@ pub(crate) struct Fetched {
 }
 
 /// The catalog client, built once from `[upstream]` and `[tools]`.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Fetcher {
-    client: reqwest::Client,
+    client: arc_swap::ArcSwap<reqwest::Client>,
+    /// Mutual TLS to an `https://` backend: the files, and when they last changed (the client
+    /// is made again at the next fetch after a change, as the proxy's connections are).
+    mutual: Option<Mutual>,
     endpoint: Url,
     protocol: CatalogProtocol,
     timeout: Duration,
     max_bytes: u64,
     max_pages: usize,
     max_tools: usize,
+}
+
+/// The mutual-TLS files of the catalog's client.
+#[derive(Debug)]
+struct Mutual {
+    upstream: Upstream,
+    stamp: std::sync::Mutex<Option<(std::time::SystemTime, std::time::SystemTime)>>,
+}
+
+/// When `upstream.client_cert` and `upstream.client_key` last changed.
+fn mutual_stamp(upstream: &Upstream) -> Option<(std::time::SystemTime, std::time::SystemTime)> {
+    let (cert, key) = upstream.client_cert.as_ref()?;
+    let m = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    Some((m(cert)?, m(key)?))
+}
+
+/// The catalog's HTTP client for `upstream` at `endpoint`.
+fn build_client(upstream: &Upstream, endpoint: &Url) -> Result<reqwest::Client, String> {
+    let mut builder = reqwest::Client::builder();
+    // An `https://` backend is trusted as the proxy trusts it (`upstream.ca`, mutual TLS).
+    if endpoint.scheme() == "https" {
+        let client = upstream.client_cert.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+        builder = builder.use_preconfigured_tls(crate::tls::upstream_client(upstream.ca.as_deref(), client).map_err(|e| e.to_string())?);
+    }
+    builder
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(upstream.connect_timeout)
+        // No per-request timeout: `fetch` bounds the whole exchange with tools.timeout, and
+        // one bound gives one error to report.
+        .build()
+        .map_err(|e| format!("cannot build the catalog client: {e}"))
 }
 
 /// What is left of one fetch's byte bound.
@@ -123,28 +158,16 @@ struct Session {
 }
 
 impl Fetcher {
-    /// The client for `upstream`'s MCP endpoint: `upstream.url` with the public endpoint's path
-    /// appended, as the proxy forwards requests.
     /// A fetcher of the tool list at `endpoint`, the backend's MCP endpoint
-    /// (`config::Server::endpoint`).
+    /// (`config::Server::endpoint`), reached as the proxy reaches `upstream`.
     pub(crate) fn new(upstream: &Upstream, endpoint: &Url, tools: &Tools) -> Result<Fetcher, String> {
         let endpoint = endpoint.clone();
-        let mut builder = reqwest::Client::builder();
-        // An `https://` backend is trusted as the proxy trusts it (`upstream.ca`, mutual TLS).
-        if endpoint.scheme() == "https" {
-            let client = upstream.client_cert.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
-            builder = builder.use_preconfigured_tls(crate::tls::upstream_client(upstream.ca.as_deref(), client).map_err(|e| e.to_string())?);
-        }
-        let client = builder
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(upstream.connect_timeout)
-            // No per-request timeout: `fetch` bounds the whole exchange with tools.timeout, and
-            // one bound gives one error to report.
-            .build()
-            .map_err(|e| format!("cannot build the catalog client: {e}"))?;
+        let client = build_client(upstream, &endpoint)?;
+        let mutual = (endpoint.scheme() == "https" && upstream.client_cert.is_some())
+            .then(|| Mutual { upstream: upstream.clone(), stamp: std::sync::Mutex::new(mutual_stamp(upstream)) });
         Ok(Fetcher {
-            client,
+            client: arc_swap::ArcSwap::from_pointee(client),
+            mutual,
             endpoint,
             protocol: tools.protocol,
             timeout: tools.timeout,
@@ -154,6 +177,22 @@ impl Fetcher {
         })
     }
 
+    /// Makes the client again when the mutual-TLS files changed since it was made (a failed
+    /// rebuild keeps the last good client, and says why).
+    fn follow_mutual_files(&self) {
+        let Some(m) = &self.mutual else { return };
+        let now = mutual_stamp(&m.upstream);
+        let mut stamp = m.stamp.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if now.is_none() || now == *stamp {
+            return;
+        }
+        *stamp = now;
+        match build_client(&m.upstream, &self.endpoint) {
+            Ok(client) => self.client.store(std::sync::Arc::new(client)),
+            Err(e) => tracing::warn!(error = %e, "Upstream client certificate changed but cannot be used by the catalog; the previous one stays"),
+        }
+    }
+
     /// Where the catalog is fetched from.
     pub(crate) fn endpoint(&self) -> &Url {
         &self.endpoint
@@ -161,6 +200,7 @@ impl Fetcher {
 
     /// Fetches the whole tool list once, within `tools.timeout`.
     pub(crate) async fn fetch(&self) -> Result<Fetched, FetchError> {
+        self.follow_mutual_files();
         let mut budget = Budget { left: self.max_bytes, limit: self.max_bytes };
         match tokio::time::timeout(self.timeout, self.fetch_within(&mut budget)).await {
             Ok(result) => result,
@@ -313,7 +353,7 @@ impl Fetcher {
         if !headers.iter().any(|(n, _)| *n == SESSION_ID) {
             return;
         }
-        let mut req = self.client.delete(self.endpoint.clone()).timeout(Duration::from_secs(1));
+        let mut req = self.client.load().delete(self.endpoint.clone()).timeout(Duration::from_secs(1));
         for (name, value) in headers {
             req = req.header(*name, value);
         }
@@ -331,6 +371,7 @@ impl Fetcher {
         let transport = |e: reqwest::Error| FetchError::Transport { method, reason: portcullis_wire::error_chain(&e) };
         let mut req = self
             .client
+            .load()
             .post(self.endpoint.clone())
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(http::header::ACCEPT, "application/json, text/event-stream")
