@@ -56,3 +56,16 @@ fn one_server_in_the_servers_form_is_the_comparison_for_many() {
     assert_eq!(Scenario::Servers(1).path(), s.path);
     assert_eq!(Scenario::Servers(1).resource(), s.audience);
 }
+
+#[test]
+fn stage_means_add_up_every_server() {
+    let text = "portcullis_stage_duration_seconds_sum{stage=\"policy\",server=\"s0\"} 0.002\n\
+                portcullis_stage_duration_seconds_count{stage=\"policy\",server=\"s0\"} 100\n\
+                portcullis_stage_duration_seconds_sum{stage=\"policy\",server=\"s1\"} 0.001\n\
+                portcullis_stage_duration_seconds_count{stage=\"policy\",server=\"s1\"} 200\n\
+                portcullis_stage_duration_seconds_sum{stage=\"token\",server=\"s0\"} 0.5\n\
+                portcullis_stage_duration_seconds_count{stage=\"token\",server=\"s0\"} 1\n";
+    let mean = super::stage_mean_us(text, "policy").expect("policy's series");
+    assert!((mean - 10.0).abs() < 1e-9, "{mean}");
+    assert_eq!(super::stage_mean_us(text, "catalog"), None);
+}
