@@ -65,7 +65,7 @@ const BODY: &[u8] = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{
 async fn signed_request_is_forwarded_once_and_its_replay_is_401() {
     let key = SigningKey::from_bytes(&[7; 32]);
     let (addr, hits) = floor_for(&key).await;
-    let headers = crate::head(Some(&signer(&key)), &addr, &Bytes::from_static(BODY), None, UnixTime::now());
+    let headers = crate::head(Some(&signer(&key)), &addr, "/mcp", &Bytes::from_static(BODY), None, UnixTime::now());
 
     assert_eq!(send(&addr, "/mcp", headers.clone(), BODY).await, (200, "ok".to_owned()));
     assert_eq!(hits.load(Ordering::SeqCst), 1);
@@ -79,7 +79,7 @@ async fn bad_signature_is_401_and_not_forwarded() {
     let key = SigningKey::from_bytes(&[7; 32]);
     let (addr, hits) = floor_for(&key).await;
     // Signed for /mcp, sent to /tools: @path differs, so the base does.
-    let headers = crate::head(Some(&signer(&key)), &addr, &Bytes::from_static(BODY), None, UnixTime::now());
+    let headers = crate::head(Some(&signer(&key)), &addr, "/mcp", &Bytes::from_static(BODY), None, UnixTime::now());
     assert_eq!(send(&addr, "/tools", headers, BODY).await, (401, "bad signature".to_owned()));
     assert_eq!(hits.load(Ordering::SeqCst), 0);
 }
@@ -88,7 +88,7 @@ async fn bad_signature_is_401_and_not_forwarded() {
 async fn changed_body_is_401_and_not_forwarded() {
     let key = SigningKey::from_bytes(&[7; 32]);
     let (addr, hits) = floor_for(&key).await;
-    let headers = crate::head(Some(&signer(&key)), &addr, &Bytes::from_static(BODY), None, UnixTime::now());
+    let headers = crate::head(Some(&signer(&key)), &addr, "/mcp", &Bytes::from_static(BODY), None, UnixTime::now());
     let other: &[u8] = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"payments.send"}}"#;
     assert_eq!(send(&addr, "/mcp", headers, other).await, (401, "Content-Digest does not match the body".to_owned()));
     assert_eq!(hits.load(Ordering::SeqCst), 0);
@@ -98,7 +98,7 @@ async fn changed_body_is_401_and_not_forwarded() {
 async fn unsigned_request_is_401_and_not_forwarded() {
     let key = SigningKey::from_bytes(&[7; 32]);
     let (addr, hits) = floor_for(&key).await;
-    let headers = crate::head(None, &addr, &Bytes::from_static(BODY), None, UnixTime::now());
+    let headers = crate::head(None, &addr, "/mcp", &Bytes::from_static(BODY), None, UnixTime::now());
     assert_eq!(send(&addr, "/mcp", headers, BODY).await.0, 401);
     assert_eq!(hits.load(Ordering::SeqCst), 0);
 }

@@ -4,7 +4,8 @@
 //! ```text
 //! benches/load.sh [--seconds 8] [--rounds 3] [--connections 32,128] [--sizes 1024,65536]
 //!                 [--driver wrk|builtin] [--rate R] [--no-latency] [--soak SECONDS] [--perf DIR]
-//!                 [--pin] [--no-references] [--no-floor] [--catalog] [--gateway PATH]
+//!                 [--pin] [--no-references] [--no-floor] [--catalog] [--servers N]
+//!                 [--gateway PATH]
 //! ```
 //! (`benches/load.sh` installs wrk when it is missing, builds the gateway with
 //! `cargo build --release -p portcullis` and runs this driver, `cargo run --release -p
@@ -29,7 +30,12 @@
 //! CPU µs per request. `--no-references` leaves nginx and the minimal proxy out, `--no-floor`
 //! the floor. `--catalog` adds (d), the full chain with the tool catalog on (`tools.catalog =
 //! "fetch"`, `validate_arguments`), and prints what the catalog stage adds per request,
-//! (d) − (b) in CPU µs, per round, and (d)/(f).
+//! (d) − (b) in CPU µs, per round, and (d)/(f). `--servers N` (N ≥ 2) adds what routing among
+//! many MCP servers costs: (b1) the full chain in the `[[servers]]` form with one server and
+//! (e) the same with N servers (`s0`..`s{N-1}` at `/s{i}/mcp`, all in front of the one example
+//! backend), the load sent to the last one, with a token whose `aud` is that server's resource
+//! and signatures over its path. It prints (e)/(b1) and (e) − (b1) in CPU µs per request, per
+//! round, and (b1)/(b), what the servers form costs against the one-server form.
 //!
 //! Then, once per round, open loop at half and a quarter of the measured peak of (b) (or
 //! `--rate R` req/s), with min/median/max of the p99 added over the rounds:
@@ -72,6 +78,8 @@ fn bin() -> &'static std::path::Path {
 }
 const AGENT: &str = "https://agent.example";
 const RESOURCE: &str = "https://mcp.example.com/mcp";
+/// `listen.public_url` of the `[[servers]]` form: the origin only, each server adds its path.
+const ORIGIN: &str = "https://mcp.example.com";
 /// The admin listener of the gateway under test (one runs at a time).
 const ADMIN: &str = "127.0.0.1:19090";
 
@@ -102,6 +110,9 @@ struct Options {
     floor: bool,
     /// `--catalog`: also (d), the full chain with the tool catalog (pins off, arguments checked).
     catalog: bool,
+    /// `--servers N`: also (b1) and (e), the full chain in the `[[servers]]` form with 1 and N
+    /// servers.
+    servers: Option<usize>,
 }
 
 fn options() -> Options {
@@ -119,6 +130,7 @@ fn options() -> Options {
         references: true,
         floor: true,
         catalog: false,
+        servers: None,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut gateway = std::env::var_os("PORTCULLIS_BIN").map(std::path::PathBuf::from);
@@ -141,6 +153,11 @@ fn options() -> Options {
             "--rate" => o.rate = Some(v.parse().expect("--rate REQ_PER_S")),
             "--soak" => o.soak = Some(v.parse().expect("--soak SECONDS")),
             "--perf" => o.perf = Some(v.into()),
+            "--servers" => {
+                let n: usize = v.parse().expect("--servers N");
+                assert!(n >= 2, "--servers N needs N >= 2 ((b1) is the one-server run it is compared with)");
+                o.servers = Some(n);
+            }
             "--gateway" => gateway = Some(v.into()),
             "--pin" => {
                 PIN.store(true, Ordering::Relaxed);
@@ -195,6 +212,9 @@ enum Scenario {
     TokenPolicy,
     /// (d): the full chain with the tool catalog: the tool looked up, its arguments validated.
     FullCatalog,
+    /// (b1) with 1, (e) with N: the full chain in the `[[servers]]` form with this many servers
+    /// (`s0`..`s{N-1}` at `/s{i}/mcp`), the load sent to the last one.
+    Servers(usize),
 }
 
 impl Scenario {
@@ -208,6 +228,30 @@ impl Scenario {
             Scenario::Full => "(b) full chain",
             Scenario::TokenPolicy => "(c) JWT + Rego",
             Scenario::FullCatalog => "(d) full + catalog",
+            Scenario::Servers(1) => "(b1) 1 server",
+            Scenario::Servers(_) => "(e) N servers",
+        }
+    }
+
+    /// Whether every stage runs: signed requests (each once), a token, the policy.
+    fn is_full_chain(self) -> bool {
+        matches!(self, Scenario::Full | Scenario::FullCatalog | Scenario::Servers(_))
+    }
+
+    /// The path the load goes to: the last server's in the `[[servers]]` form (a scan in
+    /// config order would reach it last; the gateway looks it up in a hash map).
+    fn path(self) -> String {
+        match self {
+            Scenario::Servers(n) => format!("/s{}/mcp", n - 1),
+            _ => "/mcp".to_owned(),
+        }
+    }
+
+    /// The protected resource the load's token names in `aud`.
+    fn resource(self) -> String {
+        match self {
+            Scenario::Servers(_) => format!("{ORIGIN}{}", self.path()),
+            _ => RESOURCE.to_owned(),
         }
     }
 }
@@ -310,9 +354,34 @@ struct Env {
 /// The gateway's config, listening on `port`: agents sign for the address they send to, so
 /// `127.0.0.1:<port>` is listed as its own authority beside `public_url`'s.
 fn config_for(env: &Env, scenario: Scenario, port: u16) -> String {
-    let jwk = ed25519_public_jwk(&env.agent_key.verifying_key());
+    let (issuer, issuer_ca) = (env.issuer.url(), env._ca.ca_path());
+    let parts = ConfigParts { backend: &env.backend, agent_key: &env.agent_key, issuer: &issuer, issuer_ca: &issuer_ca, policies: env.policies.path() };
+    gateway_config(&parts, scenario, port)
+}
+
+/// What a gateway config points to besides its scenario and port: the parts of [`Env`] it
+/// names, apart so that a test can build a config without starting them.
+struct ConfigParts<'a> {
+    /// The example backend's address.
+    backend: &'a str,
+    agent_key: &'a SigningKey,
+    /// The token issuer's URL and the CA file its certificate chains to.
+    issuer: &'a str,
+    issuer_ca: &'a std::path::Path,
+    policies: &'a std::path::Path,
+}
+
+/// Each server's `upstream.max_in_flight` in the `[[servers]]` form: the bound (b)'s one server
+/// has on this machine (`limits.max_in_flight`'s default), which no run here reaches. The
+/// default would share `limits.max_in_flight` among the servers, and 50 servers would shed at
+/// 128 connections.
+const SERVER_IN_FLIGHT: usize = 4096;
+
+/// The gateway's config for `scenario`, listening on `port` (see [`config_for`]).
+fn gateway_config(parts: &ConfigParts<'_>, scenario: Scenario, port: u16) -> String {
+    let jwk = ed25519_public_jwk(&parts.agent_key.verifying_key());
     let signatures = match scenario {
-        Scenario::Full | Scenario::FullCatalog => format!(
+        _ if scenario.is_full_chain() => format!(
             "[signatures]\nrequired = true\nauthority = [\"127.0.0.1:{port}\"]\n[[signatures.keys]]\nagent = {AGENT:?}\njwk = {{ kty = \"OKP\", crv = \"Ed25519\", x = {:?} }}\n",
             jwk["x"].as_str().unwrap()
         ),
@@ -320,16 +389,31 @@ fn config_for(env: &Env, scenario: Scenario, port: u16) -> String {
     };
     let oauth = match scenario {
         Scenario::Bare | Scenario::Direct | Scenario::Nginx | Scenario::Minimal | Scenario::Floor => "[oauth]\nrequired = false\n".to_owned(),
-        _ => format!("[oauth]\nrequired = true\nissuer = {:?}\nissuer_ca = {:?}\n", env.issuer.url(), env._ca.ca_path()),
+        _ => format!("[oauth]\nrequired = true\nissuer = {:?}\nissuer_ca = {:?}\n", parts.issuer, parts.issuer_ca),
     };
     let policy = match scenario {
         Scenario::Bare | Scenario::Direct | Scenario::Nginx | Scenario::Minimal | Scenario::Floor => "[policy]\nenabled = false\n".to_owned(),
-        _ => format!("[policy]\npaths = [{:?}]\nwatch = false\n", env.policies.path()),
+        _ => format!("[policy]\npaths = [{:?}]\nwatch = false\n", parts.policies),
     };
     let tools = if scenario == Scenario::FullCatalog { "[tools]\ncatalog = \"fetch\"\nvalidate_arguments = true\n" } else { "" };
+    // The one-server form, or the `[[servers]]` form: the public URL is the origin only, and
+    // each server's upstream URL is the backend's endpoint itself.
+    let (public_url, upstream) = match scenario {
+        Scenario::Servers(n) => (
+            ORIGIN,
+            (0..n)
+                .map(|i| {
+                    format!(
+                        "[[servers]]\nname = \"s{i}\"\npath = \"/s{i}/mcp\"\nupstream = {{ url = \"http://{}/mcp\", max_in_flight = {SERVER_IN_FLIGHT} }}\n",
+                        parts.backend
+                    )
+                })
+                .collect(),
+        ),
+        _ => (RESOURCE, format!("[upstream]\nurl = \"http://{}\"\n", parts.backend)),
+    };
     format!(
-        "mode = \"enforce\"\n[listen]\naddr = \"127.0.0.1:{port}\"\npublic_url = {RESOURCE:?}\n[upstream]\nurl = \"http://{}\"\n[limits]\nmax_body = \"1MiB\"\n[admin]\naddr = \"{ADMIN}\"\n[log]\ndecisions = \"off\"\nlevel = \"warn,portcullis=info\"\n{signatures}{oauth}{policy}{tools}",
-        env.backend
+        "mode = \"enforce\"\n[listen]\naddr = \"127.0.0.1:{port}\"\npublic_url = {public_url:?}\n{upstream}[limits]\nmax_body = \"1MiB\"\n[admin]\naddr = \"{ADMIN}\"\n[log]\ndecisions = \"off\"\nlevel = \"warn,portcullis=info\"\n{signatures}{oauth}{policy}{tools}"
     )
 }
 
@@ -501,14 +585,15 @@ impl Requests {
     fn get(&self, i: usize) -> Option<HeaderMap> {
         match self {
             Requests::Pool { heads, cycle } => heads.get(if *cycle { i % heads.len() } else { i }).cloned(),
-            Requests::Fresh { signer, authority, token, body } => Some(head(Some(signer), authority, body, Some(token), UnixTime::now())),
+            Requests::Fresh { signer, authority, token, body } => Some(head(Some(signer), authority, "/mcp", body, Some(token), UnixTime::now())),
         }
     }
 }
 
-/// The header fields of one request; signed when `signer` is given.
-fn head(signer: Option<&Signer>, authority: &str, body: &Bytes, token: Option<&str>, now: UnixTime) -> HeaderMap {
-    let mut parts = Request::builder().method("POST").uri(format!("http://{authority}/mcp")).body(()).unwrap().into_parts().0;
+/// The header fields of one request to `path`; signed when `signer` is given (the signature
+/// covers `@path`).
+fn head(signer: Option<&Signer>, authority: &str, path: &str, body: &Bytes, token: Option<&str>, now: UnixTime) -> HeaderMap {
+    let mut parts = Request::builder().method("POST").uri(format!("http://{authority}{path}")).body(()).unwrap().into_parts().0;
     parts.headers.insert("content-type", HeaderValue::from_static("application/json"));
     parts.headers.insert("accept", HeaderValue::from_static("application/json, text/event-stream"));
     if let Some(token) = token {
@@ -520,24 +605,35 @@ fn head(signer: Option<&Signer>, authority: &str, body: &Bytes, token: Option<&s
     parts.headers
 }
 
+/// A user token for `resource` (its `aud`), with the scopes the shipped policies ask for.
+fn token_for(env: &Env, resource: &str) -> String {
+    // Valid for the whole run (a full run with a soak takes more than half an hour): an
+    // expired token would turn every later (b) and (c) request into a 401.
+    let exp = unix_now() + 24 * 3600;
+    env.jwt_key.sign(&env.issuer.claims_with(resource, serde_json::json!({"scope": "tools:read tools:write", "exp": exp})))
+}
+
 fn signer(env: &Env) -> Signer {
     Signer::new(env.agent_key.clone(), AGENT).unwrap().with_nonce(Nonce::Random)
 }
 
-/// Builds `n` requests; for the full chain and the floor each gets its own signature (and nonce).
+/// Builds `n` requests to `scenario.path()`; for the full chain and the floor each gets its own
+/// signature (and nonce).
 fn pool(env: &Env, scenario: Scenario, authority: &str, body: &Bytes, token: &str, n: usize) -> Vec<HeaderMap> {
     let signer = signer(env);
     let now = UnixTime::now();
-    let token = matches!(scenario, Scenario::Full | Scenario::TokenPolicy | Scenario::FullCatalog).then_some(token);
-    let signer = matches!(scenario, Scenario::Full | Scenario::FullCatalog | Scenario::Floor).then_some(&signer);
-    (0..n).map(|_| head(signer, authority, body, token, now)).collect()
+    let path = scenario.path();
+    let token = (scenario.is_full_chain() || scenario == Scenario::TokenPolicy).then_some(token);
+    let signer = (scenario.is_full_chain() || scenario == Scenario::Floor).then_some(&signer);
+    (0..n).map(|_| head(signer, authority, &path, body, token, now)).collect()
 }
 
-/// Runs `connections` closed-loop clients of this process until `seconds` pass.
-async fn measure_builtin(authority: &str, pid: Option<u32>, requests: Requests, body: Bytes, connections: usize, seconds: f64) -> Sample {
+/// Runs `connections` closed-loop clients of this process, POSTing to `path`, until `seconds`
+/// pass.
+async fn measure_builtin(authority: &str, path: &str, pid: Option<u32>, requests: Requests, body: Bytes, connections: usize, seconds: f64) -> Sample {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(connections).build_http();
     let next = Arc::new(AtomicUsize::new(0));
-    let uri: http::Uri = format!("http://{authority}/mcp").parse().unwrap();
+    let uri: http::Uri = format!("http://{authority}{path}").parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let cpu_before = pid.map(cpu_seconds).unwrap_or(0.0);
     let started = Instant::now();
@@ -629,15 +725,16 @@ async fn gather(mut workers: tokio::task::JoinSet<Tally>) -> Tally {
 }
 
 /// Runs wrk with `connections` connections for `seconds`, replaying the pool `requests`
-/// (each head once unless it cycles) through crates/load/load.lua.
-fn measure_wrk(dir: &std::path::Path, authority: &str, pid: u32, requests: &Requests, body: &Bytes, connections: usize, seconds: f64) -> Sample {
+/// (each head once unless it cycles, each a POST to `path`) through crates/load/load.lua.
+#[allow(clippy::too_many_arguments)] // one call site, each argument a different thing
+fn measure_wrk(dir: &std::path::Path, authority: &str, path: &str, pid: u32, requests: &Requests, body: &Bytes, connections: usize, seconds: f64) -> Sample {
     let Requests::Pool { heads: requests, cycle } = requests else { panic!("wrk replays a pool") };
     let cycle = *cycle;
     let pool_path = dir.join("pool.txt");
     let body_path = dir.join("body.bin");
     let mut out = std::io::BufWriter::new(std::fs::File::create(&pool_path).unwrap());
     for h in requests.iter() {
-        write!(out, "POST /mcp HTTP/1.1\tHost: {authority}\tContent-Length: {}", body.len()).unwrap();
+        write!(out, "POST {path} HTTP/1.1\tHost: {authority}\tContent-Length: {}", body.len()).unwrap();
         for (name, value) in h {
             write!(out, "\t{}: {}", name, value.to_str().unwrap()).unwrap();
         }
@@ -657,7 +754,7 @@ fn measure_wrk(dir: &std::path::Path, authority: &str, pid: u32, requests: &Requ
             "10s",
             "-s",
             lua,
-            &format!("http://{authority}/mcp"),
+            &format!("http://{authority}{path}"),
             "--",
         ])
         .arg(&pool_path)
@@ -697,11 +794,18 @@ async fn metrics_text() -> Option<String> {
 }
 
 /// The mean time of `stage` in µs, from the `portcullis_stage_duration_seconds` sum and count in
-/// the metrics `text`.
+/// the metrics `text`, over every server (the series carry a `server` label besides `stage`).
 fn stage_mean_us(text: &str, stage: &str) -> Option<f64> {
     let value = |suffix: &str| -> Option<f64> {
-        let prefix = format!("portcullis_stage_duration_seconds_{suffix}{{stage=\"{stage}\"}} ");
-        text.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.trim().parse().ok())
+        let prefix = format!("portcullis_stage_duration_seconds_{suffix}{{");
+        let label = format!("stage=\"{stage}\"");
+        let values: Vec<f64> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix(&prefix)?.split_once("} "))
+            .filter(|(labels, _)| labels.split(',').any(|l| l == label))
+            .filter_map(|(_, v)| v.trim().parse().ok())
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum())
     };
     let (sum, count) = (value("sum")?, value("count")?);
     (count > 0.0).then(|| sum / count * 1e6)
@@ -811,8 +915,8 @@ async fn measure_open(authority: &str, pid: Option<u32>, heads: Vec<HeaderMap>, 
     }
 }
 
-/// A copy of `policies/` (tests left out) whose per-tool rate limit no load run reaches: the
-/// quota stage still counts every request.
+/// A copy of the bundled policies in `policies/` (tests and the per-server example left out)
+/// whose per-tool rate limit no load run reaches: the quota stage still counts every request.
 fn bench_policies() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     // The repository's shipped policies, two levels up from this crate.
@@ -820,7 +924,9 @@ fn bench_policies() -> tempfile::TempDir {
     for entry in std::fs::read_dir(&src).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_str().unwrap().to_owned();
-        if name.ends_with(".rego") && !name.ends_with("_test.rego") {
+        // servers.rego is the per-server example, not part of the bundled set the binary embeds
+        // (src/policy/load.rs): the bench measures the bundled policies.
+        if name.ends_with(".rego") && !name.ends_with("_test.rego") && name != "servers.rego" {
             std::fs::copy(&path, dir.path().join(&name)).unwrap();
         }
     }
@@ -870,6 +976,9 @@ fn scenarios(opts: &Options) -> Vec<Scenario> {
     if opts.catalog {
         v.push(Scenario::FullCatalog);
     }
+    if let Some(n) = opts.servers {
+        v.extend([Scenario::Servers(1), Scenario::Servers(n)]);
+    }
     v
 }
 
@@ -884,6 +993,8 @@ fn tag(scenario: Scenario) -> &'static str {
         Scenario::Full => "b",
         Scenario::TokenPolicy => "c",
         Scenario::FullCatalog => "d",
+        Scenario::Servers(1) => "b1",
+        Scenario::Servers(_) => "e",
     }
 }
 
@@ -894,23 +1005,27 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
     let mut results: Vec<Vec<Sample>> = scenarios.iter().map(|_| Vec::new()).collect();
     for round in 0..opts.rounds {
         for (si, &scenario) in scenarios.iter().enumerate() {
+            // Each server of the `[[servers]]` form is its own resource: its tokens name it.
+            let own_token = matches!(scenario, Scenario::Servers(_)).then(|| token_for(env, &scenario.resource()));
+            let token = own_token.as_deref().unwrap_or(token);
             let (gw, addr) = start(env, scenario);
             let pid = gw.as_ref().unwrap().0.id();
             // Warm-up: connections, JWKS fetch, token cache, policy VMs.
             let warm = pool(env, scenario, &addr, &body, token, conns * 20);
-            let _ = measure_builtin(&addr, Some(pid), Requests::Pool { heads: Arc::new(warm), cycle: false }, body.clone(), conns, 1.0).await;
+            let path = scenario.path();
+            let _ = measure_builtin(&addr, &path, Some(pid), Requests::Pool { heads: Arc::new(warm), cycle: false }, body.clone(), conns, 1.0).await;
             // Signed pool: more than the full chain (or the floor) can take in the run on this
             // machine.
-            let cycle = !matches!(scenario, Scenario::Full | Scenario::FullCatalog | Scenario::Floor);
+            let cycle = !(scenario.is_full_chain() || scenario == Scenario::Floor);
             let n = if cycle { 10_000 } else { (opts.seconds.ceil() * 25_000.0) as usize };
             let requests = Requests::Pool { heads: Arc::new(pool(env, scenario, &addr, &body, token, n)), cycle };
             let perf = start_perf(opts, pid, format!("{}-{size}-{conns}-{round}.data", tag(scenario)));
             let s = match opts.driver {
-                Driver::Wrk => measure_wrk(env.dir.path(), &addr, pid, &requests, &body, conns, opts.seconds),
-                Driver::Builtin => measure_builtin(&addr, Some(pid), requests, body.clone(), conns, opts.seconds).await,
+                Driver::Wrk => measure_wrk(env.dir.path(), &addr, &path, pid, &requests, &body, conns, opts.seconds),
+                Driver::Builtin => measure_builtin(&addr, &path, Some(pid), requests, body.clone(), conns, opts.seconds).await,
             };
             stop_perf(perf);
-            if matches!(scenario, Scenario::Full | Scenario::FullCatalog) {
+            if scenario.is_full_chain() {
                 // The stages' own times, from the gateway's stage histogram (the run and its
                 // warm-up): for (d) the catalog stage is the lookup, the compiled-schema
                 // validation and the header checks; the policy stage reads what it found.
@@ -986,6 +1101,20 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
         let added: Vec<f64> = results[d].iter().zip(&results[full]).map(|(d, b)| d.cpu_us_per_req - b.cpu_us_per_req).collect();
         let (lo, mid, hi) = min_median_max(&mut added.clone());
         println!("  the catalog stage's CPU per request, (d) - (b): min {lo:.1} median {mid:.1} max {hi:.1} µs (budget 5 µs)");
+    }
+    if let Some(n) = opts.servers {
+        // Routing among many servers: the same full chain in the `[[servers]]` form, 1 server
+        // against N, the load on the last of the N.
+        let (one, many) = (index(Scenario::Servers(1)).unwrap(), index(Scenario::Servers(n)).unwrap());
+        ratio(one, index(Scenario::Full).unwrap(), "(b1)/(b)".into());
+        ratio(many, one, format!("(e)/(b1), {n} servers against 1"));
+        let added: Vec<f64> = results[many].iter().zip(&results[one]).map(|(e, b1)| e.cpu_us_per_req - b1.cpu_us_per_req).collect();
+        let per_round: Vec<String> = added.iter().map(|a| format!("{a:+.1}")).collect();
+        let (lo, mid, hi) = min_median_max(&mut added.clone());
+        println!(
+            "  {n} servers' CPU per request above 1 server's, (e) - (b1): min {lo:+.1} median {mid:+.1} max {hi:+.1} µs (rounds: {})",
+            per_round.join(", ")
+        );
     }
     min_median_max(&mut results[index(Scenario::Full).unwrap()].iter().map(|s| s.rps).collect::<Vec<_>>()).1
 }
@@ -1068,7 +1197,7 @@ async fn soak(env: &Env, token: &str, size: usize, conns: usize, seconds: f64) {
         }
         samples
     });
-    let s = measure_builtin(&addr, Some(pid), requests, body, conns, seconds).await;
+    let s = measure_builtin(&addr, "/mcp", Some(pid), requests, body, conns, seconds).await;
     let samples = sampler.join().unwrap();
     println!("\nsoak: full chain, {size} B, {conns} connections, {seconds} s, signing per request in the driver:");
     println!("  {:.0} req/s, {} errors, {:.1} µs gateway CPU per request", s.rps, s.errors, s.cpu_us_per_req);
@@ -1123,10 +1252,7 @@ fn main() {
             backend,
             _backend_proc: backend_proc,
         };
-        // Valid for the whole run (a full run with a soak takes more than half an hour): an
-        // expired token would turn every later (b) and (c) request into a 401.
-        let exp = unix_now() + 24 * 3600;
-        let token = env.jwt_key.sign(&env.issuer.claims_with(RESOURCE, serde_json::json!({"scope": "tools:read tools:write", "exp": exp})));
+        let token = token_for(&env, RESOURCE);
         println!(
             "load: {}s per run, {} rounds, {:?} driver, gateway and backend in separate processes, {} cores{}",
             opts.seconds,
@@ -1175,3 +1301,7 @@ fn main() {
         }
     });
 }
+
+#[cfg(test)]
+#[path = "main_tests.rs"]
+mod tests;

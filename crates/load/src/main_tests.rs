@@ -1,0 +1,71 @@
+//! The configs the driver writes are configs the gateway accepts: (b) in the one-server form,
+//! (b1) and (e) in the `[[servers]]` form, with the servers, paths and audiences the load and
+//! its tokens use.
+
+use ed25519_dalek::SigningKey;
+use portcullis::config::{Config, Form};
+use portcullis_test_support::pki::TestCa;
+
+use super::{gateway_config, ConfigParts, Scenario, RESOURCE};
+
+/// Parses the gateway config the driver writes for `scenario`, as `portcullis run` does.
+fn parsed(scenario: Scenario) -> Config {
+    let ca = TestCa::new();
+    let policies = super::bench_policies();
+    let agent_key = SigningKey::from_bytes(&[7; 32]);
+    let ca_path = ca.ca_path();
+    let parts =
+        ConfigParts { backend: "127.0.0.1:3001", agent_key: &agent_key, issuer: "https://127.0.0.1:8444", issuer_ca: &ca_path, policies: policies.path() };
+    let text = gateway_config(&parts, scenario, 18443);
+    Config::parse(&text, "bench config", policies.path()).unwrap_or_else(|e| panic!("{scenario:?}: {e}\n{text}"))
+}
+
+#[test]
+fn the_full_chain_is_one_default_server_at_mcp() {
+    let c = parsed(Scenario::Full);
+    assert_eq!(c.servers.len(), 1);
+    let s = &c.servers[0];
+    assert_eq!((s.form, s.name.as_str(), s.path.as_str(), s.audience.as_str()), (Form::Single, "default", "/mcp", RESOURCE));
+    assert_eq!(Scenario::Full.path(), "/mcp");
+    assert_eq!(Scenario::Full.resource(), RESOURCE);
+}
+
+#[test]
+fn fifty_servers_parse_and_the_load_goes_to_the_last() {
+    let c = parsed(Scenario::Servers(50));
+    assert_eq!(c.servers.len(), 50);
+    for (i, s) in c.servers.iter().enumerate() {
+        assert_eq!((s.form, s.name.clone(), s.path.clone()), (Form::Many, format!("s{i}"), format!("/s{i}/mcp")));
+        assert_eq!(s.endpoint.as_str(), "http://127.0.0.1:3001/mcp", "every server in front of the one backend");
+        assert_eq!(s.max_in_flight, super::SERVER_IN_FLIGHT, "no server sheds the load");
+    }
+    let last = &c.servers[49];
+    // The load's path and its tokens' audience are the last server's.
+    assert_eq!(Scenario::Servers(50).path(), last.path);
+    assert_eq!(Scenario::Servers(50).resource(), last.audience);
+    assert_eq!(last.audience, "https://mcp.example.com/s49/mcp");
+    assert!(c.signatures.required, "the full chain: signatures required");
+}
+
+#[test]
+fn one_server_in_the_servers_form_is_the_comparison_for_many() {
+    let c = parsed(Scenario::Servers(1));
+    assert_eq!(c.servers.len(), 1);
+    let s = &c.servers[0];
+    assert_eq!((s.form, s.path.as_str(), s.audience.as_str()), (Form::Many, "/s0/mcp", "https://mcp.example.com/s0/mcp"));
+    assert_eq!(Scenario::Servers(1).path(), s.path);
+    assert_eq!(Scenario::Servers(1).resource(), s.audience);
+}
+
+#[test]
+fn stage_means_add_up_every_server() {
+    let text = "portcullis_stage_duration_seconds_sum{stage=\"policy\",server=\"s0\"} 0.002\n\
+                portcullis_stage_duration_seconds_count{stage=\"policy\",server=\"s0\"} 100\n\
+                portcullis_stage_duration_seconds_sum{stage=\"policy\",server=\"s1\"} 0.001\n\
+                portcullis_stage_duration_seconds_count{stage=\"policy\",server=\"s1\"} 200\n\
+                portcullis_stage_duration_seconds_sum{stage=\"token\",server=\"s0\"} 0.5\n\
+                portcullis_stage_duration_seconds_count{stage=\"token\",server=\"s0\"} 1\n";
+    let mean = super::stage_mean_us(text, "policy").expect("policy's series");
+    assert!((mean - 10.0).abs() < 1e-9, "{mean}");
+    assert_eq!(super::stage_mean_us(text, "catalog"), None);
+}
