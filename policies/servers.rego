@@ -26,9 +26,13 @@ server_tools := {
 	"payments": {"payments.send"},
 }
 
+# The server is found by iterating, not looked up by key: regorus's RVM (the gateway's default
+# evaluator) carries on past a lookup of a missing key where the interpreter stops, and this
+# rule must fire only for a server it names (src/policy/tests.rs checks both evaluators agree).
 denials contains {"rule": "server_tools", "reason": "tool_not_on_this_server"} if {
 	is_tool_call
-	tools := server_tools[input.server.name]
+	some name, tools in server_tools
+	name == input.server.name
 	not input.mcp.tool in tools
 }
 

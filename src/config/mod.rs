@@ -344,6 +344,12 @@ impl Config {
                 "\"forward\" (or oauth.forward_token = true) passes the user's token to the backend: the MCP specification forbids token passthrough; prefer \"token_exchange\"",
             ));
         }
+        if self.policy.evaluator == PolicyEvaluator::Rvm && !self.policy.paths.is_empty() {
+            out.push(FieldError::new(
+                "policy.evaluator",
+                "\"rvm\" runs your policy on regorus's bytecode, which decides some rules differently from `portcullis policy test` (a rule body goes on past a lookup of a missing key, e.g. `role := roles[input.agent.id]`); leave it at \"auto\" unless the policy is tested under both",
+            ));
+        }
         let limits = &self.limits;
         if limits.body_timeout > limits.request_timeout {
             let (body, request) = (humantime::format_duration(limits.body_timeout), humantime::format_duration(limits.request_timeout));

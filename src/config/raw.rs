@@ -487,7 +487,7 @@ pub struct RawPolicy {
     pub query: String,
     /// Recompile when a file under `paths` changes (SIGHUP always reloads).
     pub watch: bool,
-    /// How decisions are evaluated: `rvm` (bytecode, default) or `interpreter`.
+    /// How decisions are evaluated: `auto` (default), `rvm` (bytecode) or `interpreter`.
     pub evaluator: PolicyEvaluator,
 }
 
@@ -495,17 +495,34 @@ pub struct RawPolicy {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PolicyEvaluator {
-    /// regorus's tree-walking interpreter, the one `portcullis policy test` uses; for
-    /// policies the bytecode compiler does not support.
-    Interpreter,
-    /// regorus's RVM bytecode: 3–4× faster, same decisions (differential test).
+    /// The bytecode for the bundled policy set (the differential test proves it decides those
+    /// as the interpreter does), the interpreter for any other set (it decides exactly as
+    /// `portcullis policy test` does).
     #[default]
+    Auto,
+    /// regorus's tree-walking interpreter, the one `portcullis policy test` uses.
+    Interpreter,
+    /// regorus's RVM bytecode: 3–4× faster, but regorus 0.14's RVM decides some rules
+    /// differently from the interpreter (a rule body goes on past a lookup of a missing key):
+    /// only for policy sets tested under both.
     Rvm,
+}
+
+impl PolicyEvaluator {
+    /// The evaluator that runs a policy set: `Auto` chooses by whether the set is the bundled
+    /// one (`paths` empty).
+    pub fn for_paths(self, paths: &[PathBuf]) -> PolicyEvaluator {
+        match self {
+            PolicyEvaluator::Auto if paths.is_empty() => PolicyEvaluator::Rvm,
+            PolicyEvaluator::Auto => PolicyEvaluator::Interpreter,
+            chosen => chosen,
+        }
+    }
 }
 
 impl Default for RawPolicy {
     fn default() -> Self {
-        RawPolicy { enabled: true, paths: Vec::new(), query: "data.portcullis.decision".to_owned(), watch: true, evaluator: PolicyEvaluator::Rvm }
+        RawPolicy { enabled: true, paths: Vec::new(), query: "data.portcullis.decision".to_owned(), watch: true, evaluator: PolicyEvaluator::Auto }
     }
 }
 

@@ -322,6 +322,18 @@ impl Demo {
     }
 
     async fn gateway(dir: &Path, mode: &'static str, mode_setting: &str, backend: SocketAddr, agent: &str, issuer: &str) -> Result<DemoGateway, DemoError> {
+        Self::launch(dir, mode, "/mcp", |addr, log| gateway_toml(mode, mode_setting, addr, backend, agent, issuer, log)).await
+    }
+
+    /// Starts the platform gateway ([`platform_toml`]); its `url` is its origin.
+    async fn platform(dir: &Path, weather: SocketAddr, files: SocketAddr, agent: &str, issuer: &str) -> Result<DemoGateway, DemoError> {
+        Self::launch(dir, "platform", "", |addr, log| platform_toml(addr, weather, files, agent, issuer, log)).await
+    }
+
+    /// Starts the demo gateway `mode` on a fresh 127.0.0.1 port with the config `toml` makes
+    /// (from its address and its decision log), written to `dir/gateway-<mode>.toml`; `url_path`
+    /// follows its origin in the URL it is reached at.
+    async fn launch(dir: &Path, mode: &'static str, url_path: &str, toml: impl FnOnce(SocketAddr, &Path) -> String) -> Result<DemoGateway, DemoError> {
         let log = dir.join(format!("decisions-{mode}.jsonl"));
         // Each run starts with a fresh log: the report at the end is this run's, not a mix of
         // every run made in this folder.
@@ -330,37 +342,14 @@ impl Demo {
             _ => {}
         }
         let bind = SocketAddr::from(([127, 0, 0, 1], 0));
-        let listener = tokio::net::TcpListener::bind(bind)
-            .await
-            .map_err(|source| DemoError::Gateway { mode, source: crate::server::StartError::Bind { what: "listen.addr", addr: bind, source } })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|source| DemoError::Gateway { mode, source: crate::server::StartError::Bind { what: "listen.addr", addr: bind, source } })?;
-        let text = gateway_toml(mode, mode_setting, addr, backend, agent, issuer, &log);
-        let path = dir.join(format!("gateway-{mode}.toml"));
-        write(&path, &text)?;
-        let config = Config::load(&path)?;
-        let running = crate::server::start_on(config, listener).await.map_err(|source| DemoError::Gateway { mode, source })?;
-        Ok(DemoGateway { mode, url: format!("http://{}/mcp", running.addr), log, running })
-    }
-
-    /// Starts the platform gateway ([`platform_toml`]).
-    async fn platform(dir: &Path, weather: SocketAddr, files: SocketAddr, agent: &str, issuer: &str) -> Result<DemoGateway, DemoError> {
-        let mode = "platform";
-        let log = dir.join("decisions-platform.jsonl");
-        match std::fs::remove_file(&log) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(DemoError::Write { path: log, source: e }),
-            _ => {}
-        }
-        let bind = SocketAddr::from(([127, 0, 0, 1], 0));
         let bind_err = |source| DemoError::Gateway { mode, source: crate::server::StartError::Bind { what: "listen.addr", addr: bind, source } };
         let listener = tokio::net::TcpListener::bind(bind).await.map_err(bind_err)?;
         let addr = listener.local_addr().map_err(bind_err)?;
-        let path = dir.join("gateway-platform.toml");
-        write(&path, &platform_toml(addr, weather, files, agent, issuer, &log))?;
+        let path = dir.join(format!("gateway-{mode}.toml"));
+        write(&path, &toml(addr, &log))?;
         let config = Config::load(&path)?;
         let running = crate::server::start_on(config, listener).await.map_err(|source| DemoError::Gateway { mode, source })?;
-        Ok(DemoGateway { mode, url: format!("http://{}", running.addr), log, running })
+        Ok(DemoGateway { mode, url: format!("http://{}{url_path}", running.addr), log, running })
     }
 
     /// The agent URL (`Signature-Agent`): the key directory's origin.

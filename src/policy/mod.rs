@@ -184,8 +184,12 @@ pub(crate) fn compile(source: &Source, query: &str, evaluator: PolicyEvaluator) 
     // Tool arguments are attacker-controlled input to the policy: a policy that iterates
     // over them must not hold a request thread for long. Over the limit → policy_error.
     engine.set_execution_timer_config(EVALUATION_TIME_LIMIT);
-    let rvm = match evaluator {
-        PolicyEvaluator::Interpreter => None,
+    let paths = match source {
+        Source::Paths(p) => p.as_slice(),
+        _ => &[],
+    };
+    let rvm = match evaluator.for_paths(paths) {
+        PolicyEvaluator::Interpreter | PolicyEvaluator::Auto => None,
         PolicyEvaluator::Rvm => Some(rvm::RvmProgram::compile(&mut engine.clone(), query)?),
     };
     Ok(Loaded { engine, rvm, version: set.version() })

@@ -1,8 +1,10 @@
-//! Evaluation through regorus's RVM (`policy.evaluator = "rvm"`, the default): the policy set
-//! is compiled once more, to bytecode, and each request runs it in a prepared VM. Measured
-//! about 3–4× faster than cloning the interpreter (benches/policy.rs). The differential test
-//! in `tests.rs` checks both give the same decisions on the shipped set; `interpreter` stays
-//! available for policies that use something the bytecode compiler does not support yet.
+//! Evaluation through regorus's RVM (the bundled set under `policy.evaluator = "auto"`, the
+//! default, or any set under `"rvm"`): the policy set is compiled once more, to bytecode, and
+//! each request runs it in a prepared VM. Measured about 3–4× faster than cloning the
+//! interpreter (benches/policy.rs). The differential test in `tests.rs` checks both give the
+//! same decisions on the shipped set; an operator's own set runs on the interpreter by default,
+//! because regorus 0.14's RVM decides some rules differently (see the test
+//! `an_operators_policy_runs_as_policy_test_runs_it_and_the_rvm_defect_is_known`).
 //!
 //! VMs are kept in a small pool per compiled set: a VM holds the program and `data` already
 //! loaded (loading `data` walks the whole document to check it against the rule tree), so a

@@ -393,7 +393,9 @@ fn gateway_config(parts: &ConfigParts<'_>, scenario: Scenario, port: u16) -> Str
     };
     let policy = match scenario {
         Scenario::Bare | Scenario::Direct | Scenario::Nginx | Scenario::Minimal | Scenario::Floor => "[policy]\nenabled = false\n".to_owned(),
-        _ => format!("[policy]\npaths = [{:?}]\nwatch = false\n", parts.policies),
+        // The shipped set, copied (so PORTCULLIS_BENCH_POLICIES can swap it): run on the
+        // bytecode as the bundled set is by default (evaluator = "auto").
+        _ => format!("[policy]\npaths = [{:?}]\nwatch = false\nevaluator = \"rvm\"\n", parts.policies),
     };
     let tools = if scenario == Scenario::FullCatalog { "[tools]\ncatalog = \"fetch\"\nvalidate_arguments = true\n" } else { "" };
     // The one-server form, or the `[[servers]]` form: the public URL is the origin only, and
