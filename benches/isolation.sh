@@ -81,15 +81,21 @@ LUA
 measure() { wrk -t1 -c"$connections" -d"${seconds}s" --latency -s "$work/ping.lua" "http://127.0.0.1:$gw/healthy/mcp"; }
 echo "== healthy server alone"
 alone="$(measure)"; echo "$alone"
-echo "== healthy server while /stuck/mcp (backend never answers) and /down/mcp (backend down) are loaded"
+echo "== healthy server while 64 clients wait on /stuck/mcp (its backend never answers)"
 wrk -t1 -c64 -d"$((seconds + 2))s" -s "$work/ping.lua" "http://127.0.0.1:$gw/stuck/mcp" >/dev/null 2>&1 & pids+=($!)
-wrk -t1 -c16 -d"$((seconds + 2))s" -s "$work/ping.lua" "http://127.0.0.1:$gw/down/mcp" >"$work/down.txt" 2>&1 & pids+=($!)
 sleep 1
-loaded="$(measure)"; echo "$loaded"
+stuck_loaded="$(measure)"; echo "$stuck_loaded"
 sleep 2
-echo "== /down/mcp under that load (each answered 502 at once)"; grep -E "Requests/sec|Non-2xx" "$work/down.txt" || true
+echo "== healthy server while 4 clients hammer /down/mcp (its backend is down: each answered 502 at once)"
+wrk -t1 -c4 -d"$((seconds + 2))s" -s "$work/ping.lua" "http://127.0.0.1:$gw/down/mcp" >"$work/down.txt" 2>&1 & pids+=($!)
+sleep 1
+down_loaded="$(measure)"; echo "$down_loaded"
+sleep 2
+grep -E "Requests/sec|Non-2xx" "$work/down.txt" || true
 pct() { echo "$1" | awk -v q="$2" '$1==q {v=$2; if (v ~ /us$/) {sub(/us$/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms$/,"",v)} else if (v ~ /s$/) {sub(/s$/,"",v); v=v*1000}; print v}'; }
+rps() { echo "$1" | awk '/^Requests\/sec/ {print $2}'; }
 for q in 50% 99%; do
-  a=$(pct "$alone" "$q"); l=$(pct "$loaded" "$q")
-  awk -v q="$q" -v a="$a" -v l="$l" 'BEGIN { printf "healthy p%s: alone %.3f ms, neighbours loaded %.3f ms (x%.2f)\n", substr(q,1,length(q)-1), a, l, l/a }'
+  a=$(pct "$alone" "$q"); st=$(pct "$stuck_loaded" "$q"); dn=$(pct "$down_loaded" "$q")
+  awk -v q="$q" -v a="$a" -v st="$st" -v dn="$dn" 'BEGIN { printf "healthy p%s: alone %.3f ms; with stuck neighbour %.3f ms (x%.2f); with down neighbour %.3f ms (x%.2f)\n", substr(q,1,length(q)-1), a, st, st/a, dn, dn/a }'
 done
+awk -v a="$(rps "$alone")" -v st="$(rps "$stuck_loaded")" -v dn="$(rps "$down_loaded")" 'BEGIN { printf "healthy req/s: alone %.0f; with stuck neighbour %.0f (x%.2f); with down neighbour %.0f (x%.2f)\n", a, st, st/a, dn, dn/a }'
