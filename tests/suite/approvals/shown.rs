@@ -78,6 +78,8 @@ async fn chromium_shows_every_argument_of_a_long_call_and_invisible_characters_a
     // Served: the agent's HTML as text, no invisible character anywhere in the page.
     assert!(page.body.contains("&lt;script&gt;alert(2)&lt;/script&gt;") && !page.body.contains("<script>") && !page.body.contains("<img"));
     assert!(!page.body.chars().any(portcullis::visible::is_invisible), "an invisible character reached the page");
+    // The page names the MCP server the call is for (`default` in the single-server form).
+    assert!(page.body.contains("<dt>Server</dt><dd>default</dd>"), "{}", page.body);
 
     let probe = chromium.probe(&page.body, (390, 1200), PROBE).unwrap();
     let found: Value = serde_json::from_str(&probe).unwrap_or_else(|e| panic!("{e}: {probe}"));
