@@ -56,7 +56,14 @@ pub struct Server {
     /// The catalog's refresh task: stops when the server is dropped (removed by a reload and
     /// no request holds it any more).
     _refresher: Option<AbortOnDrop>,
+    /// `upstream.health_check`: the last connect probe's result (a probe every
+    /// [`HEALTH_EVERY`], from start), and its task.
+    health: Arc<std::sync::Mutex<Option<Result<(), String>>>>,
+    _prober: Option<AbortOnDrop>,
 }
+
+/// How often a server whose `upstream.health_check` is on probes its backend.
+const HEALTH_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Server {
     /// Builds `s` (one of `config.servers`); `accept_signature` is what its agent-credential
@@ -104,13 +111,38 @@ impl Server {
             },
             config: s.clone(),
             _refresher: None,
+            health: Arc::default(),
+            _prober: None,
         })
     }
 
     /// Starts fetching its catalog now and every `tools.refresh` (inside the runtime).
     fn start(mut self) -> Server {
         self._refresher = self.catalog.as_ref().map(|c| AbortOnDrop(c.spawn_refresher()));
+        if self.config.upstream.health_check {
+            let (upstream, health) = (self.config.upstream.clone(), self.health.clone());
+            self._prober = Some(AbortOnDrop(tokio::spawn(async move {
+                loop {
+                    let result = probe(&upstream).await;
+                    *health.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(result);
+                    tokio::time::sleep(HEALTH_EVERY).await;
+                }
+            })));
+        }
         self
+    }
+
+    /// Whether its backend accepts connections (`upstream.health_check`): the last probe's
+    /// result, or a probe now when none has finished yet. `None`: not checked.
+    pub(crate) async fn upstream_health(&self) -> Option<Result<(), String>> {
+        if !self.config.upstream.health_check {
+            return None;
+        }
+        let last = self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        match last {
+            Some(result) => Some(result),
+            None => Some(probe(&self.config.upstream).await),
+        }
     }
 
     /// Its RFC 9728 metadata paths: the path-suffixed one, and (single-server form, or a
@@ -352,6 +384,19 @@ pub(crate) fn holding(
     use http_body_util::BodyExt;
     let retired = server.retired.clone().cancelled_owned();
     resp.map(|inner| Holding { inner, retired, permit }.boxed())
+}
+
+/// Opens (and closes) a TCP connection to the backend's host and port, within its
+/// `connect_timeout` but at most 1 s. The error names the address and the cause.
+async fn probe(upstream: &config::Upstream) -> Result<(), String> {
+    let host = upstream.url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_owned();
+    let port = upstream.url.port_or_known_default().unwrap_or(80);
+    let limit = upstream.connect_timeout.min(std::time::Duration::from_secs(1));
+    match tokio::time::timeout(limit, tokio::net::TcpStream::connect((host.as_str(), port))).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("{host}:{port}: {e}")),
+        Err(_) => Err(format!("{host}:{port}: no connection within {limit:?}")),
+    }
 }
 
 /// A background task that ends when its owner is dropped.

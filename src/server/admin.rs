@@ -137,7 +137,7 @@ async fn route(shared: &Shared, req: &Request<Incoming>) -> Response<ResponseBod
 /// `health_check` is on), `catalog`, `mode`, `ready`.
 async fn server_state(server: &crate::servers::Server) -> (bool, serde_json::Value) {
     let c = &server.config;
-    let upstream = if c.upstream.health_check { Some(probe_upstream(&c.upstream).await) } else { None };
+    let upstream = server.upstream_health().await;
     let upstream_down = upstream.as_ref().is_some_and(Result::is_err);
     // A stale catalog keeps serving; only one that calls are refused for want of is unready.
     let is_required = crate::decision::is_catalog_required(&server.mode, c.tools.unpinned);
@@ -157,19 +157,6 @@ async fn server_state(server: &crate::servers::Server) -> (bool, serde_json::Val
         "catalog": catalog.map_or_else(|| serde_json::json!("not_configured"), |c| c.detail),
     });
     (ready, detail)
-}
-
-/// Opens (and closes) a TCP connection to the backend's host and port, within its
-/// `connect_timeout` but at most 1 s. The error names the address and the cause.
-async fn probe_upstream(upstream: &crate::config::Upstream) -> Result<(), String> {
-    let host = upstream.url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_owned();
-    let port = upstream.url.port_or_known_default().unwrap_or(80);
-    let limit = upstream.connect_timeout.min(std::time::Duration::from_secs(1));
-    match tokio::time::timeout(limit, tokio::net::TcpStream::connect((host.as_str(), port))).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(format!("{host}:{port}: {e}")),
-        Err(_) => Err(format!("{host}:{port}: no connection within {limit:?}")),
-    }
 }
 
 /// Probes `url` (plain HTTP, the admin listener) and succeeds on a 200 answer. Used by
