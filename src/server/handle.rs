@@ -276,18 +276,6 @@ impl Shared {
     async fn forward(&self, server: &Server, mut inbound: Inbound, fwd: Forward, trail: &mut Trail) -> Answered {
         trail.findings = fwd.findings().to_vec();
         let (mut outcome, mut summary) = forward_summary(&fwd);
-        let attach = match self.credential(server, &inbound.head.headers, &fwd, inbound.now, trail).await {
-            Ok(attach) => attach,
-            Err(denial) => {
-                trail.seen = fwd.into_evidence();
-                crate::idempotency::release(&mut trail.seen.idempotency).await;
-                return self.refuse(&denial, &inbound.request_id, Some(server));
-            }
-        };
-        if let Some(f) = trail.findings.iter().find(|f| f.stage == Stage::UpstreamAuth) {
-            outcome = Outcome::WouldDeny;
-            summary = summary.or(Some((f.error, f.reason.clone())));
-        }
         // A GET opens a long-lived stream (standalone or resumed): it needs one of its server's
         // `upstream.max_streams` before the backend is asked, so nothing is dropped after the
         // backend acted.
@@ -305,6 +293,18 @@ impl Shared {
         } else {
             None
         };
+        let attach = match self.credential(server, &inbound.head.headers, &fwd, inbound.now, trail).await {
+            Ok(attach) => attach,
+            Err(denial) => {
+                trail.seen = fwd.into_evidence();
+                crate::idempotency::release(&mut trail.seen.idempotency).await;
+                return self.refuse(&denial, &inbound.request_id, Some(server));
+            }
+        };
+        if let Some(f) = trail.findings.iter().find(|f| f.stage == Stage::UpstreamAuth) {
+            outcome = Outcome::WouldDeny;
+            summary = summary.or(Some((f.error, f.reason.clone())));
+        }
         let exchange = crate::session::Exchange::of(&inbound.head, inbound.peer.addr.ip(), server.name);
         let listing = pipeline::ListingAsk::of(&server.scope(), &inbound, fwd.evidence());
         // A list the gateway rewrites must come uncompressed: a compressed one could not be
