@@ -1,12 +1,13 @@
 //! The configs the driver writes are configs the gateway accepts: (b) in the one-server form,
 //! (b1) and (e) in the `[[servers]]` form, with the servers, paths and audiences the load and
-//! its tokens use.
+//! its tokens use, and (g) with a token exchange at the bench's issuer.
 
 use ed25519_dalek::SigningKey;
-use portcullis::config::{Config, Form};
+use portcullis::config::{ClientAuth, Config, Form, SecretSource, UpstreamAuth};
+use portcullis_test_support::issuer;
 use portcullis_test_support::pki::TestCa;
 
-use super::{gateway_config, ConfigParts, Scenario, RESOURCE};
+use super::{gateway_config, ConfigParts, Scenario, EXCHANGE_AUDIENCE, EXCHANGE_SCOPE, RESOURCE};
 
 /// Parses the gateway config the driver writes for `scenario`, as `portcullis run` does.
 fn parsed(scenario: Scenario) -> Config {
@@ -14,8 +15,16 @@ fn parsed(scenario: Scenario) -> Config {
     let policies = super::bench_policies();
     let agent_key = SigningKey::from_bytes(&[7; 32]);
     let ca_path = ca.ca_path();
-    let parts =
-        ConfigParts { backend: "127.0.0.1:3001", agent_key: &agent_key, issuer: "https://127.0.0.1:8444", issuer_ca: &ca_path, policies: policies.path() };
+    let client_secret = policies.path().join("client-secret");
+    std::fs::write(&client_secret, format!("{}\n", issuer::CLIENT_SECRET)).unwrap();
+    let parts = ConfigParts {
+        backend: "127.0.0.1:3001",
+        agent_key: &agent_key,
+        issuer: "https://127.0.0.1:8444",
+        issuer_ca: &ca_path,
+        client_secret: &client_secret,
+        policies: policies.path(),
+    };
     let text = gateway_config(&parts, scenario, 18443);
     Config::parse(&text, "bench config", policies.path()).unwrap_or_else(|e| panic!("{scenario:?}: {e}\n{text}"))
 }
@@ -55,6 +64,34 @@ fn one_server_in_the_servers_form_is_the_comparison_for_many() {
     assert_eq!((s.form, s.path.as_str(), s.audience.as_str()), (Form::Many, "/s0/mcp", "https://mcp.example.com/s0/mcp"));
     assert_eq!(Scenario::Servers(1).path(), s.path);
     assert_eq!(Scenario::Servers(1).resource(), s.audience);
+}
+
+#[test]
+fn the_full_chain_with_exchange_exchanges_at_the_issuer_as_its_client() {
+    let c = parsed(Scenario::FullExchange);
+    assert_eq!(c.servers.len(), 1);
+    let s = &c.servers[0];
+    assert_eq!((s.form, s.path.as_str(), s.audience.as_str()), (Form::Single, "/mcp", RESOURCE));
+    assert_eq!(s.endpoint.as_str(), "http://127.0.0.1:3001/mcp", "the plain-http loopback backend, credentials attached");
+    let UpstreamAuth::TokenExchange(x) = &s.upstream.auth else { panic!("kind token_exchange: {:?}", s.upstream.auth) };
+    assert_eq!(x.client_id, issuer::CLIENT_ID);
+    assert!(matches!(&x.client_auth, ClientAuth::Secret(SecretSource::File { .. })), "client_secret_file");
+    assert_eq!((x.audience.as_deref(), x.scope.as_deref()), (Some(EXCHANGE_AUDIENCE), Some(EXCHANGE_SCOPE)));
+    assert!(x.token_endpoint.is_none(), "discovered from the issuer's metadata");
+    assert_eq!(c.oauth.issuer.as_deref(), Some("https://127.0.0.1:8444"));
+    assert!(c.signatures.required && c.oauth.required, "the full chain");
+    // Everything else is (b)'s: the same config but the exchange.
+    assert!(matches!(parsed(Scenario::Full).servers[0].upstream.auth, UpstreamAuth::None));
+}
+
+#[test]
+fn exchanges_counted_add_up_every_server_by_result() {
+    let text = "portcullis_upstream_token_exchanges_total{server=\"default\",result=\"issued\"} 1\n\
+                portcullis_upstream_token_exchanges_total{server=\"default\",result=\"cached\"} 41000\n\
+                portcullis_upstream_token_exchanges_total{server=\"s1\",result=\"issued\"} 2\n";
+    assert_eq!(super::exchanges_counted(text, "issued"), Some(3.0));
+    assert_eq!(super::exchanges_counted(text, "cached"), Some(41000.0));
+    assert_eq!(super::exchanges_counted(text, "refused"), None);
 }
 
 #[test]
