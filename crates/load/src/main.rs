@@ -402,6 +402,10 @@ const EXCHANGE_AUDIENCE: &str = "https://backend.internal";
 /// The scope (g) asks for.
 const EXCHANGE_SCOPE: &str = "weather:read";
 
+/// Bucket bounds of `portcullis_stage_duration_seconds` (5 µs doubling) at which (g)'s
+/// upstream_auth stage times are counted.
+const AUTH_BOUNDS_US: [f64; 3] = [5.0, 10.0, 20.0];
+
 /// Each server's `upstream.max_in_flight` in the `[[servers]]` form: the bound (b)'s one server
 /// has on this machine (`limits.max_in_flight`'s default), which no run here reaches. The
 /// default would share `limits.max_in_flight` among the servers, and 50 servers would shed at
@@ -854,6 +858,50 @@ fn stage_mean_us(text: &str, stage: &str) -> Option<f64> {
     (count > 0.0).then(|| sum / count * 1e6)
 }
 
+/// `stage`'s `portcullis_stage_duration_seconds` over every server in the metrics `text`: the
+/// sum (s), the count, and the cumulative count at each bucket's upper bound (s), in order.
+fn stage_histogram(text: &str, stage: &str) -> (f64, f64, Vec<(f64, f64)>) {
+    let label = format!("stage=\"{stage}\"");
+    let (mut sum, mut count, mut buckets) = (0.0, 0.0, Vec::<(f64, f64)>::new());
+    for line in text.lines() {
+        let Some((kind, rest)) = line.strip_prefix("portcullis_stage_duration_seconds_").and_then(|r| r.split_once('{')) else { continue };
+        let Some((labels, value)) = rest.split_once("} ") else { continue };
+        let labels: Vec<&str> = labels.split(',').collect();
+        let Ok(value) = value.trim().parse::<f64>() else { continue };
+        if !labels.contains(&label.as_str()) {
+            continue;
+        }
+        match kind {
+            "sum" => sum += value,
+            "count" => count += value,
+            "bucket" => {
+                let le = match labels.iter().find_map(|l| l.strip_prefix("le=")).map(|v| v.trim_matches('"')) {
+                    Some("+Inf") => f64::INFINITY,
+                    Some(v) => v.parse().unwrap_or(f64::NAN),
+                    None => continue,
+                };
+                match buckets.iter_mut().find(|(b, _)| *b == le) {
+                    Some(b) => b.1 += value,
+                    None => buckets.push((le, value)),
+                }
+            }
+            _ => {}
+        }
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    (sum, count, buckets)
+}
+
+/// `stage`'s times between two scrapes of the metrics, `before` and `after`: the mean in µs and,
+/// for each of `bounds_us` (bucket bounds), the share of the requests that took at most that.
+fn stage_between(before: &str, after: &str, stage: &str, bounds_us: &[f64]) -> Option<(f64, Vec<f64>)> {
+    let ((s0, c0, b0), (s1, c1, b1)) = (stage_histogram(before, stage), stage_histogram(after, stage));
+    let n = c1 - c0;
+    // Cumulative: the count of the largest bucket bound not above `bound` µs.
+    let at_most = |b: &[(f64, f64)], bound: f64| b.iter().filter(|(le, _)| *le <= bound * 1e-6 * (1.0 + 1e-9)).map(|(_, c)| *c).fold(0.0, f64::max);
+    (n > 0.0).then(|| ((s1 - s0) / n * 1e6, bounds_us.iter().map(|&u| (at_most(&b1, u) - at_most(&b0, u)) / n).collect()))
+}
+
 /// The gateway's `portcullis_upstream_token_exchanges_total` with `result` in the metrics `text`,
 /// over every server.
 fn exchanges_counted(text: &str, result: &str) -> Option<f64> {
@@ -1065,6 +1113,8 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
     let mut results: Vec<Vec<Sample>> = scenarios.iter().map(|_| Vec::new()).collect();
     // (g)'s exchanges per round: (issued, cached) by the gateway's counters, answered by the issuer.
     let mut exchanges: Vec<(f64, f64, usize)> = Vec::new();
+    // (g)'s upstream_auth stage in the measured run alone: mean µs, shares at most 5/10/20 µs.
+    let mut auth_stage: Vec<(f64, Vec<f64>)> = Vec::new();
     for round in 0..opts.rounds {
         for (si, &scenario) in scenarios.iter().enumerate() {
             // Each server of the `[[servers]]` form is its own resource: its tokens name it.
@@ -1077,6 +1127,9 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
             let warm = pool(env, scenario, &addr, &body, token, conns * 20);
             let path = scenario.path();
             let _ = measure_builtin(&addr, &path, Some(pid), Requests::Pool { heads: Arc::new(warm), cycle: false }, body.clone(), conns, 1.0).await;
+            // (g): the stage times after the warm-up (and its one exchange, which the 32
+            // connections' first requests all wait for), to take them out of the run's.
+            let warmed = if scenario == Scenario::FullExchange { metrics_text().await.unwrap_or_default() } else { String::new() };
             // Signed pool: more than the full chain (or the floor) can take in the run on this
             // machine.
             let cycle = !(scenario.is_full_chain() || scenario == Scenario::Floor);
@@ -1108,6 +1161,13 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
                         "  round {round} g token exchanges (portcullis_upstream_token_exchanges_total, run and warm-up): issued {issued:.0}, cached {cached:.0}; the issuer answered {answered}"
                     );
                     exchanges.push((issued, cached, answered));
+                    if let Some((mean, shares)) = stage_between(&warmed, &text, "upstream_auth", &AUTH_BOUNDS_US) {
+                        eprintln!(
+                            "  round {round} g upstream_auth stage in the run alone (wall time, cache hits only): mean {mean:.2} µs, at most 5/10/20 µs: {}",
+                            shares.iter().map(|s| format!("{:.1}%", s * 100.0)).collect::<Vec<_>>().join(" / ")
+                        );
+                        auth_stage.push((mean, shares));
+                    }
                 }
             }
             if s.ran_out {
@@ -1207,6 +1267,19 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
             "  (g)'s exchanges per round: {}{}",
             per_round.join("; "),
             if all_hits { " (one exchange each, every other request a cache hit)" } else { " (NOT all cache hits: (g) - (b) is not the cached path alone)" }
+        );
+        // The cached path measured inside the gateway: the upstream_auth stage's wall time (an
+        // upper bound of its CPU: it includes waiting for a CPU on this machine).
+        let (lo, mid, hi) = min_median_max(&mut auth_stage.iter().map(|(m, _)| *m).collect::<Vec<_>>());
+        let shares: Vec<String> = (0..AUTH_BOUNDS_US.len())
+            .map(|i| {
+                let (lo, mid, hi) = min_median_max(&mut auth_stage.iter().map(|(_, s)| s[i] * 100.0).collect::<Vec<_>>());
+                format!("≤ {} µs {lo:.1} / {mid:.1} / {hi:.1}%", AUTH_BOUNDS_US[i])
+            })
+            .collect();
+        println!(
+            "  (g)'s upstream_auth stage (wall time, the measured runs alone): mean min {lo:.2} median {mid:.2} max {hi:.2} µs; share of requests (min / median / max) {}",
+            shares.join(", ")
         );
     }
     min_median_max(&mut results[index(Scenario::Full).unwrap()].iter().map(|s| s.rps).collect::<Vec<_>>()).1

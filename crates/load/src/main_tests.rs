@@ -106,3 +106,25 @@ fn stage_means_add_up_every_server() {
     assert!((mean - 10.0).abs() < 1e-9, "{mean}");
     assert_eq!(super::stage_mean_us(text, "catalog"), None);
 }
+
+#[test]
+fn a_stage_between_two_scrapes_is_the_run_alone() {
+    let scrape = |sum: f64, count: u32, le5: u32, le10: u32| {
+        format!(
+            "portcullis_stage_duration_seconds_sum{{stage=\"upstream_auth\",server=\"default\"}} {sum}\n\
+             portcullis_stage_duration_seconds_count{{stage=\"upstream_auth\",server=\"default\"}} {count}\n\
+             portcullis_stage_duration_seconds_bucket{{stage=\"upstream_auth\",server=\"default\",le=\"5e-6\"}} {le5}\n\
+             portcullis_stage_duration_seconds_bucket{{stage=\"upstream_auth\",server=\"default\",le=\"1e-5\"}} {le10}\n\
+             portcullis_stage_duration_seconds_bucket{{stage=\"upstream_auth\",server=\"default\",le=\"+Inf\"}} {count}\n\
+             portcullis_stage_duration_seconds_sum{{stage=\"policy\",server=\"default\"}} 9\n"
+        )
+    };
+    // The warm-up: 10 requests waiting 0.1 s in all for the first exchange.
+    let before = scrape(0.1, 10, 0, 0);
+    // The run: 1000 more, 2 µs each; 900 at most 5 µs, all at most 10 µs.
+    let after = scrape(0.1 + 0.002, 1010, 900, 1000);
+    let (mean, shares) = super::stage_between(&before, &after, "upstream_auth", &[5.0, 10.0, 20.0]).unwrap();
+    assert!((mean - 2.0).abs() < 1e-6, "{mean}");
+    assert_eq!(shares, [0.9, 1.0, 1.0]);
+    assert_eq!(super::stage_between(&after, &after, "upstream_auth", &[5.0]), None, "no request in between");
+}
