@@ -4,7 +4,8 @@
 # an HTTPS token issuer and the gateway on 127.0.0.1, generates freshly signed requests and
 # prints req/s, p50/p99, gateway CPU per request and the ratios against nginx, against (f) the
 # verification floor (`--floor-proxy`, crates/load/src/floor.rs: (b)/(f) is the headline) and
-# (b)/(a), (c)/(a); with --servers N also the full chain with 1 and with N [[servers]], (e)/(b1).
+# (b)/(a), (c)/(a); with --servers N also the full chain with 1 and with N [[servers]], (e)/(b1);
+# with --exchange also the full chain with a cached token exchange, (g)/(b) and (g) - (b).
 # Arguments go to the driver, e.g.
 #   benches/load.sh --seconds 8 --rounds 3 --connections 32,128 --sizes 1024,65536 --soak 600
 set -euo pipefail

@@ -5,7 +5,7 @@
 //! benches/load.sh [--seconds 8] [--rounds 3] [--connections 32,128] [--sizes 1024,65536]
 //!                 [--driver wrk|builtin] [--rate R] [--no-latency] [--soak SECONDS] [--perf DIR]
 //!                 [--pin] [--no-references] [--no-floor] [--catalog] [--servers N]
-//!                 [--gateway PATH]
+//!                 [--exchange] [--gateway PATH]
 //! ```
 //! (`benches/load.sh` installs wrk when it is missing, builds the gateway with
 //! `cargo build --release -p portcullis` and runs this driver, `cargo run --release -p
@@ -35,7 +35,14 @@
 //! (e) the same with N servers (`s0`..`s{N-1}` at `/s{i}/mcp`, all in front of the one example
 //! backend), the load sent to the last one, with a token whose `aud` is that server's resource
 //! and signatures over its path. It prints (e)/(b1) and (e) − (b1) in CPU µs per request, per
-//! round, and (b1)/(b), what the servers form costs against the one-server form.
+//! round, and (b1)/(b), what the servers form costs against the one-server form. `--exchange`
+//! adds (g), the full chain with `[upstream.auth] kind = "token_exchange"` (RFC 8693) at the
+//! bench's issuer: every request carries the one user token, so after the warm-up's first
+//! exchange each request is a cache hit. It prints (g)/(b) and (g) − (b) in CPU µs per request,
+//! per round, and per round the gateway's `portcullis_upstream_token_exchanges_total` (issued
+//! and cached) and how many exchanges the issuer answered, which says whether they were hits,
+//! and the `upstream_auth` stage's own time in the measured run alone (the gateway's stage
+//! histogram scraped after the warm-up and after the run: mean, share at most 5/10/20 µs).
 //!
 //! Then, once per round, open loop at half and a quarter of the measured peak of (b) (or
 //! `--rate R` req/s), with min/median/max of the p99 added over the rounds:
@@ -63,7 +70,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use portcullis::report::Histogram;
 use portcullis::signature::{ed25519_public_jwk, Nonce, Signer};
-use portcullis_test_support::issuer::{unix_now, Issuer};
+use portcullis_test_support::issuer::{self, unix_now, Issuer};
 use portcullis_test_support::keys::SigningKey as JwtKey;
 use portcullis_test_support::pki::TestCa;
 use portcullis_wire::UnixTime;
@@ -113,6 +120,8 @@ struct Options {
     /// `--servers N`: also (b1) and (e), the full chain in the `[[servers]]` form with 1 and N
     /// servers.
     servers: Option<usize>,
+    /// `--exchange`: also (g), the full chain with token exchange (a cache hit per request).
+    exchange: bool,
 }
 
 fn options() -> Options {
@@ -131,6 +140,7 @@ fn options() -> Options {
         floor: true,
         catalog: false,
         servers: None,
+        exchange: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut gateway = std::env::var_os("PORTCULLIS_BIN").map(std::path::PathBuf::from);
@@ -175,6 +185,10 @@ fn options() -> Options {
                 o.catalog = true;
                 step = 1;
             }
+            "--exchange" => {
+                o.exchange = true;
+                step = 1;
+            }
             "--no-latency" => {
                 o.latency = false;
                 step = 1;
@@ -215,6 +229,8 @@ enum Scenario {
     /// (b1) with 1, (e) with N: the full chain in the `[[servers]]` form with this many servers
     /// (`s0`..`s{N-1}` at `/s{i}/mcp`), the load sent to the last one.
     Servers(usize),
+    /// (g): the full chain with `[upstream.auth] kind = "token_exchange"` at the bench's issuer.
+    FullExchange,
 }
 
 impl Scenario {
@@ -230,12 +246,13 @@ impl Scenario {
             Scenario::FullCatalog => "(d) full + catalog",
             Scenario::Servers(1) => "(b1) 1 server",
             Scenario::Servers(_) => "(e) N servers",
+            Scenario::FullExchange => "(g) full + exchange",
         }
     }
 
     /// Whether every stage runs: signed requests (each once), a token, the policy.
     fn is_full_chain(self) -> bool {
-        matches!(self, Scenario::Full | Scenario::FullCatalog | Scenario::Servers(_))
+        matches!(self, Scenario::Full | Scenario::FullCatalog | Scenario::Servers(_) | Scenario::FullExchange)
     }
 
     /// The path the load goes to: the last server's in the `[[servers]]` form (a scan in
@@ -347,6 +364,8 @@ struct Env {
     jwt_key: JwtKey,
     agent_key: SigningKey,
     dir: tempfile::TempDir,
+    /// The file holding the issuer's client secret, for (g)'s `upstream.auth.client_secret_file`.
+    client_secret: std::path::PathBuf,
     backend: String,
     _backend_proc: Proc,
 }
@@ -355,7 +374,14 @@ struct Env {
 /// `127.0.0.1:<port>` is listed as its own authority beside `public_url`'s.
 fn config_for(env: &Env, scenario: Scenario, port: u16) -> String {
     let (issuer, issuer_ca) = (env.issuer.url(), env._ca.ca_path());
-    let parts = ConfigParts { backend: &env.backend, agent_key: &env.agent_key, issuer: &issuer, issuer_ca: &issuer_ca, policies: env.policies.path() };
+    let parts = ConfigParts {
+        backend: &env.backend,
+        agent_key: &env.agent_key,
+        issuer: &issuer,
+        issuer_ca: &issuer_ca,
+        client_secret: &env.client_secret,
+        policies: env.policies.path(),
+    };
     gateway_config(&parts, scenario, port)
 }
 
@@ -368,8 +394,19 @@ struct ConfigParts<'a> {
     /// The token issuer's URL and the CA file its certificate chains to.
     issuer: &'a str,
     issuer_ca: &'a std::path::Path,
+    /// The file with the issuer's client secret ((g) authenticates its exchanges with it).
+    client_secret: &'a std::path::Path,
     policies: &'a std::path::Path,
 }
+
+/// The audience (g) asks the issuer's token exchange for: the backend's own, not the gateway's.
+const EXCHANGE_AUDIENCE: &str = "https://backend.internal";
+/// The scope (g) asks for.
+const EXCHANGE_SCOPE: &str = "weather:read";
+
+/// Bucket bounds of `portcullis_stage_duration_seconds` (5 µs doubling) at which (g)'s
+/// upstream_auth stage times are counted.
+const AUTH_BOUNDS_US: [f64; 3] = [5.0, 10.0, 20.0];
 
 /// Each server's `upstream.max_in_flight` in the `[[servers]]` form: the bound (b)'s one server
 /// has on this machine (`limits.max_in_flight`'s default), which no run here reaches. The
@@ -413,6 +450,16 @@ fn gateway_config(parts: &ConfigParts<'_>, scenario: Scenario, port: u16) -> Str
                 .collect(),
         ),
         _ => (RESOURCE, format!("[upstream]\nurl = \"http://{}\"\n", parts.backend)),
+    };
+    // (g): the backend gets a token exchanged at the issuer (plain http to it is allowed: it is
+    // on loopback).
+    let upstream = match scenario {
+        Scenario::FullExchange => format!(
+            "{upstream}[upstream.auth]\nkind = \"token_exchange\"\nclient_id = {:?}\nclient_secret_file = {:?}\naudience = {EXCHANGE_AUDIENCE:?}\nscope = {EXCHANGE_SCOPE:?}\n",
+            issuer::CLIENT_ID,
+            parts.client_secret
+        ),
+        _ => upstream,
     };
     format!(
         "mode = \"enforce\"\n[listen]\naddr = \"127.0.0.1:{port}\"\npublic_url = {public_url:?}\n{upstream}[limits]\nmax_body = \"1MiB\"\n[admin]\naddr = \"{ADMIN}\"\n[log]\ndecisions = \"off\"\nlevel = \"warn,portcullis=info\"\n{signatures}{oauth}{policy}{tools}"
@@ -813,6 +860,63 @@ fn stage_mean_us(text: &str, stage: &str) -> Option<f64> {
     (count > 0.0).then(|| sum / count * 1e6)
 }
 
+/// `stage`'s `portcullis_stage_duration_seconds` over every server in the metrics `text`: the
+/// sum (s), the count, and the cumulative count at each bucket's upper bound (s), in order.
+fn stage_histogram(text: &str, stage: &str) -> (f64, f64, Vec<(f64, f64)>) {
+    let label = format!("stage=\"{stage}\"");
+    let (mut sum, mut count, mut buckets) = (0.0, 0.0, Vec::<(f64, f64)>::new());
+    for line in text.lines() {
+        let Some((kind, rest)) = line.strip_prefix("portcullis_stage_duration_seconds_").and_then(|r| r.split_once('{')) else { continue };
+        let Some((labels, value)) = rest.split_once("} ") else { continue };
+        let labels: Vec<&str> = labels.split(',').collect();
+        let Ok(value) = value.trim().parse::<f64>() else { continue };
+        if !labels.contains(&label.as_str()) {
+            continue;
+        }
+        match kind {
+            "sum" => sum += value,
+            "count" => count += value,
+            "bucket" => {
+                let le = match labels.iter().find_map(|l| l.strip_prefix("le=")).map(|v| v.trim_matches('"')) {
+                    Some("+Inf") => f64::INFINITY,
+                    Some(v) => v.parse().unwrap_or(f64::NAN),
+                    None => continue,
+                };
+                match buckets.iter_mut().find(|(b, _)| *b == le) {
+                    Some(b) => b.1 += value,
+                    None => buckets.push((le, value)),
+                }
+            }
+            _ => {}
+        }
+    }
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    (sum, count, buckets)
+}
+
+/// `stage`'s times between two scrapes of the metrics, `before` and `after`: the mean in µs and,
+/// for each of `bounds_us` (bucket bounds), the share of the requests that took at most that.
+fn stage_between(before: &str, after: &str, stage: &str, bounds_us: &[f64]) -> Option<(f64, Vec<f64>)> {
+    let ((s0, c0, b0), (s1, c1, b1)) = (stage_histogram(before, stage), stage_histogram(after, stage));
+    let n = c1 - c0;
+    // Cumulative: the count of the largest bucket bound not above `bound` µs.
+    let at_most = |b: &[(f64, f64)], bound: f64| b.iter().filter(|(le, _)| *le <= bound * 1e-6 * (1.0 + 1e-9)).map(|(_, c)| *c).fold(0.0, f64::max);
+    (n > 0.0).then(|| ((s1 - s0) / n * 1e6, bounds_us.iter().map(|&u| (at_most(&b1, u) - at_most(&b0, u)) / n).collect()))
+}
+
+/// The gateway's `portcullis_upstream_token_exchanges_total` with `result` in the metrics `text`,
+/// over every server.
+fn exchanges_counted(text: &str, result: &str) -> Option<f64> {
+    let label = format!("result=\"{result}\"");
+    let values: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("portcullis_upstream_token_exchanges_total{")?.split_once("} "))
+        .filter(|(labels, _)| labels.split(',').any(|l| l == label))
+        .filter_map(|(_, v)| v.trim().parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
 /// p99s from the gateway's /metrics (upper bucket bounds, µs): `portcullis_request_duration_seconds`
 /// (arrival to response headers) and the slowest stages. Says whether a tail is the gateway's
 /// work, a stage's, or time spent before the gateway got to the request at all.
@@ -981,6 +1085,9 @@ fn scenarios(opts: &Options) -> Vec<Scenario> {
     if let Some(n) = opts.servers {
         v.extend([Scenario::Servers(1), Scenario::Servers(n)]);
     }
+    if opts.exchange {
+        v.push(Scenario::FullExchange);
+    }
     v
 }
 
@@ -997,6 +1104,7 @@ fn tag(scenario: Scenario) -> &'static str {
         Scenario::FullCatalog => "d",
         Scenario::Servers(1) => "b1",
         Scenario::Servers(_) => "e",
+        Scenario::FullExchange => "g",
     }
 }
 
@@ -1005,17 +1113,25 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
     let body = body_of(size);
     let scenarios = scenarios(opts);
     let mut results: Vec<Vec<Sample>> = scenarios.iter().map(|_| Vec::new()).collect();
+    // (g)'s exchanges per round: (issued, cached) by the gateway's counters, answered by the issuer.
+    let mut exchanges: Vec<(f64, f64, usize)> = Vec::new();
+    // (g)'s upstream_auth stage in the measured run alone: mean µs, shares at most 5/10/20 µs.
+    let mut auth_stage: Vec<(f64, Vec<f64>)> = Vec::new();
     for round in 0..opts.rounds {
         for (si, &scenario) in scenarios.iter().enumerate() {
             // Each server of the `[[servers]]` form is its own resource: its tokens name it.
             let own_token = matches!(scenario, Scenario::Servers(_)).then(|| token_for(env, &scenario.resource()));
             let token = own_token.as_deref().unwrap_or(token);
+            let answered_before = env.issuer.exchanges().len();
             let (gw, addr) = start(env, scenario);
             let pid = gw.as_ref().unwrap().0.id();
             // Warm-up: connections, JWKS fetch, token cache, policy VMs.
             let warm = pool(env, scenario, &addr, &body, token, conns * 20);
             let path = scenario.path();
             let _ = measure_builtin(&addr, &path, Some(pid), Requests::Pool { heads: Arc::new(warm), cycle: false }, body.clone(), conns, 1.0).await;
+            // (g): the stage times after the warm-up (and its one exchange, which the 32
+            // connections' first requests all wait for), to take them out of the run's.
+            let warmed = if scenario == Scenario::FullExchange { metrics_text().await.unwrap_or_default() } else { String::new() };
             // Signed pool: more than the full chain (or the floor) can take in the run on this
             // machine.
             let cycle = !(scenario.is_full_chain() || scenario == Scenario::Floor);
@@ -1032,11 +1148,29 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
                 // warm-up): for (d) the catalog stage is the lookup, the compiled-schema
                 // validation and the header checks; the policy stage reads what it found.
                 let text = metrics_text().await.unwrap_or_default();
-                let means: Vec<String> = ["catalog", "policy", "mcp", "token", "signature"]
+                let means: Vec<String> = ["catalog", "policy", "mcp", "token", "signature", "upstream_auth"]
                     .iter()
                     .filter_map(|stage| stage_mean_us(&text, stage).map(|mean| format!("{stage} {mean:.2}")))
                     .collect();
                 eprintln!("  round {round} {} stage means (µs per request, portcullis_stage_duration_seconds): {}", tag(scenario), means.join(", "));
+                if scenario == Scenario::FullExchange {
+                    // Whether the requests were cache hits: one exchange (the warm-up's first
+                    // request), every other request answered from the cache.
+                    let issued = exchanges_counted(&text, "issued").unwrap_or(0.0);
+                    let cached = exchanges_counted(&text, "cached").unwrap_or(0.0);
+                    let answered = env.issuer.exchanges().len() - answered_before;
+                    eprintln!(
+                        "  round {round} g token exchanges (portcullis_upstream_token_exchanges_total, run and warm-up): issued {issued:.0}, cached {cached:.0}; the issuer answered {answered}"
+                    );
+                    exchanges.push((issued, cached, answered));
+                    if let Some((mean, shares)) = stage_between(&warmed, &text, "upstream_auth", &AUTH_BOUNDS_US) {
+                        eprintln!(
+                            "  round {round} g upstream_auth stage in the run alone (wall time, cache hits only): mean {mean:.2} µs, at most 5/10/20 µs: {}",
+                            shares.iter().map(|s| format!("{:.1}%", s * 100.0)).collect::<Vec<_>>().join(" / ")
+                        );
+                        auth_stage.push((mean, shares));
+                    }
+                }
             }
             if s.ran_out {
                 eprintln!("  note: the signed request pool ran out before the deadline (wrk: repeats were refused as replays)");
@@ -1116,6 +1250,38 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
         println!(
             "  {n} servers' CPU per request above 1 server's, (e) - (b1): min {lo:+.1} median {mid:+.1} max {hi:+.1} µs (rounds: {})",
             per_round.join(", ")
+        );
+    }
+    if let Some(g) = index(Scenario::FullExchange) {
+        // A cached token exchange: the same full chain, the backend's token from the cache.
+        let full = index(Scenario::Full).unwrap();
+        ratio(g, full, "(g)/(b)".into());
+        let added: Vec<f64> = results[g].iter().zip(&results[full]).map(|(g, b)| g.cpu_us_per_req - b.cpu_us_per_req).collect();
+        let per_round: Vec<String> = added.iter().map(|a| format!("{a:+.1}")).collect();
+        let (lo, mid, hi) = min_median_max(&mut added.clone());
+        println!(
+            "  a cached token exchange's CPU per request, (g) - (b): min {lo:+.1} median {mid:+.1} max {hi:+.1} µs (rounds: {}; budget 2 µs)",
+            per_round.join(", ")
+        );
+        let per_round: Vec<String> = exchanges.iter().map(|(i, c, a)| format!("issued {i:.0} cached {c:.0} issuer {a}")).collect();
+        let all_hits = exchanges.iter().all(|&(issued, _, answered)| issued == 1.0 && answered == 1);
+        println!(
+            "  (g)'s exchanges per round: {}{}",
+            per_round.join("; "),
+            if all_hits { " (one exchange each, every other request a cache hit)" } else { " (NOT all cache hits: (g) - (b) is not the cached path alone)" }
+        );
+        // The cached path measured inside the gateway: the upstream_auth stage's wall time (an
+        // upper bound of its CPU: it includes waiting for a CPU on this machine).
+        let (lo, mid, hi) = min_median_max(&mut auth_stage.iter().map(|(m, _)| *m).collect::<Vec<_>>());
+        let shares: Vec<String> = (0..AUTH_BOUNDS_US.len())
+            .map(|i| {
+                let (lo, mid, hi) = min_median_max(&mut auth_stage.iter().map(|(_, s)| s[i] * 100.0).collect::<Vec<_>>());
+                format!("≤ {} µs {lo:.1} / {mid:.1} / {hi:.1}%", AUTH_BOUNDS_US[i])
+            })
+            .collect();
+        println!(
+            "  (g)'s upstream_auth stage (wall time, the measured runs alone): mean min {lo:.2} median {mid:.2} max {hi:.2} µs; share of requests (min / median / max) {}",
+            shares.join(", ")
         );
     }
     min_median_max(&mut results[index(Scenario::Full).unwrap()].iter().map(|s| s.rps).collect::<Vec<_>>()).1
@@ -1242,7 +1408,16 @@ fn main() {
         let ca = TestCa::new();
         let issuer = Issuer::start(&ca).await;
         let jwt_key = JwtKey::rsa("bench-rs256");
-        issuer.publish(&[&jwt_key]);
+        // The issuer signs the tokens its exchange issues with its own `rsa-1`: published too
+        // for (g), so (b) and (g) of one run see the same JWKS.
+        if opts.exchange {
+            issuer.publish(&[&jwt_key, &issuer.rsa]);
+        } else {
+            issuer.publish(&[&jwt_key]);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let client_secret = dir.path().join("client-secret");
+        std::fs::write(&client_secret, format!("{}\n", portcullis_test_support::issuer::CLIENT_SECRET)).unwrap();
         let (backend_proc, backend) = spawn(&["example-backend", "--addr", "127.0.0.1:0"], "listening on http://");
         let env = Env {
             policies: bench_policies(),
@@ -1250,7 +1425,8 @@ fn main() {
             issuer,
             jwt_key,
             agent_key: SigningKey::from_bytes(&rand::random()),
-            dir: tempfile::tempdir().unwrap(),
+            dir,
+            client_secret,
             backend,
             _backend_proc: backend_proc,
         };
