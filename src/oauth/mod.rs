@@ -228,6 +228,9 @@ struct Inner {
     iat: Option<u64>,
     /// `cnf.jkt`: the thumbprint of the key the token is bound to (RFC 9449 §6.1).
     jkt: Option<String>,
+    /// SHA-256 of the token as presented (the verified-token cache's key), set once by
+    /// [`TokenVerifier::verify`]: later stages key their caches by it without hashing again.
+    digest: std::sync::OnceLock<[u8; 32]>,
 }
 
 impl VerifiedToken {
@@ -244,7 +247,26 @@ impl VerifiedToken {
         iat: Option<u64>,
         jkt: Option<String>,
     ) -> Self {
-        VerifiedToken(Arc::new(Inner { iss, sub, aud, scopes, claims, policy_claims: std::sync::OnceLock::new(), client_id, exp, nbf, iat, jkt }))
+        VerifiedToken(Arc::new(Inner {
+            iss,
+            sub,
+            aud,
+            scopes,
+            claims,
+            policy_claims: std::sync::OnceLock::new(),
+            client_id,
+            exp,
+            nbf,
+            iat,
+            jkt,
+            digest: std::sync::OnceLock::new(),
+        }))
+    }
+
+    /// SHA-256 of the token as it was presented, when the verifier recorded it (always for a
+    /// token [`TokenVerifier::check`] returned).
+    pub(crate) fn digest(&self) -> Option<&[u8; 32]> {
+        self.0.digest.get()
     }
 
     /// The issuer (always the configured one).
@@ -457,6 +479,8 @@ impl TokenVerifier {
         } else {
             return Err(TokenError::Malformed("not a JWT".into()));
         };
+        // A token's digest is its own: the same string always hashes alike.
+        let _ = verified.0.digest.set(key);
         if let Some(cache) = &self.cache {
             let left = Duration::from_secs(verified.exp().saturating_add(self.rules.skew_secs).saturating_sub(now.secs()));
             let ttl = max_ttl.map_or(left, |m| left.min(m));

@@ -193,14 +193,14 @@ impl Exchanger {
         }
     }
 
-    /// The backend's `Authorization` for `token` (presented as `subject`) and the agent
-    /// `agent`, and whether it came from the cache. One exchange per key at a time: concurrent
-    /// requests with the key wait for it. `narrowed`: the decision's `upstream_scopes`, when it
-    /// named any.
+    /// The backend's `Authorization` for `token` (presented in `headers`, read again only to
+    /// exchange it) and the agent `agent`, and whether it came from the cache. One exchange per
+    /// key at a time: concurrent requests with the key wait for it. `narrowed`: the decision's
+    /// `upstream_scopes`, when it named any.
     pub(super) async fn credential(
         &self,
         token: &VerifiedToken,
-        subject: &str,
+        headers: &http::HeaderMap,
         agent: Option<&str>,
         narrowed: Option<&[String]>,
         now: UnixTime,
@@ -219,13 +219,20 @@ impl Exchanger {
         }
         let scope = self.scope_for(narrowed)?;
         let caller = caller_of(token, agent).short();
-        let key: Key = (caller, agent.map(str::to_owned), Sha256::digest(subject.as_bytes()).into(), scope.clone());
+        // The token stage hashed this very token for its own cache: a hit needs nothing more of
+        // the request (the header is read again, and the token sent, only to exchange it).
+        let digest: [u8; 32] = match token.digest() {
+            Some(d) => *d,
+            None => Sha256::digest(subject_of(headers)?.as_bytes()).into(),
+        };
+        let key: Key = (caller, agent.map(str::to_owned), digest, scope.clone());
         // Never past the subject token's own expiry.
         let left = Duration::from_secs(token.exp().saturating_sub(now.secs()));
         if let Some(hit) = self.cache.get(&key).await {
             self.metrics.count("cached");
             return Ok((hit.header, true));
         }
+        let subject = subject_of(headers)?;
         // A caller holding its share of the cache still gets its credential, exchanged for this
         // call and not kept: the issuer stays behind `max_per_second`, the others keep theirs.
         // Expired entries free their slots when the cache gets round to evicting them: at its
@@ -400,6 +407,15 @@ fn shown_code(code: &str) -> &str {
 impl std::fmt::Debug for Exchanger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Exchanger").field("issuer", &self.issuer).field("token_endpoint", &self.configured).finish_non_exhaustive()
+    }
+}
+
+/// The subject token as the request presents it (`Authorization: Bearer` or `DPoP`): the token
+/// stage verified exactly this header's token.
+fn subject_of(headers: &http::HeaderMap) -> Result<&str, CredentialError> {
+    match portcullis_wire::jose::credentials(headers, true) {
+        Ok(Some((_, subject))) => Ok(subject),
+        _ => Err(CredentialError::Unavailable("the verified token is no longer in the request".to_owned())),
     }
 }
 

@@ -169,13 +169,8 @@ impl UpstreamCredentials {
             Source::Static(s) => Ok(Credential { attach: s.attach()?, kind: "static", cached: None }),
             Source::Exchange(x) => {
                 let Some(token) = &seen.token else { return Ok(Credential::none()) };
-                // The token stage verified exactly this header's token.
-                let subject = match portcullis_wire::jose::credentials(headers, true) {
-                    Ok(Some((_, subject))) => subject,
-                    _ => return Err(CredentialError::Unavailable("the verified token is no longer in the request".to_owned())),
-                };
                 let narrowed = seen.policy.as_ref().and_then(|p| p.upstream_scopes.as_deref());
-                let (value, cached) = x.credential(token, subject, seen.agent.as_ref().map(|a| a.agent()), narrowed, now).await?;
+                let (value, cached) = x.credential(token, headers, seen.agent.as_ref().map(|a| a.agent()), narrowed, now).await?;
                 Ok(Credential { attach: Attach::Header(http::header::AUTHORIZATION, value), kind: "token_exchange", cached: Some(cached) })
             }
         }
