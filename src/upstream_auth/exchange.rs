@@ -96,10 +96,16 @@ impl moka::Expiry<Key, Issued> for IssuedExpiry {
 pub struct ExchangeMetrics {
     /// By `result`: `issued`, `cached`, `refused`, `unavailable`, `over_budget`.
     pub exchanges: Family<Vec<(String, String)>, Counter>,
+    /// The `cached` series, found once: a cache hit counts without building a label set.
+    cached: std::sync::OnceLock<Counter>,
 }
 
 impl ExchangeMetrics {
     fn count(&self, result: &str) {
+        if result == "cached" {
+            self.cached.get_or_init(|| self.exchanges.get_or_create(&vec![("result".to_owned(), "cached".to_owned())]).clone()).inc();
+            return;
+        }
         self.exchanges.get_or_create(&vec![("result".to_owned(), result.to_owned())]).inc();
     }
 }
