@@ -272,7 +272,11 @@ impl Table {
         Ok((Table { servers, by_path, by_metadata }, changes))
     }
 
-    /// The server serving `path` (exactly), if any.
+    /// The server serving `path` (the request target's path, as sent), if any: each server's
+    /// path and extra paths are matched byte for byte. A case or slash variant, a dot segment or
+    /// a percent-encoded character is another path, refused with 404 before any stage: many
+    /// backends route `/MCP` or `/mcp/` to the `/mcp` handler while a policy written for `/mcp`
+    /// would not see it as such.
     pub(crate) fn find(&self, path: &str) -> Option<&Arc<Server>> {
         self.by_path.get(path).map(|&i| &self.servers[i])
     }
@@ -405,5 +409,32 @@ pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(text: &str) -> Table {
+        let config = Config::parse(text, "test", std::path::Path::new(".")).expect("valid");
+        Table::build(&config, "", None).expect("builds").0
+    }
+
+    #[tokio::test]
+    async fn only_each_servers_path_and_listed_paths_are_served_byte_for_byte() {
+        let single = table(
+            "[listen]\naddr = \"127.0.0.1:0\"\npublic_url = \"https://mcp.example.com/mcp\"\n[upstream]\nurl = \"http://127.0.0.1:9\"\nextra_paths = [\"/sse\"]\n[signatures]\nrequired = false\n[oauth]\nrequired = false\n",
+        );
+        for served in ["/mcp", "/sse"] {
+            assert!(single.find(served).is_some(), "{served}");
+        }
+        for refused in ["/MCP", "/mcp/", "/mcp/.", "/./mcp", "//mcp", "/%6dcp", "/mcp%2F", "/", "/sse/x"] {
+            assert!(single.find(refused).is_none(), "{refused}");
+        }
+        let root = table(
+            "[listen]\naddr = \"127.0.0.1:0\"\npublic_url = \"https://mcp.example.com\"\n[upstream]\nurl = \"http://127.0.0.1:9\"\n[signatures]\nrequired = false\n[oauth]\nrequired = false\n",
+        );
+        assert!(root.find("/").is_some());
     }
 }

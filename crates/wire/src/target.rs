@@ -78,39 +78,6 @@ pub fn url_authority(url: &Url) -> Option<String> {
     normalize(&raw, url.scheme())
 }
 
-/// The paths the gateway forwards: the MCP endpoint (`listen.public_url`'s path) and
-/// `upstream.extra_paths`, each matched byte for byte. A case or slash variant, a dot segment
-/// or a percent-encoded character is another path, refused with 404 before any stage: many
-/// backends route `/MCP` or `/mcp/` to the `/mcp` handler while a policy written for `/mcp`
-/// would not see it as such.
-#[derive(Debug, Clone)]
-pub struct Routes {
-    paths: Vec<String>,
-}
-
-impl Routes {
-    /// The endpoint path of `public_url` (`/` when it has none) and `extra` (already
-    /// validated as canonical by the config).
-    pub fn new(public_url: &Url, extra: &[String]) -> Routes {
-        let endpoint = match public_url.path() {
-            "" => "/".to_owned(),
-            p => p.to_owned(),
-        };
-        let mut paths = vec![endpoint];
-        for p in extra {
-            if !paths.contains(p) {
-                paths.push(p.clone());
-            }
-        }
-        Routes { paths }
-    }
-
-    /// Whether `path` (the request target's path, as sent) is served.
-    pub fn serves(&self, path: &str) -> bool {
-        self.paths.iter().any(|p| p == path)
-    }
-}
-
 /// Whether `path` is canonical enough to be listed in `upstream.extra_paths`: absolute, no
 /// empty, `.` or `..` segment, no trailing slash (except `/` itself), no percent-encoding, no
 /// query or fragment, printable ASCII only.
@@ -150,19 +117,6 @@ mod tests {
         assert_eq!(authority(&head("/mcp", &[]), false), Err(TargetError::Missing));
         assert_eq!(authority(&head("/mcp", &["user@a.example"]), false), Err(TargetError::Invalid));
         assert_eq!(authority(&head("/mcp", &[""]), false), Err(TargetError::Invalid));
-    }
-
-    #[test]
-    fn only_the_endpoint_and_listed_paths_are_served() {
-        let url = Url::parse("https://mcp.example.com/mcp").expect("url");
-        let routes = Routes::new(&url, &["/sse".to_owned()]);
-        for served in ["/mcp", "/sse"] {
-            assert!(routes.serves(served), "{served}");
-        }
-        for refused in ["/MCP", "/mcp/", "/mcp/.", "/./mcp", "//mcp", "/%6dcp", "/mcp%2F", "/", "/sse/x"] {
-            assert!(!routes.serves(refused), "{refused}");
-        }
-        assert!(Routes::new(&Url::parse("https://mcp.example.com").expect("url"), &[]).serves("/"));
     }
 
     #[test]
