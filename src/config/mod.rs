@@ -698,6 +698,11 @@ impl TryFrom<RawConfig> for Config {
     }
 }
 
+/// Whether `s` is one RFC 6749 §3.3 scope token: `1*( %x21 / %x23-5B / %x5D-7E )`.
+pub fn is_scope_token(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b))
+}
+
 fn parse_url(s: &str, schemes: &[&str]) -> Result<Url, String> {
     let u = Url::parse(s).map_err(|e| format!("{s:?} is not a URL: {e}"))?;
     if !schemes.contains(&u.scheme()) {

@@ -337,9 +337,7 @@ impl OAuth {
             errs.push("oauth.audience", reason);
         }
         for scope in &raw.scopes_supported {
-            // RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E )
-            let ok = !scope.is_empty() && scope.bytes().all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b));
-            if !ok {
+            if !super::is_scope_token(scope) {
                 errs.push("oauth.scopes_supported", format!("{scope:?} is not a valid scope token (RFC 6749 §3.3)"));
             }
         }

@@ -186,7 +186,7 @@ pub(super) fn many(raw: Vec<RawServer>, shared: &Shared<'_>, errs: &mut Vec<Fiel
             .map_err(|e| errs.extend(e.into_iter().map(|f| FieldError::new(at(&f.field), f.reason))))
             .ok();
         for scope in &s.scopes_supported {
-            if scope.is_empty() || !scope.bytes().all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b)) {
+            if !super::is_scope_token(scope) {
                 errs.push(FieldError::new(at("scopes_supported"), format!("{scope:?} is not a valid scope token (RFC 6749 §3.3)")));
             }
         }

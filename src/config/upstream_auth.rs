@@ -288,8 +288,7 @@ fn token_exchange(raw: &RawUpstreamAuth, base_dir: &Path, errs: &mut Vec<FieldEr
     }
     if let Some(scope) = &raw.scope {
         // RFC 6749 §3.3: space-separated scope tokens.
-        let ok = scope.split(' ').all(|s| !s.is_empty() && s.bytes().all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b)));
-        if !ok {
+        if !scope.split(' ').all(super::is_scope_token) {
             errs.push(FieldError::new("upstream.auth.scope", format!("{scope:?} is not a space-separated list of scope tokens (RFC 6749 §3.3)")));
         }
     }

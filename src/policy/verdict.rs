@@ -126,8 +126,7 @@ pub(crate) fn parse(value: &regorus::Value) -> Result<PolicyVerdict, String> {
     }
     // RFC 6749 §3.3 scope tokens: they go into the exchange's `scope` as they are.
     for (i, scope) in raw.upstream_scopes.iter().flatten().enumerate() {
-        let ok = !scope.is_empty() && scope.bytes().all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b));
-        if !ok {
+        if !crate::config::is_scope_token(scope) {
             return Err(format!("upstream_scopes[{i}] is not a scope token (RFC 6749 §3.3)"));
         }
     }
