@@ -30,7 +30,7 @@ pub use modes::{Group, Modes, RawMode};
 pub use portcullis_wire::time::parse_duration;
 pub use raw::*;
 pub use sections::{normalize_origin, Context, Directory, Dpop, Introspection, OAuth, PolicySettings, Signatures, StateSettings, StaticKey, Store};
-pub use servers::{Form, Server, DEFAULT_SERVER};
+pub use servers::{Form, Server, DEFAULT_SERVER, METADATA_PATH};
 pub use tools::{CatalogProtocol, CatalogSource, McpSettings, Tools, Unpinned};
 pub use units::{parse_size, ByteSize, HumanDuration};
 pub use upstream_auth::{read_secret_file, trim_newline, ActorKeys, ClientAuth, SecretSource, StaticAuth, TokenExchange, UpstreamAuth, MAX_CACHED};
@@ -292,15 +292,13 @@ impl Config {
     /// default in-flight bound from the running `limits.max_in_flight`.
     pub fn rebase(&self, servers: Vec<Server>) -> Vec<Server> {
         let n = servers.len().max(1);
-        let origin = self.listen.public_url.origin().ascii_serialization();
         servers
             .into_iter()
             .map(|mut s| {
                 if s.form == Form::Many {
-                    if let Ok(resource) = Url::parse(&format!("{origin}{}", s.path.trim_end_matches('/'))) {
-                        s.audience = resource.as_str().trim_end_matches('/').to_owned();
-                        s.resource = resource;
-                    }
+                    // A path that validated always makes a URL on an origin; if one did not,
+                    // the server would keep the resource the file's origin gave it.
+                    let _ = s.place_at(&self.listen.public_url);
                     if s.upstream.max_in_flight.is_none() {
                         s.max_in_flight = servers::default_in_flight(self.limits.max_in_flight, n);
                     }
@@ -685,7 +683,7 @@ impl Config {
     /// The RFC 9728 metadata URL for the resource: `<origin>/.well-known/oauth-protected-resource`.
     pub fn resource_metadata_url(&self) -> String {
         let u = &self.listen.public_url;
-        format!("{}/.well-known/oauth-protected-resource", u.origin().ascii_serialization())
+        format!("{}{METADATA_PATH}", u.origin().ascii_serialization())
     }
 }
 

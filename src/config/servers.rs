@@ -13,6 +13,9 @@ use super::{upstream_auth, FieldError, Modes, Tools, Upstream};
 /// The name of the one server of the single-server form.
 pub const DEFAULT_SERVER: &str = "default";
 
+/// The RFC 9728 well-known path; a resource's document is at this + its path (§3.1).
+pub const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+
 /// The longest server name (`[a-z0-9][a-z0-9-]{0,31}`).
 const MAX_NAME: usize = 32;
 
@@ -121,9 +124,19 @@ impl Server {
     pub fn resource_metadata_url(&self) -> String {
         let origin = self.resource.origin().ascii_serialization();
         match self.form {
-            Form::Single => format!("{origin}/.well-known/oauth-protected-resource"),
-            Form::Many => format!("{origin}/.well-known/oauth-protected-resource{}", self.path.trim_end_matches('/')),
+            Form::Single => format!("{origin}{METADATA_PATH}"),
+            Form::Many => format!("{origin}{METADATA_PATH}{}", self.path.trim_end_matches('/')),
         }
+    }
+
+    /// A `[[servers]]` server's resource on the public origin of `public_url`: the origin + its
+    /// path (RFC 9728 §3.3), and the audience its tokens must name — the same, as its metadata
+    /// spells it (no trailing slash for a server at `/`).
+    pub(super) fn place_at(&mut self, public_url: &Url) -> Result<(), url::ParseError> {
+        let resource = Url::parse(&format!("{}{}", public_url.origin().ascii_serialization(), self.path.trim_end_matches('/')))?;
+        self.audience = resource.as_str().trim_end_matches('/').to_owned();
+        self.resource = resource;
+        Ok(())
     }
 }
 
@@ -171,13 +184,11 @@ pub(super) fn many(raw: Vec<RawServer>, shared: &Shared<'_>, errs: &mut Vec<Fiel
                 paths.push((s.name.clone(), p.clone()));
             }
         }
-        let public = shared.ctx.public_url;
-        let resource = public.and_then(|u| Url::parse(&format!("{}{}", u.origin().ascii_serialization(), s.path.trim_end_matches('/'))).ok());
-        let mut raw_upstream = s.upstream;
-        raw_upstream.extra_paths = own_paths.iter().skip(1).map(|(_, p)| p.clone()).collect();
-        raw_upstream.extra_paths.dedup();
-        let health_default = true;
-        let upstream = upstream(raw_upstream, health_default, shared, errs, &at("upstream"));
+        // Every path was checked above (and a repeat refused): the upstream table is checked
+        // without them, then gets them all, its own and the server's.
+        let raw_upstream = RawUpstream { extra_paths: Vec::new(), ..s.upstream };
+        let upstream = upstream(raw_upstream, true, shared, errs, &at("upstream"))
+            .map(|u| Upstream { extra_paths: own_paths.iter().skip(1).map(|(_, p)| p.clone()).collect(), ..u });
         let mode = match s.mode {
             Some(m) => Modes::try_from(m).map_err(|e| errs.extend(e.into_iter().map(|f| FieldError::new(at(&f.field), f.reason)))).ok(),
             None => shared.mode,
@@ -190,15 +201,14 @@ pub(super) fn many(raw: Vec<RawServer>, shared: &Shared<'_>, errs: &mut Vec<Fiel
                 errs.push(FieldError::new(at("scopes_supported"), format!("{scope:?} is not a valid scope token (RFC 6749 §3.3)")));
             }
         }
-        let (Some(resource), Some(upstream), Some(mode), Some(tools)) = (resource, upstream, mode, tools) else { continue };
+        let (Some(public_url), Some(upstream), Some(mode), Some(tools)) = (shared.ctx.public_url, upstream, mode, tools) else { continue };
         let identity_headers = s.identity_headers.unwrap_or(upstream.url.scheme() == "http");
         let max_in_flight = upstream.max_in_flight.unwrap_or(default_in_flight);
-        out.push(Server {
+        let mut server = Server {
             name: s.name,
-            // The resource as its metadata names it: no trailing slash for a server at `/`.
-            audience: resource.as_str().trim_end_matches('/').to_owned(),
+            audience: String::new(),
             path: s.path,
-            resource,
+            resource: public_url.clone(),
             endpoint: upstream.url.clone(),
             upstream,
             tools,
@@ -207,7 +217,10 @@ pub(super) fn many(raw: Vec<RawServer>, shared: &Shared<'_>, errs: &mut Vec<Fiel
             identity_headers,
             max_in_flight,
             form: Form::Many,
-        });
+        };
+        if server.place_at(public_url).is_ok() {
+            out.push(server);
+        }
     }
     out
 }
