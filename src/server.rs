@@ -223,7 +223,7 @@ pub async fn start_on(config: Config, listener: TcpListener) -> Result<Running, 
     );
     for server in shared.servers.load().all() {
         let c = &server.config;
-        info!(server = %c.name, path = %c.path, upstream = %c.endpoint, mode = %server.mode.describe(), max_in_flight = c.max_in_flight, "Serving MCP server");
+        info!(server = %c.name, path = %c.path, upstream = %c.endpoint, mode = %server.config.mode.describe(), max_in_flight = c.max_in_flight, "Serving MCP server");
     }
     if let Some(a) = admin_addr {
         info!(addr = %a, "Admin listener on /healthz /readyz /metrics");

@@ -15,12 +15,9 @@ use tokio::sync::Semaphore;
 
 use crate::catalog::Catalog;
 use crate::challenge::Challenge;
-use crate::config::{self, Config, ConfigError, FieldError, Form, Modes};
+use crate::config::{self, Config, ConfigError, FieldError, Form, METADATA_PATH};
 use crate::proxy::Upstream;
 use crate::upstream_auth::UpstreamCredentials;
-
-/// The RFC 9728 well-known path; a server's document is at this + its path (§3.1).
-pub(crate) const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 
 /// One MCP server behind the gateway.
 pub struct Server {
@@ -28,8 +25,6 @@ pub struct Server {
     pub(crate) config: config::Server,
     /// Its name, kept for the life of the process: a metric label value.
     pub(crate) name: &'static str,
-    /// Enforce or monitor, per stage group, for this server.
-    pub(crate) mode: Modes,
     /// Its backend: pool, timeouts, credential.
     pub(crate) upstream: Upstream,
     /// Its tool catalog (`tools.catalog = "fetch"`).
@@ -47,7 +42,7 @@ pub struct Server {
     pub(crate) input: regorus::Value,
     /// The latency histograms of its stages, by stage: found once, then observed without a
     /// lookup.
-    pub(crate) stage_series: crate::telemetry::StageSeries,
+    stage_series: crate::telemetry::StageSeries,
     /// Cancelled when a reload removed or changed this server and `limits.shutdown_grace` has
     /// passed: its open event streams end then.
     pub(crate) retired: tokio_util::sync::CancellationToken,
@@ -93,7 +88,6 @@ impl Server {
         let input = crate::policy::server_value(&s.name, &s.path, &resource);
         Ok(Server {
             name: intern(&s.name),
-            mode: s.mode,
             upstream: Upstream::new(s, credentials).map_err(|e| invalid(tls_field(e)))?,
             metadata: metadata_document(config, &resource, scopes),
             catalog,
@@ -163,7 +157,7 @@ impl Server {
     pub fn scope(&self) -> crate::pipeline::ServerScope<'_> {
         crate::pipeline::ServerScope {
             name: self.name,
-            mode: self.mode,
+            mode: self.config.mode,
             audience: &self.config.audience,
             catalog: self.catalog.as_ref(),
             input: &self.input,
@@ -185,9 +179,7 @@ impl Server {
     pub(crate) fn stage_series(&self) -> &crate::telemetry::StageSeries {
         &self.stage_series
     }
-}
 
-impl Server {
     /// Registers its own counters with `metrics`, labelled `server`: its catalog's and its
     /// token exchanges'.
     pub(crate) fn register(&self, metrics: &mut crate::telemetry::Metrics) {
@@ -295,9 +287,7 @@ impl Table {
     pub(crate) fn named(&self, name: &str) -> Option<&Arc<Server>> {
         self.servers.iter().find(|s| s.config.name == name)
     }
-}
 
-impl Table {
     /// The servers of this table that `next` removed or changed: the ones to retire.
     pub(crate) fn retired_by(&self, changes: &Changes) -> Vec<Arc<Server>> {
         self.servers.iter().filter(|s| changes.removed.contains(&s.config.name) || changes.changed.contains(&s.config.name)).cloned().collect()

@@ -140,7 +140,7 @@ async fn server_state(server: &crate::servers::Server) -> (bool, serde_json::Val
     let upstream = server.upstream_health().await;
     let upstream_down = upstream.as_ref().is_some_and(Result::is_err);
     // A stale catalog keeps serving; only one that calls are refused for want of is unready.
-    let is_required = crate::decision::is_catalog_required(&server.mode, c.tools.unpinned);
+    let is_required = crate::decision::is_catalog_required(&server.config.mode, c.tools.unpinned);
     let catalog = server.catalog.as_ref().map(|cat| cat.readiness(is_required));
     let catalog_down = catalog.as_ref().is_some_and(|c| !c.is_ready);
     let upstream = match upstream {
@@ -152,7 +152,7 @@ async fn server_state(server: &crate::servers::Server) -> (bool, serde_json::Val
     let detail = serde_json::json!({
         "ready": ready,
         "path": c.path,
-        "mode": server.mode.describe(),
+        "mode": server.config.mode.describe(),
         "upstream": upstream,
         "catalog": catalog.map_or_else(|| serde_json::json!("not_configured"), |c| c.detail),
     });

@@ -241,7 +241,7 @@ impl Shared {
     /// place a mode applies).
     async fn decide(&self, server: &Server, inbound: &Inbound, trail: &mut Trail) -> Verdict {
         let decision = pipeline::check(inbound, &self.stages, &server.scope(), &mut trail.timings).await;
-        let verdict = decision::apply_mode(&server.mode, decision);
+        let verdict = decision::apply_mode(&server.config.mode, decision);
         trail.idempotency = decision::idempotency_log(&verdict);
         verdict
     }
@@ -402,7 +402,7 @@ impl Shared {
         }
         let denial = Denial::from(error);
         let finding = Finding::new(Stage::UpstreamAuth, &denial);
-        let withheld = decision::withholds(&server.mode, &finding);
+        let withheld = decision::withholds(&server.config.mode, &finding);
         trail.findings.push(finding);
         if withheld {
             trail.upstream_auth = (Some(credentials.kind()), None);
@@ -419,7 +419,7 @@ impl Shared {
         let settled = pipeline::settle_session(&self.stages, exchange, sent.resp.status(), sent.resp.headers(), &trail.seen, &mut trail.timings).await;
         let Err(denial) = settled else { return sent };
         let finding = Finding::new(Stage::Session, &denial);
-        let withheld = decision::withholds(&server.mode, &finding);
+        let withheld = decision::withholds(&server.config.mode, &finding);
         trail.findings.push(finding);
         if withheld {
             return self.refuse(&denial, request_id, Some(server));
@@ -437,7 +437,7 @@ impl Shared {
         resp: Response<ResponseBody>,
         filter: crate::catalog::filter::ListFilter,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
-        if !decision::filters_lists(&server.mode) {
+        if !decision::filters_lists(&server.config.mode) {
             if filter.is_listing {
                 let known = server.catalog.as_ref().and_then(|c| c.snapshot()).map_or(0, |s| s.len());
                 info!(would_hide = known.saturating_sub(filter.visible.len()), "monitor mode: tools/list passed unfiltered");
@@ -460,7 +460,7 @@ impl Shared {
     pub(super) fn record(&self, trail: Trail, answered: Answered, req: &Logged<'_>) -> Response<ResponseBody> {
         let Trail { timings, seen, findings, idempotency, upstream_error, upstream_auth, claimed_agent, signed } = trail;
         let Answered { outcome, summary, resp } = answered;
-        let mode = req.server.map_or(&self.config.mode, |s| &s.mode);
+        let mode = req.server.map_or(&self.config.mode, |s| &s.config.mode);
         if matches!(outcome, Outcome::WouldDeny) {
             monitor_notice(mode, &self.config.log.decisions);
         }
