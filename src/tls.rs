@@ -131,3 +131,58 @@ pub(crate) fn upstream_client(ca: Option<&Path>, client: Option<(&Path, &Path)>)
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(cfg)
 }
+
+/// The TLS client config of an `https://` upstream (`upstream_client`), made again when its
+/// mutual-TLS files change: what the proxy's connections and the catalog's client both use.
+pub(crate) struct UpstreamTls {
+    ca: Option<PathBuf>,
+    client: Option<(PathBuf, PathBuf)>,
+    current: std::sync::Mutex<(Arc<rustls::ClientConfig>, Option<Stamp>)>,
+}
+
+/// When the client certificate and key files were last changed.
+type Stamp = (std::time::SystemTime, std::time::SystemTime);
+
+impl std::fmt::Debug for UpstreamTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamTls").field("ca", &self.ca).field("client", &self.client).finish_non_exhaustive()
+    }
+}
+
+impl UpstreamTls {
+    /// The config for `ca` and the mutual-TLS pair `client`; fails naming the file that cannot
+    /// be used.
+    pub(crate) fn new(ca: Option<PathBuf>, client: Option<(PathBuf, PathBuf)>) -> Result<UpstreamTls, TlsError> {
+        let stamp = client.as_ref().and_then(|(c, k)| stamp(c, k));
+        let cfg = upstream_client(ca.as_deref(), client.as_ref().map(|(c, k)| (c.as_path(), k.as_path())))?;
+        Ok(UpstreamTls { ca, client, current: std::sync::Mutex::new((Arc::new(cfg), stamp)) })
+    }
+
+    /// The config for a new connection, and whether it is new since the last call: made again
+    /// first when the client certificate or key file changed (a failed rebuild keeps the last
+    /// good one, and says why).
+    pub(crate) fn current(&self) -> (Arc<rustls::ClientConfig>, bool) {
+        let mut current = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut renewed = false;
+        if let Some((cert, key)) = &self.client {
+            let now = stamp(cert, key);
+            if now.is_some() && now != current.1 {
+                current.1 = now;
+                match upstream_client(self.ca.as_deref(), Some((cert, key))) {
+                    Ok(cfg) => {
+                        tracing::info!(cert = %cert.display(), "Upstream client certificate changed: new connections use it");
+                        current.0 = Arc::new(cfg);
+                        renewed = true;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "Upstream client certificate changed but cannot be used; the previous one stays"),
+                }
+            }
+        }
+        (current.0.clone(), renewed)
+    }
+}
+
+fn stamp(cert: &Path, key: &Path) -> Option<Stamp> {
+    let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    Some((m(cert)?, m(key)?))
+}

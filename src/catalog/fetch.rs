@@ -102,9 +102,11 @@ pub(crate) struct Fetched {
 #[derive(Debug)]
 pub(crate) struct Fetcher {
     client: arc_swap::ArcSwap<reqwest::Client>,
-    /// Mutual TLS to an `https://` backend: the files, and when they last changed (the client
-    /// is made again at the next fetch after a change, as the proxy's connections are).
-    mutual: Option<Mutual>,
+    /// An `https://` backend's TLS, trusted as the proxy trusts it: the client is made again
+    /// at the next fetch after its mutual-TLS files change, as the proxy's connections are.
+    tls: Option<crate::tls::UpstreamTls>,
+    /// What the client is made of besides its TLS.
+    connect_timeout: Duration,
     endpoint: Url,
     protocol: CatalogProtocol,
     timeout: Duration,
@@ -113,32 +115,16 @@ pub(crate) struct Fetcher {
     max_tools: usize,
 }
 
-/// The mutual-TLS files of the catalog's client.
-#[derive(Debug)]
-struct Mutual {
-    upstream: Upstream,
-    stamp: std::sync::Mutex<Option<(std::time::SystemTime, std::time::SystemTime)>>,
-}
-
-/// When `upstream.client_cert` and `upstream.client_key` last changed.
-fn mutual_stamp(upstream: &Upstream) -> Option<(std::time::SystemTime, std::time::SystemTime)> {
-    let (cert, key) = upstream.client_cert.as_ref()?;
-    let m = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    Some((m(cert)?, m(key)?))
-}
-
-/// The catalog's HTTP client for `upstream` at `endpoint`.
-fn build_client(upstream: &Upstream, endpoint: &Url) -> Result<reqwest::Client, String> {
+/// The catalog's HTTP client, with `tls` for an `https://` backend.
+fn build_client(tls: Option<&crate::tls::UpstreamTls>, connect_timeout: Duration) -> Result<reqwest::Client, String> {
     let mut builder = reqwest::Client::builder();
-    // An `https://` backend is trusted as the proxy trusts it (`upstream.ca`, mutual TLS).
-    if endpoint.scheme() == "https" {
-        let client = upstream.client_cert.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
-        builder = builder.use_preconfigured_tls(crate::tls::upstream_client(upstream.ca.as_deref(), client).map_err(|e| e.to_string())?);
+    if let Some(tls) = tls {
+        builder = builder.use_preconfigured_tls((*tls.current().0).clone());
     }
     builder
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(upstream.connect_timeout)
+        .connect_timeout(connect_timeout)
         // No per-request timeout: `fetch` bounds the whole exchange with tools.timeout, and
         // one bound gives one error to report.
         .build()
@@ -162,12 +148,15 @@ impl Fetcher {
     /// (`config::Server::endpoint`), reached as the proxy reaches `upstream`.
     pub(crate) fn new(upstream: &Upstream, endpoint: &Url, tools: &Tools) -> Result<Fetcher, String> {
         let endpoint = endpoint.clone();
-        let client = build_client(upstream, &endpoint)?;
-        let mutual = (endpoint.scheme() == "https" && upstream.client_cert.is_some())
-            .then(|| Mutual { upstream: upstream.clone(), stamp: std::sync::Mutex::new(mutual_stamp(upstream)) });
+        let tls = (endpoint.scheme() == "https")
+            .then(|| crate::tls::UpstreamTls::new(upstream.ca.clone(), upstream.client_cert.clone()))
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        let client = build_client(tls.as_ref(), upstream.connect_timeout)?;
         Ok(Fetcher {
             client: arc_swap::ArcSwap::from_pointee(client),
-            mutual,
+            tls,
+            connect_timeout: upstream.connect_timeout,
             endpoint,
             protocol: tools.protocol,
             timeout: tools.timeout,
@@ -180,16 +169,13 @@ impl Fetcher {
     /// Makes the client again when the mutual-TLS files changed since it was made (a failed
     /// rebuild keeps the last good client, and says why).
     fn follow_mutual_files(&self) {
-        let Some(m) = &self.mutual else { return };
-        let now = mutual_stamp(&m.upstream);
-        let mut stamp = m.stamp.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if now.is_none() || now == *stamp {
+        let Some(tls) = &self.tls else { return };
+        if !tls.current().1 {
             return;
         }
-        *stamp = now;
-        match build_client(&m.upstream, &self.endpoint) {
+        match build_client(Some(tls), self.connect_timeout) {
             Ok(client) => self.client.store(std::sync::Arc::new(client)),
-            Err(e) => tracing::warn!(error = %e, "Upstream client certificate changed but cannot be used by the catalog; the previous one stays"),
+            Err(e) => tracing::warn!(error = %e, "Upstream client certificate changed but the catalog's client cannot be made again; the previous one stays"),
         }
     }
 

@@ -184,21 +184,11 @@ where
 }
 
 /// The TLS side of an `https://` upstream: the name checked in its certificate (and sent as
-/// SNI), and the client config, made again when the mutual-TLS files change.
+/// SNI), and its client config.
+#[derive(Debug)]
 pub(super) struct PoolTls {
     name: rustls::pki_types::ServerName<'static>,
-    ca: Option<std::path::PathBuf>,
-    client: Option<(std::path::PathBuf, std::path::PathBuf)>,
-    current: Mutex<(tokio_rustls::TlsConnector, Option<Stamp>)>,
-}
-
-/// When the client certificate and key files were last changed.
-type Stamp = (std::time::SystemTime, std::time::SystemTime);
-
-impl std::fmt::Debug for PoolTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PoolTls").field("name", &self.name).field("ca", &self.ca).field("client", &self.client).finish_non_exhaustive()
-    }
+    config: crate::tls::UpstreamTls,
 }
 
 impl PoolTls {
@@ -210,38 +200,13 @@ impl PoolTls {
     ) -> Result<PoolTls, crate::tls::TlsError> {
         let name = rustls::pki_types::ServerName::try_from(host.trim_start_matches('[').trim_end_matches(']').to_owned())
             .map_err(|e| crate::tls::TlsError::Client(format!("{host:?} is not a TLS server name: {e}")))?;
-        let stamp = client.as_ref().and_then(|(c, k)| stamp(c, k));
-        let cfg = crate::tls::upstream_client(ca.as_deref(), client.as_ref().map(|(c, k)| (c.as_path(), k.as_path())))?;
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
-        Ok(PoolTls { name, ca, client, current: Mutex::new((connector, stamp)) })
+        Ok(PoolTls { name, config: crate::tls::UpstreamTls::new(ca, client)? })
     }
 
-    /// The connector for a new connection: made again first when the client certificate or
-    /// key file changed (a failed reload keeps the last good one, and says why).
+    /// The connector for a new connection (with the mutual-TLS pair as the files say now).
     fn connector(&self) -> tokio_rustls::TlsConnector {
-        let mut current = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((cert, key)) = &self.client {
-            let now = stamp(cert, key);
-            if now.is_some() && now != current.1 {
-                match crate::tls::upstream_client(self.ca.as_deref(), Some((cert, key))) {
-                    Ok(cfg) => {
-                        tracing::info!(cert = %cert.display(), "Upstream client certificate changed: new connections use it");
-                        *current = (tokio_rustls::TlsConnector::from(Arc::new(cfg)), now);
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "Upstream client certificate changed but cannot be used; the previous one stays");
-                        current.1 = now;
-                    }
-                }
-            }
-        }
-        current.0.clone()
+        tokio_rustls::TlsConnector::from(self.config.current().0)
     }
-}
-
-fn stamp(cert: &std::path::Path, key: &std::path::Path) -> Option<Stamp> {
-    let m = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    Some((m(cert)?, m(key)?))
 }
 
 /// Closes the connections idle past `every`, every `every`, until the pool is gone.
