@@ -208,29 +208,20 @@ impl Upstream {
     /// Without a base path the request's own path and query are reused as they are (no second
     /// parse).
     fn uri(&self, inbound: &Uri) -> Result<Uri, UpstreamError> {
-        // `[[servers]]`: the server's path goes to exactly the backend's endpoint, the query
-        // unchanged.
-        if let Some((_, endpoint)) = self.endpoint.as_ref().filter(|(p, _)| p == inbound.path()) {
-            let pq = match inbound.query() {
-                Some(q) => format!("{endpoint}?{q}"),
-                None => endpoint.clone(),
-            };
-            if self.host.is_none() {
-                return Err(UpstreamError::Failed("cannot build upstream URI: upstream.url has no valid authority".into()));
-            }
-            return http::uri::PathAndQuery::try_from(pq).map(Uri::from).map_err(|e| UpstreamError::Failed(format!("cannot build upstream URI: {e}")));
-        }
-        let path_and_query = match (self.base_path.is_empty(), inbound.path_and_query()) {
-            (true, Some(pq)) => pq.clone(),
-            (_, pq) => {
-                let pq = pq.map_or("/", |p| p.as_str());
-                http::uri::PathAndQuery::try_from(format!("{}{pq}", self.base_path))
-                    .map_err(|e| UpstreamError::Failed(format!("cannot build upstream URI: {e}")))?
-            }
-        };
         if self.host.is_none() {
             return Err(UpstreamError::Failed("cannot build upstream URI: upstream.url has no valid authority".into()));
         }
+        let built = |pq: String| http::uri::PathAndQuery::try_from(pq).map_err(|e| UpstreamError::Failed(format!("cannot build upstream URI: {e}")));
+        let path_and_query = match (&self.endpoint, inbound.path_and_query()) {
+            // `[[servers]]`: the server's path goes to exactly the backend's endpoint, the query
+            // unchanged.
+            (Some((path, endpoint)), _) if path == inbound.path() => built(match inbound.query() {
+                Some(q) => format!("{endpoint}?{q}"),
+                None => endpoint.clone(),
+            })?,
+            (_, Some(pq)) if self.base_path.is_empty() => pq.clone(),
+            (_, pq) => built(format!("{}{}", self.base_path, pq.map_or("/", |p| p.as_str())))?,
+        };
         Ok(Uri::from(path_and_query))
     }
 }
