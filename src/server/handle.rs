@@ -284,10 +284,8 @@ impl Shared {
                 Ok(permit) => Some(permit),
                 Err(_) => {
                     self.metrics.bound_reached("max_streams");
-                    trail.seen = fwd.into_evidence();
-                    crate::idempotency::release(&mut trail.seen.idempotency).await;
                     trail.findings.push(Finding::of(&Denial::StreamsFull));
-                    return self.refuse(&Denial::StreamsFull, &inbound.request_id, Some(server));
+                    return self.refuse_unsent(server, fwd, &Denial::StreamsFull, trail, &inbound.request_id).await;
                 }
             }
         } else {
@@ -295,11 +293,7 @@ impl Shared {
         };
         let attach = match self.credential(server, &inbound.head.headers, &fwd, inbound.now, trail).await {
             Ok(attach) => attach,
-            Err(denial) => {
-                trail.seen = fwd.into_evidence();
-                crate::idempotency::release(&mut trail.seen.idempotency).await;
-                return self.refuse(&denial, &inbound.request_id, Some(server));
-            }
+            Err(denial) => return self.refuse_unsent(server, fwd, &denial, trail, &inbound.request_id).await,
         };
         if let Some(f) = trail.findings.iter().find(|f| f.stage == Stage::UpstreamAuth) {
             outcome = Outcome::WouldDeny;
@@ -365,6 +359,14 @@ impl Shared {
             }
         };
         self.settle_session(server, &exchange, trail, Answered { outcome, summary, resp }, &request_id).await
+    }
+
+    /// A request the mode let through but that is refused before anything was sent: what it
+    /// verified goes to the log, and its journal reservation is released (the call was not made).
+    async fn refuse_unsent(&self, server: &Server, fwd: Forward, denial: &Denial, trail: &mut Trail, request_id: &str) -> Answered {
+        trail.seen = fwd.into_evidence();
+        crate::idempotency::release(&mut trail.seen.idempotency).await;
+        self.refuse(denial, request_id, Some(server))
     }
 
     /// The backend's credential for a request the mode let through (`upstream.auth`). One that
