@@ -64,6 +64,21 @@ impl CallDigest {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 
+    /// The digest of this call made to the MCP server `server` (section F: a call to one
+    /// server is another call than the same one to another): the single-server form's
+    /// (`default`) is this digest as it always was; another server's hashes its length-prefixed
+    /// name before this digest's hex.
+    pub(crate) fn on_server(self, server: &str) -> CallDigest {
+        if server == crate::config::DEFAULT_SERVER {
+            return self;
+        }
+        let mut h = Sha256::new();
+        h.update((server.len() as u64).to_be_bytes());
+        h.update(server.as_bytes());
+        h.update(self.hex().as_bytes());
+        CallDigest(h.finalize().into())
+    }
+
     /// The 32 digest bytes.
     pub(crate) fn as_bytes(&self) -> &[u8; 32] {
         &self.0

@@ -197,3 +197,11 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn a_call_to_another_server_is_another_call_and_the_single_servers_is_unchanged() {
+    let call = CallDigest::of_body(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{}}}"#).expect("call").digest;
+    assert_eq!(call.on_server(crate::config::DEFAULT_SERVER), call);
+    assert_ne!(call.on_server("weather"), call);
+    assert_ne!(call.on_server("weather"), call.on_server("payments"));
+}

@@ -249,18 +249,8 @@ impl Approvals {
         }
         let Some(sub) = call.sub.filter(|s| !s.is_empty()) else { return Err(ApprovalError::Unavailable) };
         let digest = CallDigest::of_body(call.body).map_err(|e| ApprovalError::NotPossible(format!("the call cannot be bound to an approval: {e}")))?;
-        // Section F: the call digest includes the server (the single server's is as it was).
-        let digest_hex = match call.server {
-            crate::config::DEFAULT_SERVER => digest.digest.hex(),
-            server => {
-                use sha2::Digest as _;
-                let mut h = sha2::Sha256::new();
-                h.update((server.len() as u64).to_be_bytes());
-                h.update(server.as_bytes());
-                h.update(digest.digest.hex().as_bytes());
-                h.finalize().iter().map(|b| format!("{b:02x}")).collect()
-            }
-        };
+        // Section F: the call digest includes the server.
+        let digest_hex = digest.digest.on_server(call.server).hex();
         let agent = call.agent.unwrap_or("");
         // The digest parsed the body strictly: this parse cannot fail where that one passed.
         let body: Value = serde_json::from_slice(call.body).unwrap_or(Value::Null);
