@@ -39,8 +39,8 @@ impl Evidence {
     /// only: the user (the token's issuer and `sub`), else the agent, else the client address
     /// `peer` (one bucket per address for callers with no verified identity).
     pub(crate) fn caller(&self, peer: std::net::IpAddr) -> CallerKey {
-        if let Some((iss, sub)) = self.token.as_ref().and_then(|t| Some((t.iss(), t.sub()?))) {
-            return CallerKey::user(iss, sub);
+        if let Some(user) = self.token.as_ref().and_then(|t| t.user_key()) {
+            return *user;
         }
         match &self.agent {
             Some(a) => CallerKey::agent(a.agent()),

@@ -231,6 +231,9 @@ struct Inner {
     /// SHA-256 of the token as presented (the verified-token cache's key), set once by
     /// [`TokenVerifier::verify`]: later stages key their caches by it without hashing again.
     digest: std::sync::OnceLock<[u8; 32]>,
+    /// `CallerKey::user(iss, sub)`, made on first use: per-caller bounds and caches look it up
+    /// on every request with a cached token.
+    user_key: std::sync::OnceLock<crate::state::caller::CallerKey>,
 }
 
 impl VerifiedToken {
@@ -260,6 +263,7 @@ impl VerifiedToken {
             iat,
             jkt,
             digest: std::sync::OnceLock::new(),
+            user_key: std::sync::OnceLock::new(),
         }))
     }
 
@@ -267,6 +271,12 @@ impl VerifiedToken {
     /// token [`TokenVerifier::check`] returned).
     pub(crate) fn digest(&self) -> Option<&[u8; 32]> {
         self.0.digest.get()
+    }
+
+    /// Whom decision 13 counts this token's requests against, when it names a user (`sub`).
+    pub(crate) fn user_key(&self) -> Option<&crate::state::caller::CallerKey> {
+        let sub = self.0.sub.as_deref()?;
+        Some(self.0.user_key.get_or_init(|| crate::state::caller::CallerKey::user(&self.0.iss, sub)))
     }
 
     /// The issuer (always the configured one).

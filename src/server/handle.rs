@@ -317,7 +317,7 @@ impl Shared {
             Ok(resp) if matches!(attach, crate::upstream_auth::Attach::Header(..)) && matches!(resp.status().as_u16(), 401 | 403) => {
                 let status = resp.status().as_u16();
                 drop(resp);
-                server.credentials().forget(&attach).await;
+                server.credentials().forget(&attach);
                 static THROTTLE: crate::throttle::Throttle = crate::throttle::Throttle::new();
                 if let Some(held) = THROTTLE.admit() {
                     warn!(server = %server.config.name, status, similar_held_back = held, "The backend refused the credential the gateway attached (upstream.auth): check the credential and the backend's configuration; clients get 502 upstream_credentials_rejected");

@@ -6,6 +6,7 @@
 //! `tls::outbound_client`). Issued tokens live only in this cache, as sensitive header values;
 //! they are never logged.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -18,6 +19,7 @@ use sha2::{Digest, Sha256};
 use url::Url;
 
 use super::actor::{ActorSigner, ClientAssertion, JWT_BEARER, JWT_TOKEN_TYPE};
+use super::issued::{IssuedTokens, Turn, Wanted};
 use super::CredentialError;
 use crate::config::{self, FieldError, SecretSource};
 use crate::oauth::VerifiedToken;
@@ -44,51 +46,10 @@ const OVER_BUDGET: &str = "more token exchanges per second than upstream.auth.ma
 /// RFC 8707 §2): 403 `delegation_refused`. Any other error is the gateway's problem (503).
 const REFUSALS: [&str; 5] = ["invalid_grant", "invalid_request", "access_denied", "invalid_target", "invalid_scope"];
 
-/// A cache key: the caller (`CallerKey::short`), the verified agent, the subject token (by
-/// SHA-256), the scope asked for.
-type Key = (u128, Option<String>, [u8; 32], Option<String>);
-
-/// Live cache entries per caller (decision 13): a slot is taken before an entry is made and
-/// freed when the entry leaves the cache (or was never made).
-#[derive(Default)]
-struct CallerSlots(std::sync::Mutex<std::collections::HashMap<u128, u64>>);
-
-impl CallerSlots {
-    /// Takes one of `caller`'s slots unless it holds `bound` already.
-    fn take(&self, caller: u128, bound: u64) -> bool {
-        let Ok(mut held) = self.0.lock() else { return false };
-        let n = held.entry(caller).or_insert(0);
-        if *n >= bound {
-            return false;
-        }
-        *n += 1;
-        true
-    }
-
-    fn free(&self, caller: u128) {
-        let Ok(mut held) = self.0.lock() else { return };
-        if let std::collections::hash_map::Entry::Occupied(mut e) = held.entry(caller) {
-            *e.get_mut() -= 1;
-            if *e.get() == 0 {
-                e.remove();
-            }
-        }
-    }
-}
-
 /// An issued token as the backend gets it (`Bearer <token>`, sensitive), and how long to keep it.
-#[derive(Clone)]
 struct Issued {
     header: HeaderValue,
     ttl: Duration,
-}
-
-struct IssuedExpiry;
-
-impl moka::Expiry<Key, Issued> for IssuedExpiry {
-    fn expire_after_create(&self, _key: &Key, value: &Issued, _created_at: std::time::Instant) -> Option<Duration> {
-        Some(value.ttl)
-    }
 }
 
 /// The exchanges' counters: `portcullis_upstream_token_exchanges_total{result}`.
@@ -130,10 +91,8 @@ pub(super) struct Exchanger {
     resource: Option<String>,
     scope: Option<String>,
     exchange_bound_tokens: bool,
-    cache: moka::future::Cache<Key, Issued>,
-    /// Entries each caller holds in `cache`, at most `per_caller`.
-    slots: std::sync::Arc<CallerSlots>,
-    per_caller: u64,
+    /// The issued tokens kept, and the exchanges in flight.
+    tokens: IssuedTokens,
     pub(super) metrics: ExchangeMetrics,
     /// `actor = true`: signs the actor token of each exchange.
     pub(super) actor: Option<ActorSigner>,
@@ -159,18 +118,6 @@ impl Exchanger {
             }
             config::ClientAuth::KeyJwt(path) => Client::KeyJwt(cfg.client_id.clone(), ClientAssertion::new(path, cfg.client_id.clone(), issuer.clone())?),
         };
-        let slots = std::sync::Arc::new(CallerSlots::default());
-        let freed = slots.clone();
-        let cache = moka::future::Cache::builder()
-            .max_capacity(MAX_ENTRIES)
-            .expire_after(IssuedExpiry)
-            .eviction_listener(move |key: std::sync::Arc<Key>, _, cause| {
-                // A replaced entry keeps its slot; every other way out frees it.
-                if cause != moka::notification::RemovalCause::Replaced {
-                    freed.free(key.0);
-                }
-            })
-            .build();
         let actor = cfg.actor.as_ref().map(|keys| ActorSigner::new(keys, origin.to_owned(), issuer.clone(), cfg.client_id.clone())).transpose()?;
         Ok(Exchanger {
             actor,
@@ -184,19 +131,14 @@ impl Exchanger {
             resource: cfg.resource.clone(),
             scope: cfg.scope.clone(),
             exchange_bound_tokens: cfg.exchange_bound_tokens,
-            cache,
-            slots,
-            per_caller: cfg.max_cached_per_caller,
+            tokens: IssuedTokens::new(MAX_ENTRIES, cfg.max_cached_per_caller),
             metrics: ExchangeMetrics::default(),
         })
     }
 
     /// Drops the cached token whose header is `header` (the backend refused it).
-    pub(super) async fn forget(&self, header: &HeaderValue) {
-        let refused: Vec<_> = self.cache.iter().filter(|(_, issued)| issued.header == header).map(|(k, _)| k).collect();
-        for key in refused {
-            self.cache.invalidate(&*key).await;
-        }
+    pub(super) fn forget(&self, header: &HeaderValue) {
+        self.tokens.forget(header);
     }
 
     /// The backend's `Authorization` for `token` (presented in `headers`, read again only to
@@ -224,46 +166,47 @@ impl Exchanger {
             return Err(CredentialError::Refused("no_verified_agent".to_owned()));
         }
         let scope = self.scope_for(narrowed)?;
-        let caller = caller_of(token, agent).short();
         // The token stage hashed this very token for its own cache: a hit needs nothing more of
         // the request (the header is read again, and the token sent, only to exchange it).
         let digest: [u8; 32] = match token.digest() {
             Some(d) => *d,
             None => Sha256::digest(subject_of(headers)?.as_bytes()).into(),
         };
-        let key: Key = (caller, agent.map(str::to_owned), digest, scope.clone());
-        // Never past the subject token's own expiry.
-        let left = Duration::from_secs(token.exp().saturating_sub(now.secs()));
-        if let Some(hit) = self.cache.get(&key).await {
-            self.metrics.count("cached");
-            return Ok((hit.header, true));
-        }
-        let subject = subject_of(headers)?;
-        // A caller holding its share of the cache still gets its credential, exchanged for this
-        // call and not kept: the issuer stays behind `max_per_second`, the others keep theirs.
-        // Expired entries free their slots when the cache gets round to evicting them: at its
-        // share, a caller first lets it, so a slot whose token expired is not held on to.
-        let mut has_slot = self.slots.take(caller, self.per_caller);
-        if !has_slot {
-            self.cache.run_pending_tasks().await;
-            has_slot = self.slots.take(caller, self.per_caller);
-        }
-        if !has_slot {
-            let issued = self.exchange(subject, agent, scope.as_deref(), now, left).await;
-            return self.counted(issued.map(|i| (i.header, false)));
-        }
-        let entry = self.cache.entry(key).or_try_insert_with(self.exchange(subject, agent, scope.as_deref(), now, left)).await;
-        if !matches!(&entry, Ok(e) if e.is_fresh()) {
-            // Nothing added for this call (another call's entry, or a failure): the slot goes back.
-            self.slots.free(caller);
-        }
-        self.counted(match entry {
-            Ok(e) => {
-                let cached = !e.is_fresh();
-                Ok((e.into_value().header, cached))
+        let wanted = Wanted { digest, agent, scope: scope.as_deref(), caller: caller_of(token, agent) };
+        loop {
+            if let Some(hit) = self.tokens.get(&wanted, now) {
+                self.metrics.count("cached");
+                return Ok((hit, true));
             }
-            Err(e) => Err((*e).clone()),
-        })
+            let flight = match self.tokens.turn(&wanted).await {
+                Turn::Exchange(flight) => flight,
+                // Another call's exchange, issued for both.
+                Turn::Waited(Some(outcome)) => return self.counted(outcome.map(|header| (header, true))),
+                // That call went away before its exchange was done: ask again.
+                Turn::Waited(None) => continue,
+            };
+            // Kept by a call whose exchange landed between the lookup and the turn.
+            if let Some(hit) = self.tokens.get(&wanted, now) {
+                flight.land(&Ok(hit.clone()));
+                self.metrics.count("cached");
+                return Ok((hit, true));
+            }
+            // Never past the subject token's own expiry.
+            let left = Duration::from_secs(token.exp().saturating_sub(now.secs()));
+            let outcome = match subject_of(headers) {
+                Ok(subject) => self.exchange(subject, agent, scope.as_deref(), now, left).await,
+                Err(e) => Err(e),
+            };
+            // A caller holding its share of the cache (or a token that expires at once) still
+            // gets its credential, exchanged for this call and not kept: the issuer stays behind
+            // `max_per_second`, the others keep theirs.
+            let outcome = outcome.map(|issued| {
+                self.tokens.keep(&wanted, issued.header.clone(), issued.ttl, now);
+                issued.header
+            });
+            flight.land(&outcome);
+            return self.counted(outcome.map(|header| (header, false)));
+        }
     }
 
     /// Counts an outcome in the metrics and passes it on.
@@ -356,8 +299,8 @@ impl Exchanger {
     /// The scope to ask for: `upstream.auth.scope`, narrowed to the decision's `upstream_scopes`
     /// (or those alone without a configured scope). Narrowed to nothing, there is nothing to ask
     /// for: an empty `scope` would get the issuer's default, never less.
-    fn scope_for(&self, narrowed: Option<&[String]>) -> Result<Option<String>, CredentialError> {
-        let Some(narrowed) = narrowed else { return Ok(self.scope.clone()) };
+    fn scope_for(&self, narrowed: Option<&[String]>) -> Result<Option<Cow<'_, str>>, CredentialError> {
+        let Some(narrowed) = narrowed else { return Ok(self.scope.as_deref().map(Cow::Borrowed)) };
         let kept: Vec<&str> = match &self.scope {
             Some(configured) => configured.split(' ').filter(|s| narrowed.iter().any(|n| n == s)).collect(),
             None => narrowed.iter().map(String::as_str).collect(),
@@ -366,7 +309,7 @@ impl Exchanger {
             self.metrics.count("refused");
             return Err(CredentialError::Refused("no_upstream_scope".to_owned()));
         }
-        Ok(Some(kept.join(" ")))
+        Ok(Some(Cow::Owned(kept.join(" "))))
     }
 
     /// The token endpoint: configured, or discovered once from the issuer's metadata (a
@@ -427,11 +370,11 @@ fn subject_of(headers: &http::HeaderMap) -> Result<&str, CredentialError> {
 
 /// Whom a cache entry counts against: the verified user (the token's issuer and `sub`), else
 /// the verified agent, as everywhere in decision 13; a token with neither names its issuer.
-fn caller_of(token: &VerifiedToken, agent: Option<&str>) -> CallerKey {
-    match (token.sub(), agent) {
-        (Some(sub), _) => CallerKey::user(token.iss(), sub),
-        (None, Some(agent)) => CallerKey::agent(agent),
-        (None, None) => CallerKey::user(token.iss(), ""),
+fn caller_of(token: &VerifiedToken, agent: Option<&str>) -> u128 {
+    match (token.user_key(), agent) {
+        (Some(user), _) => user.short(),
+        (None, Some(agent)) => CallerKey::agent(agent).short(),
+        (None, None) => CallerKey::user(token.iss(), "").short(),
     }
 }
 

@@ -26,6 +26,7 @@ use portcullis_wire::UnixTime;
 
 mod actor;
 mod exchange;
+mod issued;
 
 pub use actor::JWKS_PATH;
 pub use exchange::ExchangeMetrics;
@@ -147,9 +148,9 @@ impl UpstreamCredentials {
     /// Forgets the credential `attach` carried, after the backend refused it (401/403): the
     /// next request gets a new one (an exchanged token is exchanged again; a static value is
     /// read again from its file, when it has one).
-    pub async fn forget(&self, attach: &Attach) {
+    pub fn forget(&self, attach: &Attach) {
         if let (Source::Exchange(x), Attach::Header(_, value)) = (&self.source, attach) {
-            x.forget(value).await;
+            x.forget(value);
         }
     }
 
