@@ -44,8 +44,10 @@
 //! and the `upstream_auth` stage's own time in the measured run alone (the gateway's stage
 //! histogram scraped after the warm-up and after the run: mean, share at most 5/10/20 µs).
 //!
-//! Then, once per round, open loop at half and a quarter of the measured peak of (b) (or
-//! `--rate R` req/s), with min/median/max of the p99 added over the rounds:
+//! Then, once per round, open loop at half the measured peak of (f) (issue 38's latency target:
+//! the p99 (b) adds there against the p99 (f) adds, min/median/max over the rounds), and at half
+//! and a quarter of the measured peak of (b) (or `--rate R` req/s alone), with
+//! min/median/max of the p99 added over the rounds:
 //! p50/p99 of the backend alone, nginx, the floor and (a), (b), (c), the p99 each adds over the
 //! backend, the proxy's CPU per request at that rate, and how long the proxy's threads waited for
 //! a CPU per request (this machine's contention). `--rounds 0 --rate R` runs only that. `--soak S`
@@ -1109,7 +1111,8 @@ fn tag(scenario: Scenario) -> &'static str {
 }
 
 /// Closed-loop rounds for one body size and connection count; returns the median req/s of (b).
-async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns: usize) -> f64 {
+/// Runs the closed-loop rounds; returns the median peak req/s of (b) and, when it ran, of (f).
+async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns: usize) -> (f64, Option<f64>) {
     let body = body_of(size);
     let scenarios = scenarios(opts);
     let mut results: Vec<Vec<Sample>> = scenarios.iter().map(|_| Vec::new()).collect();
@@ -1284,12 +1287,13 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
             shares.join(", ")
         );
     }
-    min_median_max(&mut results[index(Scenario::Full).unwrap()].iter().map(|s| s.rps).collect::<Vec<_>>()).1
+    let peak = |s: Scenario| index(s).map(|i| min_median_max(&mut results[i].iter().map(|s| s.rps).collect::<Vec<_>>()).1);
+    (peak(Scenario::Full).unwrap(), peak(Scenario::Floor))
 }
 
 /// Open-loop latency at `rate` for the backend alone and each scenario; returns the p99 that
-/// (a), (b) and (c) added over the backend alone, in µs.
-async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f64, round: usize) -> Vec<f64> {
+/// (a), (b) and (c) added over the backend alone, in µs, and the one (f) added when it ran.
+async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f64, round: usize) -> (Vec<f64>, Option<f64>) {
     let body = body_of(size);
     let connections = opts.connections[0];
     println!("\n{size} B bodies, open loop at {rate:.0} req/s over {connections} connections for {} s (round {round}):", opts.seconds);
@@ -1302,6 +1306,7 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
     // pass-through pays more per request (fewer requests share each wake-up and syscall).
     let mut cpu = Vec::new();
     let mut added = Vec::new();
+    let mut floor_added = None;
     let references: &[Scenario] = if opts.references { &[Scenario::Nginx] } else { &[] };
     let floor: &[Scenario] = if opts.floor { &[Scenario::Floor] } else { &[] };
     let order = [Scenario::Direct].iter().chain(references).chain(floor).chain(&[Scenario::Bare, Scenario::Full, Scenario::TokenPolicy]);
@@ -1316,6 +1321,9 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
         let wait = pid.map(runqueue_wait_seconds).unwrap_or(0.0) - wait_before;
         if scenario == Scenario::Direct {
             direct_p99 = s.p99_us;
+        }
+        if scenario == Scenario::Floor {
+            floor_added = Some(s.p99_us as f64 - direct_p99 as f64);
         }
         // The proxy's own columns; the backend alone has none, nginx has no stage metrics.
         let (cpu_col, wait, inside) = if pid.is_some() {
@@ -1347,7 +1355,7 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
     if let [a, b, c] = cpu[..] {
         println!("  CPU/req at this rate: (b)/(a) {:.2}, (c)/(a) {:.2}; (b) − (a) = {:.1} µs", b / a, c / a, b - a);
     }
-    added
+    (added, floor_added)
 }
 
 /// The full chain at peak for `seconds`, signing as it goes; prints the gateway's RSS.
@@ -1448,19 +1456,26 @@ fn main() {
                 }
             }
             if opts.latency {
-                // Half the peak (the target), and a quarter to show where the knee is.
-                let rates: Vec<f64> = match (opts.rate, peak) {
-                    (Some(r), _) => vec![r],
-                    (None, Some(p)) => vec![p / 2.0, p / 4.0],
+                // Half the floor's peak (issue 38's latency target: the full chain's p99 there
+                // against the floor's own), then half and a quarter of (b)'s peak (where its
+                // knee is).
+                let rates: Vec<(f64, bool)> = match (opts.rate, peak) {
+                    (Some(r), _) => vec![(r, false)],
+                    (None, Some((full, floor))) => floor.map(|f| (f / 2.0, true)).into_iter().chain([(full / 2.0, false), (full / 4.0, false)]).collect(),
                     (None, None) => Vec::new(),
                 };
                 // As many rounds as the closed loop ran (at least one), each running the backend
                 // alone, (a), (b), (c) in turn: the tail is the least repeatable figure here.
                 let rounds = opts.rounds.max(1);
-                for rate in rates {
+                for (rate, floor_half) in rates {
                     let mut added: Vec<Vec<f64>> = Vec::new();
+                    let mut against_floor: Vec<f64> = Vec::new();
                     for round in 0..rounds {
-                        added.push(latency_at(&opts, &env, &token, size, rate, round).await);
+                        let (gateways, floor) = latency_at(&opts, &env, &token, size, rate, round).await;
+                        if let (Some(f), Some(b)) = (floor, gateways.get(1)) {
+                            against_floor.push(b / f.max(1.0));
+                        }
+                        added.push(gateways);
                     }
                     let summary: Vec<String> = ["(a)", "(b)", "(c)"]
                         .iter()
@@ -1470,6 +1485,10 @@ fn main() {
                             format!("{name} {:.0} / {:.0} / {:.0}", lo, mid, hi)
                         })
                         .collect();
+                    if floor_half && !against_floor.is_empty() {
+                        let (lo, mid, hi) = min_median_max(&mut against_floor);
+                        println!("\n{size} B at half the floor's peak ({rate:.0} req/s): p99 added by (b) ÷ p99 added by (f), min {lo:.2} median {mid:.2} max {hi:.2} (target ≤ 1.5)");
+                    }
                     println!("\n{size} B at {rate:.0} req/s, p99 added µs over {rounds} rounds (min / median / max): {}", summary.join(", "));
                 }
             }
