@@ -11,9 +11,9 @@ package portcullis
 import rego.v1
 
 required_scopes contains "tools:write" if {
+	may_write
 	is_tool_call
 	input.token.verified
-	may_write
 }
 
 # Not declared read-only: writes, and destroys when destructiveHint is true (the default). The

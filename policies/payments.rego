@@ -8,6 +8,9 @@
 #   - the token needs `payments:write`
 #   - every payment carries an Idempotency-Key: a retried payment gets the first one's answer
 #     and is not paid twice
+#
+# Every rule tests the tool's name first: the decision is asked on every request, and a call of
+# any other tool then fails each rule at once, before any other rule is looked up.
 package portcullis
 
 import rego.v1
@@ -20,11 +23,13 @@ is_payment if {
 amount := input.mcp.arguments.amount
 
 denials contains {"rule": "payments_user", "reason": "user_token_required"} if {
+	input.mcp.tool == "payments.send"
 	is_payment
 	not input.token.verified
 }
 
 denials contains {"rule": "payments_amount", "reason": "invalid_amount"} if {
+	input.mcp.tool == "payments.send"
 	is_payment
 	not valid_amount
 }
@@ -36,14 +41,21 @@ valid_amount if {
 
 # The question the approval page asks (portcullis.rego puts it in the decision's `approval`).
 approval_message := sprintf("Send %v USD to %v?", [amount, object.get(input.mcp.arguments, "to", "the payee")]) if {
+	input.mcp.tool == "payments.send"
 	is_payment
 	valid_amount
 	amount > data.catalog.payments.approval_threshold_usd
 }
 
-required_scopes contains "payments:write" if is_payment
+required_scopes contains "payments:write" if {
+	input.mcp.tool == "payments.send"
+	is_payment
+}
 
-idempotency_key_required if is_payment
+idempotency_key_required if {
+	input.mcp.tool == "payments.send"
+	is_payment
+}
 
 quotas contains {
 	"key": sprintf("payments.send:calls:%s", [input.token.sub]),
@@ -51,6 +63,7 @@ quotas contains {
 	"limit": data.catalog.payments.max_calls,
 	"per": data.catalog.payments.calls_per,
 } if {
+	input.mcp.tool == "payments.send"
 	is_payment
 	input.token.verified
 }
@@ -61,6 +74,7 @@ quotas contains {
 	"limit": data.catalog.payments.daily_budget_usd,
 	"per": "24h",
 } if {
+	input.mcp.tool == "payments.send"
 	is_payment
 	input.token.verified
 	valid_amount

@@ -34,7 +34,7 @@ decision := object.union(
 			"allow": true,
 			"reason": "allowed",
 			"rule": concat(":", ["allow", tier]),
-			"required_scopes": sort([s | some s in required_scopes]),
+			"required_scopes": sort(required_scopes),
 			"quotas": [q | some q in quotas],
 		},
 		idempotency,

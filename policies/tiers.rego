@@ -14,14 +14,12 @@ import rego.v1
 
 default tier := "unknown"
 
+# `else`: a verified agent that is not a partner gets its tier without the list read again.
 tier := "partner" if {
 	input.agent.verified
 	input.agent.id in data.catalog.partner_agents
-}
-
-tier := "verified" if {
+} else := "verified" if {
 	input.agent.verified
-	not input.agent.id in data.catalog.partner_agents
 }
 
 is_tool_call if input.mcp.method == "tools/call"
