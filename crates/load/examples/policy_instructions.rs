@@ -5,14 +5,16 @@
 //!
 //! ```text
 //! cargo build --release -p portcullis-load --example policy_instructions
-//! for n in 1000 21000; do perf stat -x, -e instructions:u \
-//!     target/release/examples/policy_instructions read $n; done
+//! for n in 200 1200; do valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+//!     target/release/examples/policy_instructions read $n 2>&1 | grep Collected; done
 //! ```
-//! (the difference of the two counts over 20,000 is one decision's instructions, the policy's
-//! compilation and the first decisions cancelled out). Cases: `read` (what the load bench's full
+//! (the difference of the two counts over 1,000 is one decision's instructions, the policy's
+//! compilation and the first decisions cancelled out; `perf stat -e instructions:u` gives the
+//! same where the machine has hardware counters). Cases: `read` (what the load bench's full
 //! chain decides: a verified agent, a user token with `tools:read`, a read tool), `deny` (no
-//! agent, no token, a write tool), `payment` (a partner agent's payment). `PORTCULLIS_BENCH_POLICIES=DIR`
-//! measures another policy set, `PORTCULLIS_BENCH_EVALUATOR=interpreter` the interpreter.
+//! agent, no token, a write tool), `payment` (a partner agent's payment).
+//! `PORTCULLIS_BENCH_POLICIES=DIR` measures another policy set, `PORTCULLIS_BENCH_EVALUATOR=interpreter`
+//! the interpreter.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a measuring tool: a panic is a failed run
 
 use std::hint::black_box;
