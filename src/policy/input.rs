@@ -93,8 +93,77 @@ fn s(v: &str) -> Value {
 }
 
 fn obj(entries: Vec<(&str, Value)>) -> Value {
-    let map: BTreeMap<Value, Value> = entries.into_iter().map(|(k, v)| (s(k), v)).collect();
-    Value::from(map)
+    KEYS.with(|keys| {
+        let map: BTreeMap<Value, Value> = entries.into_iter().map(|(k, v)| (keys.get(k), v)).collect();
+        Value::from(map)
+    })
+}
+
+/// Declares [`Keys`]: every object key of the input document, each made once.
+macro_rules! input_keys {
+    ($($key:ident),* $(,)?) => {
+        /// The input document's object keys, made once per thread: a key is a string [`Value`]
+        /// (an `Arc<str>`) like any other, and allocating each anew for every decision was a
+        /// large part of building the input. Per thread, so two workers never contend for one
+        /// key's reference count.
+        struct Keys {
+            $($key: Value,)*
+        }
+
+        impl Keys {
+            fn new() -> Keys {
+                Keys { $($key: s(stringify!($key)),)* }
+            }
+
+            /// The key `k` (made now if it is not one of the input's).
+            fn get(&self, k: &str) -> Value {
+                match k {
+                    $(stringify!($key) => self.$key.clone(),)*
+                    other => s(other),
+                }
+            }
+        }
+    };
+}
+
+input_keys!(
+    method,
+    path,
+    host,
+    verified,
+    id,
+    keyid,
+    tag,
+    iss,
+    sub,
+    aud,
+    scopes,
+    binding,
+    claims,
+    unix,
+    request,
+    server,
+    agent,
+    token,
+    time,
+    mcp,
+    kind,
+    batch,
+    session,
+    protocol_version,
+    tool,
+    arguments,
+    uri,
+    prompt,
+    name,
+    tool_definition,
+    client_info,
+    listing,
+    resource,
+);
+
+thread_local! {
+    static KEYS: Keys = Keys::new();
 }
 
 fn strings(list: &[String]) -> Value {
