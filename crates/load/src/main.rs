@@ -279,7 +279,17 @@ impl Scenario {
 struct Proc(Child);
 
 impl Drop for Proc {
+    /// SIGTERM first, so a process with children stops them (nginx's master stops its worker; a
+    /// SIGKILL left the worker running and listening after the run), then SIGKILL after 1 s.
     fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).stderr(Stdio::null()).status();
+        let stopping = Instant::now();
+        while stopping.elapsed() < Duration::from_secs(1) {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
