@@ -100,28 +100,32 @@ pub(super) enum Turn<'a> {
     Exchange(Flight<'a>),
 }
 
-/// The one exchange in flight for a key. Dropped without [`Flight::land`] (its request went
-/// away), it lets the waiting calls ask again.
+/// The one exchange in flight for a key (`None`: the flights could not be locked, so this
+/// call exchanges alone). Dropped without [`Flight::land`] (its request went away), it lets the
+/// waiting calls ask again.
 pub(super) struct Flight<'a> {
     tokens: &'a IssuedTokens,
     key: Option<FlightKey>,
-    sender: Option<watch::Sender<Option<Outcome>>>,
 }
 
 impl Flight<'_> {
-    /// Gives `outcome` to every call waiting for it.
+    /// Gives `outcome` to every call waiting for it; the flight is over.
     pub(super) fn land(mut self, outcome: &Outcome) {
-        if let Some(sender) = self.sender.take() {
+        if let Some(sender) = self.end() {
             sender.send_replace(Some(outcome.clone()));
         }
+    }
+
+    /// Takes the flight off the map; its sender, once dropped, closes the waiters' channel.
+    fn end(&mut self) -> Option<watch::Sender<Option<Outcome>>> {
+        let key = self.key.take()?;
+        self.tokens.flights.lock().ok()?.remove(&key)
     }
 }
 
 impl Drop for Flight<'_> {
     fn drop(&mut self) {
-        if let (Some(key), Ok(mut flights)) = (self.key.take(), self.tokens.flights.lock()) {
-            flights.remove(&key);
-        }
+        self.end();
     }
 }
 
@@ -198,20 +202,18 @@ impl IssuedTokens {
     /// The exchange for `wanted`: the one in flight, or this call's to make.
     pub(super) async fn turn(&self, wanted: &Wanted<'_>) -> Turn<'_> {
         let key = flight_key(wanted);
-        let waiting = {
+        let mut waiting = {
             let Ok(mut flights) = self.flights.lock() else {
-                return Turn::Exchange(Flight { tokens: self, key: None, sender: None });
+                return Turn::Exchange(Flight { tokens: self, key: None });
             };
             match flights.get(&key) {
                 Some(sender) => sender.subscribe(),
                 None => {
-                    let (sender, _) = watch::channel(None);
-                    flights.insert(key.clone(), sender.clone());
-                    return Turn::Exchange(Flight { tokens: self, key: Some(key), sender: Some(sender) });
+                    flights.insert(key.clone(), watch::channel(None).0);
+                    return Turn::Exchange(Flight { tokens: self, key: Some(key) });
                 }
             }
         };
-        let mut waiting = waiting;
         let outcome = waiting.wait_for(Option::is_some).await.ok().and_then(|o| o.clone());
         Turn::Waited(outcome)
     }

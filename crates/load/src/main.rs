@@ -1120,8 +1120,8 @@ fn tag(scenario: Scenario) -> &'static str {
     }
 }
 
-/// Closed-loop rounds for one body size and connection count; returns the median req/s of (b).
-/// Runs the closed-loop rounds; returns the median peak req/s of (b) and, when it ran, of (f).
+/// Closed-loop rounds for one body size and connection count; returns the median req/s of (b)
+/// and, when it ran, of (f).
 async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns: usize) -> (f64, Option<f64>) {
     let body = body_of(size);
     let scenarios = scenarios(opts);
