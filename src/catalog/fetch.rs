@@ -116,10 +116,10 @@ pub(crate) struct Fetcher {
 }
 
 /// The catalog's HTTP client, with `tls` for an `https://` backend.
-fn build_client(tls: Option<&crate::tls::UpstreamTls>, connect_timeout: Duration) -> Result<reqwest::Client, String> {
+fn build_client(tls: Option<std::sync::Arc<rustls::ClientConfig>>, connect_timeout: Duration) -> Result<reqwest::Client, String> {
     let mut builder = reqwest::Client::builder();
     if let Some(tls) = tls {
-        builder = builder.use_preconfigured_tls((*tls.current().0).clone());
+        builder = builder.use_preconfigured_tls((*tls).clone());
     }
     builder
         .no_proxy()
@@ -152,7 +152,7 @@ impl Fetcher {
             .then(|| crate::tls::UpstreamTls::new(upstream.ca.clone(), upstream.client_cert.clone()))
             .transpose()
             .map_err(|e| e.to_string())?;
-        let client = build_client(tls.as_ref(), upstream.connect_timeout)?;
+        let client = build_client(tls.as_ref().map(|t| t.current().0), upstream.connect_timeout)?;
         Ok(Fetcher {
             client: arc_swap::ArcSwap::from_pointee(client),
             tls,
@@ -170,10 +170,11 @@ impl Fetcher {
     /// rebuild keeps the last good client, and says why).
     fn follow_mutual_files(&self) {
         let Some(tls) = &self.tls else { return };
-        if !tls.current().1 {
+        let (config, renewed) = tls.current();
+        if !renewed {
             return;
         }
-        match build_client(Some(tls), self.connect_timeout) {
+        match build_client(Some(config), self.connect_timeout) {
             Ok(client) => self.client.store(std::sync::Arc::new(client)),
             Err(e) => tracing::warn!(error = %e, "Upstream client certificate changed but the catalog's client cannot be made again; the previous one stays"),
         }
