@@ -5,7 +5,7 @@
 //! benches/load.sh [--seconds 8] [--rounds 3] [--connections 32,128] [--sizes 1024,65536]
 //!                 [--driver wrk|builtin] [--rate R] [--no-latency] [--soak SECONDS] [--perf DIR]
 //!                 [--pin] [--no-references] [--no-floor] [--catalog] [--servers N]
-//!                 [--exchange] [--gateway PATH]
+//!                 [--exchange] [--gateway PATH] [--instructions DIR]
 //! ```
 //! (`benches/load.sh` installs wrk when it is missing, builds the gateway with
 //! `cargo build --release -p portcullis` and runs this driver, `cargo run --release -p
@@ -55,7 +55,8 @@
 //! the gateway's RSS over time. `--perf DIR` records each measured gateway with `perf record`.
 //! `--pin` gives the gateway (and each reference proxy, in its turn) CPU 1 to itself and puts the
 //! driver, wrk and the backend on CPU 0. `BENCH_GATEWAY_WORKERS=N` gives the
-//! gateway (only) N tokio workers.
+//! gateway (only) N tokio workers. `--instructions DIR` measures nothing of the above: it counts
+//! each proxy's instructions per request under callgrind instead (`src/instructions.rs`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver: a panic is a failed run
 
 use std::io::{BufRead, BufReader, Write as _};
@@ -78,6 +79,7 @@ use portcullis_test_support::pki::TestCa;
 use portcullis_wire::UnixTime;
 
 mod floor;
+mod instructions;
 
 /// The gateway binary under test (`--gateway PATH` or `PORTCULLIS_BIN`), set once by [`options`].
 static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
@@ -165,6 +167,10 @@ fn options() -> Options {
             "--rate" => o.rate = Some(v.parse().expect("--rate REQ_PER_S")),
             "--soak" => o.soak = Some(v.parse().expect("--soak SECONDS")),
             "--perf" => o.perf = Some(v.into()),
+            "--instructions" => {
+                let dir = std::path::absolute(&v).expect("--instructions DIR");
+                instructions::CALLGRIND.set(dir).expect("--instructions once");
+            }
             "--servers" => {
                 let n: usize = v.parse().expect("--servers N");
                 assert!(n >= 2, "--servers N needs N >= 2 ((b1) is the one-server run it is compared with)");
@@ -302,13 +308,7 @@ static PIN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(f
 
 fn spawn(args: &[&str], marker: &str) -> (Proc, String) {
     let gateway = args.first() == Some(&"run");
-    let mut command = if gateway && PIN.load(Ordering::Relaxed) {
-        let mut c = Command::new("taskset");
-        c.args(["-c", "1"]).arg(bin());
-        c
-    } else {
-        Command::new(bin())
-    };
+    let mut command = if gateway { pinned(bin()) } else { Command::new(bin()) };
     if gateway {
         if let Ok(n) = std::env::var("BENCH_GATEWAY_WORKERS") {
             command.env("TOKIO_WORKER_THREADS", n);
@@ -393,8 +393,14 @@ fn config_for(env: &Env, scenario: Scenario, port: u16) -> String {
         issuer_ca: &issuer_ca,
         client_secret: &env.client_secret,
         policies: env.policies.path(),
+        decisions: &decisions_file(env, scenario),
     };
     gateway_config(&parts, scenario, port)
+}
+
+/// The file `scenario`'s gateway writes its decision log to.
+fn decisions_file(env: &Env, scenario: Scenario) -> std::path::PathBuf {
+    env.dir.path().join(format!("decisions-{}.log", tag(scenario)))
 }
 
 /// What a gateway config points to besides its scenario and port: the parts of [`Env`] it
@@ -409,6 +415,8 @@ struct ConfigParts<'a> {
     /// The file with the issuer's client secret ((g) authenticates its exchanges with it).
     client_secret: &'a std::path::Path,
     policies: &'a std::path::Path,
+    /// Where the full chain writes its decision log (a file, as an operator's would be).
+    decisions: &'a std::path::Path,
 }
 
 /// The audience (g) asks the issuer's token exchange for: the backend's own, not the gateway's.
@@ -446,6 +454,9 @@ fn gateway_config(parts: &ConfigParts<'_>, scenario: Scenario, port: u16) -> Str
         // bytecode as the bundled set is by default (evaluator = "auto").
         _ => format!("[policy]\npaths = [{:?}]\nwatch = false\nevaluator = \"rvm\"\n", parts.policies),
     };
+    // Issue 38 measures the full chain with the decision log on, one JSON line per request
+    // written to a file; the gateway's other scenarios, like nginx (`access_log off`), log none.
+    let decisions = if scenario.is_full_chain() { format!("{:?}", parts.decisions) } else { "\"off\"".to_owned() };
     let tools = if scenario == Scenario::FullCatalog { "[tools]\ncatalog = \"fetch\"\nvalidate_arguments = true\n" } else { "" };
     // The one-server form, or the `[[servers]]` form: the public URL is the origin only, and
     // each server's upstream URL is the backend's endpoint itself.
@@ -474,7 +485,7 @@ fn gateway_config(parts: &ConfigParts<'_>, scenario: Scenario, port: u16) -> Str
         _ => upstream,
     };
     format!(
-        "mode = \"enforce\"\n[listen]\naddr = \"127.0.0.1:{port}\"\npublic_url = {public_url:?}\n{upstream}[limits]\nmax_body = \"1MiB\"\n[admin]\naddr = \"{ADMIN}\"\n[log]\ndecisions = \"off\"\nlevel = \"warn,portcullis=info\"\n{signatures}{oauth}{policy}{tools}"
+        "mode = \"enforce\"\n[listen]\naddr = \"127.0.0.1:{port}\"\npublic_url = {public_url:?}\n{upstream}[limits]\nmax_body = \"1MiB\"\n[admin]\naddr = \"{ADMIN}\"\n[log]\ndecisions = {decisions}\nlevel = \"warn,portcullis=info\"\n{signatures}{oauth}{policy}{tools}"
     )
 }
 
@@ -488,6 +499,8 @@ fn start(env: &Env, scenario: Scenario) -> (Option<Proc>, String) {
         _ => {}
     }
     let path = env.dir.path().join(format!("{scenario:?}.toml"));
+    // The last round's decision log goes (a round of (b) writes some 100 MB).
+    let _ = std::fs::remove_file(decisions_file(env, scenario));
     // A free port chosen here (the gateway binds it right after; a bench, not a test).
     let port = free_port();
     std::fs::write(&path, config_for(env, scenario, port)).unwrap();
@@ -503,6 +516,9 @@ fn free_port() -> u16 {
 /// A command that runs on CPU 1 under `--pin`, like the gateway: every proxy measured gets
 /// the same CPU to itself.
 fn pinned(program: &std::path::Path) -> Command {
+    if let Some(dir) = instructions::CALLGRIND.get() {
+        return instructions::under_callgrind(dir, program);
+    }
     if PIN.load(Ordering::Relaxed) {
         let mut c = Command::new("taskset");
         c.args(["-c", "1"]).arg(program);
@@ -514,9 +530,11 @@ fn pinned(program: &std::path::Path) -> Command {
 
 /// Waits until something accepts connections on `addr`.
 fn wait_listening(addr: &str, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // Under callgrind a process starts some 50 times slower.
+    let within = if instructions::CALLGRIND.get().is_some() { 300 } else { 10 };
+    let deadline = Instant::now() + Duration::from_secs(within);
     while std::net::TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "{what} did not listen on {addr} within 10 s");
+        assert!(Instant::now() < deadline, "{what} did not listen on {addr} within {within} s");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -1457,6 +1475,12 @@ fn main() {
             std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             if PIN.load(Ordering::Relaxed) { " (gateway pinned to CPU 1, the rest to CPU 0)" } else { "" }
         );
+        if instructions::CALLGRIND.get().is_some() {
+            for &size in &opts.sizes {
+                instructions::run(&opts, &env, &token, size).await;
+            }
+            return;
+        }
         for &size in &opts.sizes {
             let mut peak = None;
             for &conns in &opts.connections {

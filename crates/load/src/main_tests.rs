@@ -24,6 +24,7 @@ fn parsed(scenario: Scenario) -> Config {
         issuer_ca: &ca_path,
         client_secret: &client_secret,
         policies: policies.path(),
+        decisions: &policies.path().join("decisions.log"),
     };
     let text = gateway_config(&parts, scenario, 18443);
     Config::parse(&text, "bench config", policies.path()).unwrap_or_else(|e| panic!("{scenario:?}: {e}\n{text}"))
@@ -127,4 +128,16 @@ fn a_stage_between_two_scrapes_is_the_run_alone() {
     assert!((mean - 2.0).abs() < 1e-6, "{mean}");
     assert_eq!(shares, [0.9, 1.0, 1.0]);
     assert_eq!(super::stage_between(&after, &after, "upstream_auth", &[5.0]), None, "no request in between");
+}
+
+#[test]
+fn the_full_chain_logs_its_decisions_to_a_file_and_pass_through_logs_none() {
+    use portcullis::config::DecisionSink;
+    for scenario in [Scenario::Full, Scenario::FullCatalog, Scenario::Servers(2), Scenario::FullExchange] {
+        let c = parsed(scenario);
+        assert!(matches!(&c.log.decisions, DecisionSink::File(p) if p.ends_with("decisions.log")), "{scenario:?}: {:?}", c.log.decisions);
+    }
+    for scenario in [Scenario::Bare, Scenario::TokenPolicy] {
+        assert_eq!(parsed(scenario).log.decisions, DecisionSink::Off, "{scenario:?}");
+    }
 }
