@@ -43,7 +43,7 @@ fn headers(scheme: &str, token: &str, proof: Option<String>) -> HeaderMap {
 }
 
 fn presented(headers: &HeaderMap, now: UnixTime) -> Presented<'_> {
-    Presented { method: "POST", path: "/mcp", headers, body: b"", now, agent_jkt: None }
+    Presented { method: "POST", path: "/mcp", headers, body: b"", now, agent_key: None }
 }
 
 fn bench(c: &mut Criterion) {

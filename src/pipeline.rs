@@ -352,14 +352,13 @@ async fn run_stages(
     if let Some(verifier) = &stages.token {
         // The agent's key, when stages 3–6 verified it: a DPoP proof by that key binds the
         // token to this agent (`agent_key`).
-        let agent_jkt = seen.agent.as_ref().map(VerifiedSignature::key_thumbprint);
         let presented = Presented {
             method: req.head.method.as_str(),
             path: req.head.uri.path(),
             headers: &req.head.headers,
             body: &req.body,
             now: req.now,
-            agent_jkt: agent_jkt.as_deref(),
+            agent_key: seen.agent.as_ref().map(VerifiedSignature::key),
         };
         let token = timings
             .timed_async(Stage::Token, async {

@@ -20,7 +20,9 @@ use sha2::{Digest, Sha256};
 use super::{TokenError, VerifiedToken};
 use crate::config;
 use crate::state::replay::ReplayStore;
+use ed25519_dalek::VerifyingKey;
 use portcullis_wire::dpop::{self, DpopError};
+use portcullis_wire::signature::ed25519_thumbprint;
 use portcullis_wire::UnixTime;
 
 /// How the token is tied to whoever presented it: the policy input's `token.binding`, the
@@ -60,9 +62,10 @@ pub struct Presented<'a> {
     pub body: &'a [u8],
     /// The request's one clock reading.
     pub now: UnixTime,
-    /// The RFC 7638 thumbprint of the key that verified the request's HTTP Message Signature
-    /// (stage 5), when one did and was fresh (stage 6).
-    pub agent_jkt: Option<&'a str>,
+    /// The key that verified the request's HTTP Message Signature (stage 5), when one did and
+    /// was fresh (stage 6). Its RFC 7638 thumbprint is computed only when a DPoP proof is
+    /// compared with it, not for every signed request.
+    pub agent_key: Option<&'a VerifyingKey>,
 }
 
 /// Least time a `jti` record is kept, so a proof right at the end of its window is recorded.
@@ -114,7 +117,7 @@ impl DpopCheck {
             return Err(TokenError::KeyBindingMismatch);
         }
         // Compared with the thumbprint computed from the verifying key, never the keyid sent.
-        let is_agent_key = req.agent_jkt == Some(proof.jkt());
+        let is_agent_key = req.agent_key.is_some_and(|key| ed25519_thumbprint(key) == proof.jkt());
         if self.require_agent_key && !is_agent_key {
             return Err(DpopError::NotAgentKey.into());
         }

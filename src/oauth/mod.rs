@@ -433,7 +433,7 @@ impl TokenVerifier {
     /// [`Self::check`] for a `POST /` by an unsigned agent: the token alone, for tests and
     /// benches of the token's own checks.
     pub async fn authenticate(&self, headers: &HeaderMap, now: UnixTime) -> Result<Option<VerifiedToken>, TokenError> {
-        let req = Presented { method: "POST", path: "/", headers, body: &[], now, agent_jkt: None };
+        let req = Presented { method: "POST", path: "/", headers, body: &[], now, agent_key: None };
         Ok(self.check(&req).await?.map(|a| a.token))
     }
 

@@ -369,10 +369,10 @@ impl VerifiedSignature {
         &self.params.keyid
     }
 
-    /// The RFC 7638 thumbprint of the key that verified, computed from the key itself (never
-    /// the `keyid` the client sent): what a DPoP proof by the same key has as its `jkt`.
-    pub(crate) fn key_thumbprint(&self) -> String {
-        portcullis_wire::signature::ed25519_thumbprint(&self.key)
+    /// The key that verified (never the `keyid` the client sent): a DPoP proof by the same key
+    /// has its RFC 7638 thumbprint as `jkt`.
+    pub(crate) fn key(&self) -> &VerifyingKey {
+        &self.key
     }
 
     /// The agent identity the caller resolved the key for.

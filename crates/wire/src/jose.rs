@@ -141,7 +141,7 @@ pub fn credentials(headers: &HeaderMap, accept_dpop: bool) -> Result<Option<(Sch
     }
     // b64token = 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="
     let body = token.trim_end_matches('=');
-    if body.is_empty() || !body.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~+/".contains(&b)) {
+    if body.is_empty() || !body.bytes().all(|b| matches!(b, b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'+' | b'/')) {
         return Err(CompactError::MalformedHeader("token is not a token68"));
     }
     Ok(Some((scheme, token)))
