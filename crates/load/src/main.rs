@@ -328,6 +328,29 @@ fn spawn(args: &[&str], marker: &str) -> (Proc, String) {
     (Proc(child), addr)
 }
 
+/// Context switches so far of every thread of `pid` and of its children (nginx's worker), from
+/// `/proc/<pid>/task/*/status`; a thread that has ended no longer counts, so a run reads the
+/// difference over threads that live through it (the gateway's workers and log writer).
+fn context_switches(pid: u32) -> u64 {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    std::iter::once(pid).chain(children.split_whitespace().filter_map(|c| c.parse().ok())).map(thread_switches).sum()
+}
+
+fn thread_switches(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
 /// utime + stime of `pid` and its children (nginx's worker is its master's child), in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
@@ -636,6 +659,9 @@ struct Sample {
     p50_us: u64,
     p99_us: u64,
     cpu_us_per_req: f64,
+    /// The proxy's context switches per request (its threads', voluntary and not): each is a
+    /// thread woken or preempted, costs the CPU figure above does not show one by one.
+    switches_per_req: f64,
     errors: usize,
     /// The (non-cycling) pool ran out before the deadline.
     ran_out: bool,
@@ -715,6 +741,7 @@ async fn measure_builtin(authority: &str, path: &str, pid: Option<u32>, requests
     let uri: http::Uri = format!("http://{authority}{path}").parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let cpu_before = pid.map(cpu_seconds).unwrap_or(0.0);
+    let switches_before = pid.map(context_switches).unwrap_or(0);
     let started = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..connections {
@@ -736,12 +763,14 @@ async fn measure_builtin(authority: &str, path: &str, pid: Option<u32>, requests
     let Tally { hist: all, done, errors } = gather(workers).await;
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = pid.map(cpu_seconds).unwrap_or(0.0) - cpu_before;
+    let switches = pid.map(context_switches).unwrap_or(0).saturating_sub(switches_before);
     let ran_out = matches!(&requests, Requests::Pool { heads, cycle: false } if next.load(Ordering::Relaxed) >= heads.len());
     Sample {
         rps: done as f64 / elapsed,
         p50_us: all.quantile(0.5),
         p99_us: all.quantile(0.99),
         cpu_us_per_req: cpu * 1e6 / done.max(1) as f64,
+        switches_per_req: switches as f64 / done.max(1) as f64,
         errors,
         ran_out,
         burst_p99: 0,
@@ -824,6 +853,7 @@ fn measure_wrk(dir: &std::path::Path, authority: &str, path: &str, pid: u32, req
     std::fs::write(&body_path, body).unwrap();
     let lua = concat!(env!("CARGO_MANIFEST_DIR"), "/load.lua");
     let cpu_before = cpu_seconds(pid);
+    let switches_before = context_switches(pid);
     let output = Command::new("wrk")
         .args([
             "-t1",
@@ -842,6 +872,7 @@ fn measure_wrk(dir: &std::path::Path, authority: &str, path: &str, pid: u32, req
         .output()
         .expect("wrk");
     let cpu = cpu_seconds(pid) - cpu_before;
+    let switches = context_switches(pid).saturating_sub(switches_before);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let line =
         stdout.lines().find(|l| l.starts_with("PORTCULLIS_WRK")).unwrap_or_else(|| panic!("wrk failed: {stdout}{}", String::from_utf8_lossy(&output.stderr)));
@@ -859,6 +890,7 @@ fn measure_wrk(dir: &std::path::Path, authority: &str, path: &str, pid: u32, req
         p50_us: field("p50_us") as u64,
         p99_us: field("p99_us") as u64,
         cpu_us_per_req: cpu * 1e6 / done.max(1) as f64,
+        switches_per_req: switches as f64 / done.max(1) as f64,
         errors,
         ran_out: field("exhausted") > 0.0,
         burst_p99: 0,
@@ -1018,6 +1050,7 @@ async fn measure_open(authority: &str, pid: Option<u32>, heads: Vec<HeaderMap>, 
         });
     }
     let cpu_before = pid.map(cpu_seconds).unwrap_or(0.0);
+    let switches_before = pid.map(context_switches).unwrap_or(0);
     let start = tokio::time::Instant::now();
     let mut heads = heads.into_iter().take(total);
     let mut sent = 0usize;
@@ -1040,11 +1073,13 @@ async fn measure_open(authority: &str, pid: Option<u32>, heads: Vec<HeaderMap>, 
     drop(tx);
     let Tally { hist, done, errors } = gather(workers).await;
     let cpu = pid.map(cpu_seconds).unwrap_or(0.0) - cpu_before;
+    let switches = pid.map(context_switches).unwrap_or(0).saturating_sub(switches_before);
     Sample {
         rps: done as f64 / start.elapsed().as_secs_f64(),
         p50_us: hist.quantile(0.5),
         p99_us: hist.quantile(0.99),
         cpu_us_per_req: cpu * 1e6 / done.max(1) as f64,
+        switches_per_req: switches as f64 / done.max(1) as f64,
         errors,
         ran_out: false,
         burst_p99: bursts.get(bursts.len() * 99 / 100).copied().unwrap_or(0),
@@ -1207,29 +1242,31 @@ async fn closed_loop(opts: &Options, env: &Env, token: &str, size: usize, conns:
                 eprintln!("  note: the signed request pool ran out before the deadline (wrk: repeats were refused as replays)");
             }
             eprintln!(
-                "  round {round} {:<18} {size:>6} B {conns:>3} conns: {:>8.0} req/s p50 {:>6} µs p99 {:>6} µs cpu {:>6.1} µs/req errors {}",
+                "  round {round} {:<18} {size:>6} B {conns:>3} conns: {:>8.0} req/s p50 {:>6} µs p99 {:>6} µs cpu {:>6.1} µs/req switches {:>5.2}/req errors {}",
                 scenario.name(),
                 s.rps,
                 s.p50_us,
                 s.p99_us,
                 s.cpu_us_per_req,
+                s.switches_per_req,
                 s.errors
             );
             results[si].push(s);
         }
     }
     println!("\n{size} B bodies, {conns} connections, {:?} driver (median of {} rounds):", opts.driver, opts.rounds);
-    println!("  {:<18} {:>10} {:>9} {:>9} {:>13} {:>7}", "scenario", "req/s", "p50 µs", "p99 µs", "CPU µs/req", "errors");
+    println!("  {:<18} {:>10} {:>9} {:>9} {:>13} {:>13} {:>7}", "scenario", "req/s", "p50 µs", "p99 µs", "CPU µs/req", "switches/req", "errors");
     for (si, &scenario) in scenarios.iter().enumerate() {
         let col = |f: fn(&Sample) -> f64| min_median_max(&mut results[si].iter().map(f).collect::<Vec<_>>()).1;
         let errors: usize = results[si].iter().map(|s| s.errors).sum();
         println!(
-            "  {:<18} {:>10} {:>9.0} {:>9.0} {:>13.1} {:>7}",
+            "  {:<18} {:>10} {:>9.0} {:>9.0} {:>13.1} {:>13.2} {:>7}",
             scenario.name(),
             format!("{:.0}", col(|s| s.rps)),
             col(|s| s.p50_us as f64),
             col(|s| s.p99_us as f64),
             col(|s| s.cpu_us_per_req),
+            col(|s| s.switches_per_req),
             errors
         );
     }
