@@ -35,7 +35,7 @@ fn record(request_id: &str) -> DecisionRecord<'_> {
         approved_by: None,
         upstream_auth: None,
         upstream_auth_cached: None,
-        latency_us: serde_json::Map::new(),
+        latency_us: Default::default(),
         total_us: 1,
     }
 }
