@@ -1363,8 +1363,8 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
     let connections = opts.connections[0];
     println!("\n{size} B bodies, open loop at {rate:.0} req/s over {connections} connections for {} s (round {round}):", opts.seconds);
     println!(
-        "  {:<18} {:>9} {:>9} {:>16} {:>7} {:>12} {:>10} {:>22}  p99 inside the gateway ≤ µs",
-        "scenario", "p50 µs", "p99 µs", "p99 added µs", "errors", "CPU µs/req", "burst p99", "gateway run-queue wait"
+        "  {:<18} {:>9} {:>9} {:>16} {:>7} {:>12} {:>13} {:>10} {:>22}  p99 inside the gateway ≤ µs",
+        "scenario", "p50 µs", "p99 µs", "p99 added µs", "errors", "CPU µs/req", "switches/req", "burst p99", "gateway run-queue wait"
     );
     let mut direct_p99 = 0;
     // Gateway CPU per request at this one rate, (a), (b), (c): at a rate below its peak the
@@ -1391,7 +1391,7 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
             floor_added = Some(s.p99_us as f64 - direct_p99 as f64);
         }
         // The proxy's own columns; the backend alone has none, nginx has no stage metrics.
-        let (cpu_col, wait, inside) = if pid.is_some() {
+        let (cpu_col, switches, wait, inside) = if pid.is_some() {
             let is_gateway = !matches!(scenario, Scenario::Nginx | Scenario::Minimal | Scenario::Floor);
             if is_gateway {
                 cpu.push(s.cpu_us_per_req);
@@ -1399,18 +1399,19 @@ async fn latency_at(opts: &Options, env: &Env, token: &str, size: usize, rate: f
             }
             let wait = format!("{:.0} µs/req", wait * 1e6 / (s.rps * opts.seconds).max(1.0));
             let inside = if is_gateway { gateway_p99s().await.unwrap_or_else(|| "?".into()) } else { "-".to_owned() };
-            (format!("{:.1}", s.cpu_us_per_req), wait, inside)
+            (format!("{:.1}", s.cpu_us_per_req), format!("{:.2}", s.switches_per_req), wait, inside)
         } else {
-            ("-".to_owned(), "-".to_owned(), "-".to_owned())
+            ("-".to_owned(), "-".to_owned(), "-".to_owned(), "-".to_owned())
         };
         println!(
-            "  {:<18} {:>9} {:>9} {:>16} {:>7} {:>12} {:>10} {:>22}  {}",
+            "  {:<18} {:>9} {:>9} {:>16} {:>7} {:>12} {:>13} {:>10} {:>22}  {}",
             scenario.name(),
             s.p50_us,
             s.p99_us,
             s.p99_us as i64 - direct_p99 as i64,
             s.errors,
             cpu_col,
+            switches,
             s.burst_p99,
             wait,
             inside
