@@ -28,11 +28,18 @@ need nginx /usr/sbin/nginx "the reference proxy"
 
 # The gateway under test is the release binary, run as its own process; the driver is told
 # where it is (it cannot find it by itself: it is another package's binary).
-# With --perf the gateway is built with the `profiling` profile (release code with its symbols
-# and debug info: the release binary is stripped), so perf can name its functions.
+# With --perf (or --instructions) the gateway is built with the `profiling` profile (release
+# code with its symbols and debug info: the release binary is stripped), so perf (or
+# callgrind_annotate) can name its functions.
 profile=release
 for arg in "$@"; do
-    [ "$arg" = "--perf" ] && profile=profiling
+    case "$arg" in
+        --perf) profile=profiling ;;
+        --instructions)
+            profile=profiling
+            need valgrind /usr/bin/valgrind "callgrind, which counts the instructions per request"
+            ;;
+    esac
 done
 cargo build --profile "$profile" -p portcullis --bin portcullis
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
