@@ -332,29 +332,35 @@ fn spawn(args: &[&str], marker: &str) -> (Proc, String) {
 /// `/proc/<pid>/task/*/status`; a thread that has ended no longer counts, so a run reads the
 /// difference over threads that live through it (the gateway's workers and log writer).
 fn context_switches(pid: u32) -> u64 {
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    std::iter::once(pid).chain(children.split_whitespace().filter_map(|c| c.parse().ok())).map(thread_switches).sum()
+    with_children(pid).map(own_context_switches).sum()
 }
 
-fn thread_switches(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+/// Context switches so far of every thread of `process` alone.
+fn own_context_switches(process: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{process}/task")) else { return 0 };
     tasks
         .flatten()
         .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
-        .flat_map(|status| {
+        .map(|status| {
             status
                 .lines()
                 .filter(|l| l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:"))
                 .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .collect::<Vec<_>>()
+                .sum::<u64>()
         })
         .sum()
 }
 
-/// utime + stime of `pid` and its children (nginx's worker is its master's child), in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
+/// `pid` and its children (nginx's worker is its master's child).
+fn with_children(pid: u32) -> impl Iterator<Item = u32> {
     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    own_cpu_seconds(pid) + children.split_whitespace().filter_map(|c| c.parse().ok()).map(own_cpu_seconds).sum::<f64>()
+    let children: Vec<u32> = children.split_whitespace().filter_map(|c| c.parse().ok()).collect();
+    std::iter::once(pid).chain(children)
+}
+
+/// utime + stime of `pid` and its children, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    with_children(pid).map(own_cpu_seconds).sum()
 }
 
 /// utime + stime of `pid` alone, in seconds.
